@@ -1,0 +1,30 @@
+# The two commands of the README: `make sweep` and `make test`. Everything is installed here.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export RAY_AUTH_MODE := disabled
+
+.PHONY: install test sweep bench clean
+
+install: $(STAMP)
+
+# torch and torchvision first, pinned, so pip takes the builds this machine keeps on disk.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -e ".[test]"
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest
+
+sweep: install
+	$(VENV)/bin/robusttune run --set dataset=digits
+
+bench: install
+	$(PY) bench/training.py --quick
+	$(PY) bench/aggregators.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,63 @@
+"""Server-side delayed caches: one slot per client, refreshed when the client is sampled.
+
+`StateCache` is SWB-DM's cache of trained model states (Section IV-B: c_i <- s_i for sampled i,
+c_i kept otherwise, slots start as the initial global model). `MomentumCache` is DeMoA's cache of
+client momenta with the decay of unsampled slots, which equals the preprocessing
+P(m_i) = prod_{s = t - tau + 1}^{t} (1 - alpha_s p_s) m_i applied lazily round by round.
+Slots may be stored in bfloat16 (`cache_dtype`) so large populations fit; reads are float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class ClientCache:
+    """N slots of d values plus who wrote each slot last (for the Byzantine share of the input)."""
+
+    def __init__(self, num_clients: int, initial: Tensor, dtype: str = "float32") -> None:
+        self.dtype = _DTYPES[dtype]
+        self.slots = initial.detach().to(self.dtype).expand(num_clients, -1).clone()
+        # True where a Byzantine client's own submission sits in its slot (slots start benign).
+        self.written_by_byzantine = torch.zeros(num_clients, dtype=torch.bool, device=initial.device)
+
+    def refresh(self, clients: Tensor, values: Tensor, byzantine: Tensor) -> None:
+        """Overwrite the slots of ``clients`` with ``values`` (rows aligned)."""
+        self.slots[clients] = values.to(self.dtype)
+        self.written_by_byzantine[clients] = byzantine
+
+    def read(self) -> Tensor:
+        return self.slots.float()
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"slots": self.slots, "written_by_byzantine": self.written_by_byzantine}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.slots = state["slots"].to(self.slots.device, self.dtype).clone()
+        self.written_by_byzantine = state["written_by_byzantine"].to(self.slots.device).clone()
+
+
+class StateCache(ClientCache):
+    """SWB-DM's cache of each client's last submitted trained state."""
+
+
+class MomentumCache(ClientCache):
+    """DeMoA's server copy of every client's momentum (Otsuka et al., 2025).
+
+    Sampled i:     m_i <- (1 - alpha p) m_i + alpha g_i
+    Not sampled:   m_i <- (1 - alpha p) m_i   (the server applies the decay to its copy, so after
+                   tau unsampled rounds the slot equals P(m_i) = prod (1 - alpha_s p_s) m_i)
+    ``coefficient`` is the decay factor (1 - alpha p), or (1 - alpha) for the FedCM-style ablation.
+    """
+
+    def decay(self, coefficient: float) -> None:
+        """m_i <- coefficient * m_i for every slot (one fused op, no loop over clients)."""
+        if coefficient != 1.0:
+            self.slots.mul_(coefficient)
+
+    def fresh(self, clients: Tensor, gradients: Tensor, coefficient: float, alpha: float) -> Tensor:
+        """The momenta the sampled clients compute: coefficient * m_i + alpha * g_i (not stored)."""
+        return coefficient * self.slots[clients].float() + alpha * gradients

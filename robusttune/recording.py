@@ -1,0 +1,109 @@
+"""The run folder: rounds.csv (one row per RoundRecord), summary.json (final figures and the
+resolved RunSpec) and TensorBoard event files (per-round scalars and the run's hyperparameters
+for the HParams view). Used by the `run` command and by every sweep trial alike."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from robusttune.config import RunSpec
+from robusttune.simulation import RoundRecord
+
+# Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
+TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "max_class_share",
+                       "byzantine_sampled", "byzantine_input_share", "train_seconds",
+                       "aggregate_seconds")
+# Hyperparameters shown in the HParams view: the knobs a sweep varies, not paths.
+HPARAM_EXCLUDE = ("data_root",)
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON to a temporary file and rename it, so a reader never sees half a file."""
+    temporary = path.with_suffix(path.suffix + ".tmp")
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True, default=_jsonable))
+    os.replace(temporary, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: missing figures become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+class RunWriter:
+    """Writes one run folder as records arrive. Append-safe: a resumed run continues its CSV."""
+
+    def __init__(self, folder: str | Path, spec: RunSpec, tensorboard: bool = True) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.spec = spec
+        self.csv_path = self.folder / "rounds.csv"
+        self._csv_file = None
+        self._csv: csv.DictWriter | None = None
+        self._tensorboard = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard = SummaryWriter(log_dir=str(self.folder))
+
+    def write(self, record: RoundRecord) -> None:
+        row = record.to_dict()
+        if self._csv is None:
+            fresh = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
+            self._csv_file = self.csv_path.open("a", newline="")
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
+            if fresh:
+                self._csv.writeheader()
+        self._csv.writerow(row)
+        self._csv_file.flush()
+        if self._tensorboard is not None:
+            for key in TENSORBOARD_SCALARS:
+                value = float(row[key])
+                if math.isfinite(value):
+                    self._tensorboard.add_scalar(f"round/{key}", value, record.round)
+
+    def close(self, summary: dict[str, Any]) -> None:
+        """Write summary.json and the HParams entry, then close every file."""
+        write_json_atomic(self.folder / "summary.json", _clean(summary))
+        if self._tensorboard is not None:
+            self._write_hparams(summary)
+            self._tensorboard.close()
+        if self._csv_file is not None:
+            self._csv_file.close()
+
+    def _write_hparams(self, summary: dict[str, Any]) -> None:
+        from torch.utils.tensorboard.summary import hparams
+
+        params = {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+                  for k, v in self.spec.to_dict().items() if k not in HPARAM_EXCLUDE}
+        metrics = {"final/accuracy": _finite(summary.get("final_accuracy")),
+                   "final/loss": _finite(summary.get("final_loss")),
+                   "final/collapsed": float(bool(summary.get("collapsed")))}
+        experiment, session_start, session_end = hparams(params, metrics)
+        writer = self._tensorboard._get_file_writer()
+        for entry in (experiment, session_start, session_end):
+            writer.add_summary(entry)
+        for key, value in metrics.items():
+            self._tensorboard.add_scalar(key, value, summary.get("rounds_run", 0))
+
+
+def _finite(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+    return number

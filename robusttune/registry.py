@@ -1,0 +1,84 @@
+"""One small registry class shared by every concept that is chosen by name (rules, attacks,
+algorithms, datasets, models), so a new entry is one class plus one ``@REGISTRY.register`` line
+and its name is usable from YAML and the CLI at once."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class SpecError(ValueError):
+    """A bad configuration value. Its message is one line that names the key and the allowed
+    values; the CLI prints it and exits with status 2."""
+
+
+class Registry(Generic[T]):
+    """Maps a lower-case name to a class (or factory) of one concept."""
+
+    def __init__(self, concept: str) -> None:
+        self.concept = concept
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def decorate(entry: T) -> T:
+            if name in self._entries:
+                raise RuntimeError(f"{self.concept} {name!r} registered twice")
+            self._entries[name] = entry
+            try:
+                setattr(entry, "name", name)
+            except (AttributeError, TypeError):
+                pass
+            return entry
+
+        return decorate
+
+    def __getitem__(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise SpecError(
+                f"unknown {self.concept} {name!r}; allowed: {', '.join(sorted(self._entries))}"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def make(self, name: str, /, **params: Any) -> Any:
+        """Build entry ``name`` from keyword parameters spelled as RunSpec keys.
+
+        Parameters the entry's constructor does not take are dropped when they are RunSpec keys
+        (so the round loop can pass one dict of knobs to every rule); any other unknown keyword is
+        an error, so a misspelt knob never passes silently.
+        """
+        from robusttune.config import RUNSPEC_KEYS
+
+        entry = self[name]
+        signature = inspect.signature(entry)
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        taken: dict[str, Any] = {}
+        for key, value in params.items():
+            if accepts_any or key in signature.parameters:
+                taken[key] = value
+            elif key not in RUNSPEC_KEYS and key not in CONTEXT_KEYS:
+                allowed = [k for k in signature.parameters if k != "self"]
+                raise SpecError(
+                    f"{self.concept} {name!r} takes no parameter {key!r}; allowed: "
+                    f"{', '.join(allowed) or 'none'}"
+                )
+        return entry(**taken)
+
+
+# Keywords that are not RunSpec keys but that builders may be given by the round loop.
+CONTEXT_KEYS = frozenset({"f", "n_byzantine", "n_total", "num_classes", "device"})

@@ -1,0 +1,299 @@
+"""The round loop of one federated run: a plain generator of RoundRecords.
+
+It knows nothing of Ray or of result files: the `run` command and the Tune trainable are thin
+adapters around `Simulation`. Every RNG is seeded from the RunSpec and lives in the Simulation's
+state, so a run repeated on the CPU is identical and a run restored from `state_dict()` continues
+bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+import torch
+from torch import Tensor
+
+from robusttune.aggregators import make_aggregator
+from robusttune.algorithms import make_algorithm
+from robusttune.attacks import make_attack
+from robusttune.config import RunSpec
+from robusttune.data import load_federated
+from robusttune.models import flat_params, make_model
+from robusttune.training import client_gradients, evaluate, resolve_trainer, train_clients
+
+# Collapse = final accuracy <= chance + 0.5 points (the SWB-DM paper's <= 10.5% on 10 classes).
+COLLAPSE_MARGIN = 0.005
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What one round leaves behind. Accuracy is a fraction in [0, 1]; accuracy and loss are NaN
+    in rounds that were not evaluated (every ``eval_every`` rounds, and the last)."""
+
+    round: int
+    accuracy: float
+    loss: float
+    param_norm: float
+    nonfinite_params: int
+    max_class_share: float
+    sampled: int
+    byzantine_sampled: int
+    byzantine_input_share: float
+    byzantine_majority: bool
+    f_assumed: int
+    precondition_held_assumed: bool
+    precondition_held_actual: bool
+    aggregated: bool
+    collapsed: bool
+    train_seconds: float
+    aggregate_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is CUDA when this process can see a GPU; the sweep layer passes an explicit device
+    chosen from the trial's resources instead."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def client_seed(seed: int, round_index: int, client: int) -> int:
+    """A per-(run, round, client) seed for batch order: no RNG state to carry between rounds, and
+    both training strategies draw identical batches. ``client=-1`` is the server (FLTrust)."""
+    return (seed * 1_000_003 + round_index * 10_007 + client + 1) % (2**63 - 1)
+
+
+def is_collapsed(accuracy: float, num_classes: int, nonfinite: bool) -> bool:
+    """Non-finite parameters, or accuracy at most chance + 0.5 points."""
+    return nonfinite or not math.isfinite(accuracy) or accuracy <= 1.0 / num_classes + COLLAPSE_MARGIN
+
+
+class Simulation:
+    """One federated run. Iterate it (or call `step`) to get one RoundRecord per round."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.device = resolve_device(spec.device)
+        self.trainer = resolve_trainer(spec.trainer, self.device)
+        self.data = load_federated(spec, self.device)
+        self.num_classes = self.data.num_classes
+
+        self.model = make_model(spec.model, self.data.input_shape, self.data.num_classes,
+                                seed=spec.seed).to(self.device)
+        self.params = flat_params(self.model).detach().clone()
+
+        self.sampling_rng = torch.Generator().manual_seed(spec.seed)
+        self.noise_rng = torch.Generator(device=self.device).manual_seed(spec.seed + 1)
+        byzantine_order = torch.randperm(spec.clients, generator=torch.Generator().manual_seed(spec.seed))
+        self.byzantine = torch.zeros(spec.clients, dtype=torch.bool)
+        self.byzantine[byzantine_order[: spec.n_byzantine]] = True
+        self.byzantine_device = self.byzantine.to(self.device)
+
+        self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength)
+        self.client_x = self.data.client_x
+        self.client_y = [
+            self.attack.poison_labels(y, self.num_classes) if bool(self.byzantine[i]) else y
+            for i, y in enumerate(self.data.client_y)
+        ] if self.attack.data_side else self.data.client_y
+        counts = torch.tensor([len(y) for y in self.client_y], dtype=torch.float32)
+
+        params = spec.aggregator_params()
+        if spec.bucket_size > 1:
+            self.aggregator = make_aggregator("bucketing", inner=spec.aggregator, **params)
+        else:
+            self.aggregator = make_aggregator(spec.aggregator, **params)
+        self.algorithm = make_algorithm(spec, self.params, counts)
+
+        self.rounds_done = 0
+        self.last_accuracy = math.nan
+        self.last_loss = math.nan
+        self.byzantine_majority_rounds = 0
+        self.collapsed = False
+
+    # -- one round ---------------------------------------------------------------------------
+    def _sample(self) -> Tensor:
+        spec = self.spec
+        if spec.participation_mode == "bernoulli":
+            chosen = torch.rand(spec.clients, generator=self.sampling_rng) < spec.participation
+            return chosen.nonzero().flatten()
+        order = torch.randperm(spec.clients, generator=self.sampling_rng)
+        return order[: spec.expected_sample_size].sort().values
+
+    def _local_work(self, clients: list[int], round_index: int) -> Tensor:
+        spec = self.spec
+        data = [(self.client_x[c], self.client_y[c]) for c in clients]
+        seeds = [client_seed(spec.seed, round_index, c) for c in clients]
+        if not clients:
+            return self.params.new_zeros((0, self.params.numel()))
+        if self.algorithm.trains_locally:
+            return train_clients(self.model, self.params, data, epochs=spec.local_epochs,
+                                 batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
+                                 seeds=seeds, strategy=self.trainer)
+        return client_gradients(self.model, self.params, data, batch_size=spec.batch_size,
+                                seeds=seeds, strategy=self.trainer)
+
+    def _server_reference(self, round_index: int) -> Tensor | None:
+        """FLTrust's server message: the server does the clients' work on its clean root set."""
+        if self.spec.aggregator != "fltrust":
+            return None
+        root = [(self.data.root_x, self.data.root_y)]
+        seeds = [client_seed(self.spec.seed, round_index, -1)]
+        spec = self.spec
+        if self.algorithm.trains_locally:
+            return train_clients(self.model, self.params, root, epochs=spec.local_epochs,
+                                 batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
+                                 seeds=seeds, strategy=self.trainer)[0]
+        return client_gradients(self.model, self.params, root, batch_size=spec.batch_size,
+                                seeds=seeds, strategy=self.trainer)[0]
+
+    def step(self) -> RoundRecord:
+        """Run the next round and return its record. Never raises on divergence: non-finite
+        parameters end the run as collapsed with the record kept."""
+        spec = self.spec
+        round_index = self.rounds_done + 1
+        sampled_cpu = self._sample()
+        sampled = sampled_cpu.to(self.device)
+        byzantine = self.byzantine_device[sampled]
+        n_sampled = len(sampled_cpu)
+        n_byzantine = int(self.byzantine[sampled_cpu].sum())
+
+        started = time.perf_counter()
+        local = self._local_work(sampled_cpu.tolist(), round_index)
+        reference = self._server_reference(round_index)
+        train_seconds = time.perf_counter() - started
+
+        started = time.perf_counter()
+        fresh = self.algorithm.fresh_messages(sampled, local, self.params)
+        messages = fresh
+        if n_byzantine and not self.attack.data_side and self.attack.name != "none":
+            context: dict[str, Any] = {"own": fresh[byzantine], "generator": self.noise_rng}
+            if self.attack.needs_cache:
+                context["cache"], context["cache_byzantine"] = self.algorithm.attack_view(
+                    sampled, fresh, byzantine, self.params)
+            malicious = self.attack(fresh[~byzantine], n_byzantine=n_byzantine,
+                                    n_total=n_sampled, **context)
+            messages = fresh.clone()
+            messages[byzantine] = malicious.to(messages.dtype)
+
+        aggregated = False
+        if n_sampled or self.algorithm.aggregates_cache:
+            inputs = self.algorithm.inputs(sampled, messages, byzantine, self.params)
+            n_inputs = inputs.rows.shape[0]
+            f_assumed = spec.assumed_f(n_inputs)
+            byzantine_rows = int(inputs.byzantine_rows.sum())
+            held_assumed = self.aggregator.precondition(n_inputs, f_assumed)
+            held_actual = self.aggregator.precondition(n_inputs, byzantine_rows)
+            if held_assumed or not spec.guarded:
+                aggregate = self.aggregator(inputs.rows, f=f_assumed, weights=inputs.weights,
+                                            reference=reference,
+                                            previous=self.algorithm.previous(self.params),
+                                            generator=self.noise_rng)
+                self.params = self.algorithm.step(self.params, aggregate)
+                aggregated = True
+            share = byzantine_rows / n_inputs
+        else:
+            f_assumed, held_assumed, held_actual, share = 0, False, False, 0.0
+        aggregate_seconds = time.perf_counter() - started
+
+        nonfinite = int((~torch.isfinite(self.params)).sum())
+        majority = n_sampled > 0 and 2 * n_byzantine >= n_sampled
+        self.byzantine_majority_rounds += int(majority and n_byzantine > 0)
+        accuracy = loss = max_share = math.nan
+        last = round_index == spec.rounds
+        if nonfinite or last or round_index % spec.eval_every == 0:
+            evaluation = evaluate(self.model, self.params, self.data.test_x, self.data.test_y)
+            accuracy, loss, max_share = evaluation.accuracy, evaluation.loss, evaluation.max_class_share
+            self.last_accuracy, self.last_loss = accuracy, loss
+        self.collapsed = nonfinite > 0 or (last and is_collapsed(accuracy, self.num_classes, False))
+        self.rounds_done = round_index
+        return RoundRecord(
+            round=round_index, accuracy=accuracy, loss=loss,
+            param_norm=float(torch.linalg.vector_norm(self.params)), nonfinite_params=nonfinite,
+            max_class_share=max_share, sampled=n_sampled, byzantine_sampled=n_byzantine,
+            byzantine_input_share=share, byzantine_majority=bool(majority and n_byzantine > 0),
+            f_assumed=f_assumed, precondition_held_assumed=bool(held_assumed),
+            precondition_held_actual=bool(held_actual), aggregated=aggregated,
+            collapsed=self.collapsed, train_seconds=train_seconds,
+            aggregate_seconds=aggregate_seconds,
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.rounds_done >= self.spec.rounds or (self.collapsed and self.nonfinite)
+
+    @property
+    def nonfinite(self) -> bool:
+        return not bool(torch.isfinite(self.params).all())
+
+    def __iter__(self) -> Iterator[RoundRecord]:
+        while not self.finished:
+            yield self.step()
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue bit for bit: model, caches, RNG states, counters."""
+        return {
+            "spec": self.spec.to_dict(),
+            "rounds_done": self.rounds_done,
+            "params": self.params.detach().cpu().clone(),
+            "algorithm": _to_cpu(self.algorithm.state_dict()),
+            "sampling_rng": self.sampling_rng.get_state(),
+            "noise_rng": self.noise_rng.get_state(),
+            "last_accuracy": self.last_accuracy,
+            "last_loss": self.last_loss,
+            "byzantine_majority_rounds": self.byzantine_majority_rounds,
+            "collapsed": self.collapsed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["spec"] != self.spec.to_dict():
+            raise ValueError("checkpoint belongs to a different RunSpec")
+        self.rounds_done = state["rounds_done"]
+        self.params = state["params"].to(self.device).clone()
+        self.algorithm.load_state_dict(_to_device(state["algorithm"], self.device))
+        self.sampling_rng.set_state(state["sampling_rng"])
+        self.noise_rng.set_state(state["noise_rng"])
+        self.last_accuracy = state["last_accuracy"]
+        self.last_loss = state["last_loss"]
+        self.byzantine_majority_rounds = state["byzantine_majority_rounds"]
+        self.collapsed = state["collapsed"]
+
+    def summary(self, seconds: float) -> dict[str, Any]:
+        """summary.json content: final figures and the resolved RunSpec."""
+        return {
+            "final_accuracy": self.last_accuracy,
+            "final_loss": self.last_loss,
+            "collapsed": is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
+            "rounds_run": self.rounds_done,
+            "byzantine_majority_rounds": self.byzantine_majority_rounds,
+            "seconds": seconds,
+            "num_classes": self.num_classes,
+            "spec": self.spec.to_dict(),
+        }
+
+
+def _to_cpu(tree: Any) -> Any:
+    if isinstance(tree, Tensor):
+        return tree.detach().cpu().clone()
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    return tree
+
+
+def _to_device(tree: Any, device: torch.device) -> Any:
+    if isinstance(tree, Tensor):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: _to_device(v, device) for k, v in tree.items()}
+    return tree
+
+
+def simulate(spec: RunSpec) -> Iterator[RoundRecord]:
+    """Run ``spec`` round by round, yielding one RoundRecord per round."""
+    yield from Simulation(spec)

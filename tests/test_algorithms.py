@@ -1,0 +1,91 @@
+"""Server algorithms and caches against their closed forms (no training involved)."""
+
+from __future__ import annotations
+
+import torch
+
+from robusttune.algorithms import make_algorithm
+from robusttune.caches import StateCache
+from robusttune.config import RunSpec
+
+
+def _demoa(**keys):
+    spec = RunSpec(dataset="synthetic", method="demoa", clients=4, participation=0.5,
+                   participation_mode="bernoulli", demoa_alpha=0.3, **keys)
+    counts = torch.ones(4)
+    return spec, make_algorithm(spec, torch.zeros(3), counts)
+
+
+def _round(algorithm, clients, gradients):
+    clients = torch.tensor(clients, dtype=torch.long)
+    byzantine = torch.zeros(len(clients), dtype=torch.bool)
+    fresh = algorithm.fresh_messages(clients, gradients, torch.zeros(3))
+    return algorithm.inputs(clients, fresh, byzantine, torch.zeros(3))
+
+
+def test_demoa_decayed_cache_equals_the_closed_form_product():
+    spec, algorithm = _demoa()
+    alpha, p = 0.3, 0.5
+    g0 = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    _round(algorithm, [0, 2], g0)
+    # Client 0 is not sampled for 3 rounds: P(m) = prod_{s}(1 - alpha p) m = (1 - alpha p)^3 m.
+    for _ in range(3):
+        inputs = _round(algorithm, [1], torch.tensor([[1.0, 1.0, 1.0]]))
+    first = alpha * g0[0]  # m_0 after its refresh from zero: (1 - alpha p) * 0 + alpha g
+    expected = (1 - alpha * p) ** 3 * first
+    assert torch.allclose(inputs.rows[0], expected, atol=1e-6)
+    assert torch.allclose(inputs.rows[2], (1 - alpha * p) ** 3 * alpha * g0[1], atol=1e-6)
+    assert inputs.rows.shape == (4, 3)  # DeMoA aggregates all N momenta
+
+
+def test_demoa_sampled_momentum_recursion():
+    _, algorithm = _demoa()
+    g1 = torch.tensor([[1.0, 0.0, 0.0]])
+    g2 = torch.tensor([[0.0, 2.0, 0.0]])
+    _round(algorithm, [3], g1)
+    inputs = _round(algorithm, [3], g2)
+    c = 1 - 0.3 * 0.5
+    assert torch.allclose(inputs.rows[3], c * 0.3 * g1[0] + 0.3 * g2[0])
+
+
+def test_demoa_ablations_change_coefficient_and_decay():
+    _, plain = _demoa(demoa_coefficient="alpha")
+    _round(plain, [0], torch.tensor([[1.0, 1.0, 1.0]]))
+    inputs = _round(plain, [0], torch.tensor([[0.0, 0.0, 0.0]]))
+    assert torch.allclose(inputs.rows[0], torch.full((3,), (1 - 0.3) * 0.3))
+    _, no_decay = _demoa(demoa_decay=False)
+    _round(no_decay, [1], torch.tensor([[2.0, 2.0, 2.0]]))
+    inputs = _round(no_decay, [0], torch.tensor([[0.0, 0.0, 0.0]]))
+    assert torch.allclose(inputs.rows[1], torch.full((3,), 0.6))
+
+
+def test_demoa_server_step_is_minus_eta_times_aggregate():
+    spec, algorithm = _demoa(server_lr=0.5)
+    x = torch.tensor([1.0, 1.0, 1.0])
+    assert torch.allclose(algorithm.step(x, torch.tensor([2.0, 0.0, -2.0])), torch.tensor([0.0, 1.0, 2.0]))
+
+
+def test_fedcm_aggregates_only_the_sampled_set():
+    spec = RunSpec(dataset="synthetic", method="fedcm", clients=5, demoa_alpha=0.5)
+    algorithm = make_algorithm(spec, torch.zeros(2), torch.ones(5))
+    inputs = _round(algorithm, [1, 4], torch.tensor([[2.0, 2.0], [4.0, 4.0]]))
+    assert inputs.rows.shape == (2, 2)
+    assert torch.allclose(inputs.rows, torch.tensor([[1.0, 1.0], [2.0, 2.0]]))
+
+
+def test_state_cache_slots_start_as_initial_model_and_sampled_overwrite():
+    spec = RunSpec(dataset="synthetic", method="swb_dm", clients=3)
+    initial = torch.tensor([1.0, -1.0])
+    algorithm = make_algorithm(spec, initial, torch.ones(3))
+    clients = torch.tensor([2])
+    byzantine = torch.tensor([True])
+    states = torch.tensor([[5.0, 5.0]])
+    inputs = algorithm.inputs(clients, algorithm.fresh_messages(clients, states, initial), byzantine, initial)
+    assert torch.equal(inputs.rows, torch.tensor([[1.0, -1.0], [1.0, -1.0], [5.0, 5.0]]))
+    assert inputs.byzantine_rows.tolist() == [False, False, True]
+
+
+def test_bfloat16_cache_halves_memory_and_reads_float32():
+    cache = StateCache(4, torch.randn(1000), "bfloat16")
+    assert cache.slots.dtype == torch.bfloat16 and cache.read().dtype == torch.float32
+    assert cache.slots.element_size() * cache.slots.numel() == 4 * 1000 * 2

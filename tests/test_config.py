@@ -1,0 +1,109 @@
+"""RunSpec: defaults, precedence, presets and one-line validation errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from robusttune.config import RUNSPEC_KEYS, RunSpec, parse_assignment
+from robusttune.registry import SpecError
+
+DESIGN_KEYS = """dataset data_root model clients rounds participation participation_mode sample_size
+byzantine_fraction assumed_byzantine_fraction attack attack_strength method algorithm aggregator
+trim_ratio krum_m cclip_tau cclip_iters gm_iters bucket_size swb_chunk swb_views swb_rotation
+guarded median_even local_epochs batch_size lr momentum trainer demoa_alpha server_lr
+dirichlet_alpha partition_seed seed device eval_every cache_dtype""".split()
+
+
+def test_every_design_key_exists():
+    assert set(DESIGN_KEYS) <= RUNSPEC_KEYS
+
+
+def test_global_defaults_are_the_swb_dm_cifar10_setup():
+    spec = RunSpec()
+    assert (spec.dataset, spec.clients, spec.rounds, spec.dirichlet_alpha) == ("cifar10", 20, 10, 0.5)
+    assert (spec.lr, spec.momentum, spec.local_epochs, spec.batch_size) == (0.01, 0.9, 2, 32)
+
+
+def test_dataset_defaults_apply_unless_given():
+    digits = RunSpec(dataset="digits")
+    assert (digits.lr, digits.batch_size, digits.local_epochs) == (0.05, 16, 5)
+    # explicit beats the dataset default even when it equals the global default
+    explicit = RunSpec(dataset="digits", lr=0.01)
+    assert explicit.lr == 0.01 and explicit.batch_size == 16
+
+
+def test_updated_re_resolves_dataset_defaults():
+    spec = RunSpec(dataset="digits", seed=3)
+    moved = spec.updated(dataset="cifar10")
+    assert moved.lr == 0.01 and moved.seed == 3
+
+
+def test_method_presets_set_algorithm_and_aggregator():
+    assert (RunSpec(method="swb_dm").algorithm, RunSpec(method="swb_dm").aggregator) == ("state_cache", "swb")
+    assert RunSpec(method="delayed_momentum").aggregator == "median"
+    assert (RunSpec(method="demoa").algorithm, RunSpec(method="demoa").aggregator) == ("demoa", "cclip")
+    assert RunSpec(method="demoa", aggregator="krum").aggregator == "krum"
+    assert RunSpec(method="krum").algorithm == "fedavg"
+    assert RunSpec(algorithm="state_cache", aggregator="median").method == "delayed_momentum"
+
+
+def test_swb_trim_ratio_is_calibrated_to_assumed_corruption():
+    assert RunSpec(method="swb", byzantine_fraction=0.2, attack="ipm").trim_ratio == pytest.approx(0.25)
+    assert RunSpec(method="swb", byzantine_fraction=0.45, attack="ipm").trim_ratio == pytest.approx(0.45)
+    spec = RunSpec(method="swb", byzantine_fraction=0.2, assumed_byzantine_fraction=0.3, attack="ipm")
+    assert spec.trim_ratio == pytest.approx(0.35)
+    assert RunSpec(method="swb", trim_ratio=0.1).trim_ratio == 0.1
+
+
+def test_derived_counts():
+    spec = RunSpec(clients=10, byzantine_fraction=0.3, participation=0.5)
+    assert spec.n_byzantine == 3 and spec.expected_sample_size == 5 and spec.assumed_f(10) == 3
+    assert RunSpec(clients=20, participation=0.01).expected_sample_size == 1
+    assert RunSpec(clients=20, sample_size=11).expected_sample_size == 11
+
+
+@pytest.mark.parametrize(
+    "values, key",
+    [
+        ({"participation": 0}, "participation"),
+        ({"participation": 1.5}, "participation"),
+        ({"byzantine_fraction": 1.0}, "byzantine_fraction"),
+        ({"trim_ratio": 0.5}, "trim_ratio"),
+        ({"clients": 0}, "clients"),
+        ({"aggregator": "krumm"}, "aggregator"),
+        ({"attack": "nope"}, "attack"),
+        ({"method": "swbdm"}, "method"),
+        ({"dataset": "imagenet"}, "dataset"),
+        ({"participation_mode": "poisson"}, "participation_mode"),
+        ({"rounds": "ten"}, "rounds"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_key(values, key):
+    with pytest.raises(SpecError) as error:
+        RunSpec.from_dict(values)
+    message = str(error.value)
+    assert key in message and "\n" not in message
+
+
+def test_unknown_registry_name_lists_the_allowed_ones():
+    with pytest.raises(SpecError, match="median"):
+        RunSpec(aggregator="medain")
+
+
+def test_parse_assignment_reads_yaml_scalars():
+    assert parse_assignment("clients=50") == ("clients", 50)
+    assert parse_assignment("guarded=true") == ("guarded", True)
+    assert parse_assignment("dataset=digits") == ("dataset", "digits")
+    with pytest.raises(SpecError):
+        parse_assignment("clients50")
+    with pytest.raises(SpecError):
+        parse_assignment("colour=red")
+
+
+def test_to_dict_round_trips_through_json():
+    spec = RunSpec(dataset="digits", method="swb_dm", byzantine_fraction=0.2, attack="alie")
+    again = RunSpec.from_dict(json.loads(spec.to_json()))
+    assert again == spec
