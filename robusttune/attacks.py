@@ -1,0 +1,457 @@
+"""Byzantine behaviours (registry). An attack is a small callable object:
+``attack(honest, n_byzantine=..., n_total=..., **context) -> Tensor[n_byzantine, d]``.
+
+Attacks are omniscient: they see this round's honest messages. Messages are always in update
+space (a trained state minus the current global model, or a momentum), so formulas such as IPM's
+-eps * mu mean what their papers say whatever the server algorithm aggregates.
+
+Shared notation. ``honest`` is X in R^{h x d}, the messages of the h honest clients sampled this
+round; mu = (1/h) sum_i X_i and sigma = sqrt(sum_i (X_i - mu)^2 / (h - 1)) are their
+coordinate-wise mean and unbiased standard deviation (the ``torch.std`` default, as in the epfml
+code of Karimireddy et al. and the ALIE code it follows; sigma is defined as 0 when fewer than two
+rows are available, where the unbiased estimator is undefined). Every attack has ONE knob,
+``attack_strength`` (``None``: the attack's documented default), and returns exactly
+``n_byzantine`` rows on the input's device and dtype (``[0, d]`` when ``n_byzantine == 0``).
+
+A round with no honest client sampled has a defined, documented behaviour (no silent fallback to
+honest training): when h == 0, attacks that need honest statistics estimate them from ``own``, the
+messages the Byzantine clients would honestly have sent (they are also clients with data), and
+raise ``ValueError`` if ``own`` is not given either.
+
+Randomness comes only from the call-time ``generator`` (the run's ``torch.Generator``). An attack
+that needs random numbers and gets ``generator=None`` uses a fresh ``torch.Generator`` seeded 0 on
+the input's device, so it stays reproducible but draws the same noise on every call: the round
+loop should always pass its generator.
+
+Context each attack reads (the round loop passes it by keyword):
+
+=============== ============================================================================
+none            own (required)
+label_flip      own (required: the messages trained on flipped labels; ``data_side``)
+sign_flip       own (used when given, else -strength * mu)
+bit_flip        same as sign_flip
+gaussian        own (used when given, else mu), generator
+alie            n_total, f (optional; default n_byzantine); own only when h == 0
+ipm             own only when h == 0
+mimic           own only when h == 0
+cache_alie      cache, cache_byzantine (``needs_cache``); without them plain ALIE
+strategic_skip  n_total = the number SAMPLED this round, own (required when honest-looking)
+=============== ============================================================================
+
+``needs_own`` says whether the attack's output depends on ``own`` when honest clients are
+sampled; when it is False the round loop may skip training the Byzantine clients unless h == 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from scipy.stats import norm
+from torch import Tensor
+
+from robusttune.registry import Registry, SpecError
+
+__all__ = ["ATTACKS", "Attack", "AttackRound", "alie_z", "make_attack"]
+
+ATTACKS: Registry[type["Attack"]] = Registry("attack")
+
+
+@dataclass(frozen=True)
+class AttackRound:
+    """One round's input to an attack, checked once by ``Attack.__call__``."""
+
+    honest: Tensor                     # [h, d] honest messages sampled this round
+    n_byzantine: int                   # rows to return
+    n_total: int                       # aggregator inputs this round (sampled count for strategic_skip)
+    own: Tensor | None                 # [n_byzantine, d] what the Byzantine clients would honestly send
+    f: int | None                      # the corruption count the attacker plans for (ALIE)
+    cache: Tensor | None               # [N, d] the aggregator's whole input, fresh and cached
+    cache_byzantine: Tensor | None     # [N] bool, True on Byzantine rows of ``cache``
+    generator: torch.Generator | None
+
+    @property
+    def h(self) -> int:
+        return self.honest.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.honest.shape[1]
+
+    def reference(self, attack: str) -> Tensor:
+        """The honest messages the attack computes its statistics from: ``honest`` when h > 0,
+        else ``own`` (the Byzantine clients' own honest messages; see the module docstring)."""
+        if self.h > 0:
+            return self.honest
+        if self.own is None:
+            raise ValueError(
+                f"attack {attack!r}: no honest client was sampled this round (h == 0) and own= "
+                "was not given, so there are no honest messages to estimate statistics from"
+            )
+        return self.own
+
+    def require_own(self, attack: str) -> Tensor:
+        if self.own is None:
+            raise ValueError(f"attack {attack!r} needs own=, the Byzantine clients' honest messages")
+        return self.own
+
+    def repeat(self, row: Tensor) -> Tensor:
+        """``n_byzantine`` copies of one message (separate storage, so callers may write in place)."""
+        return row.unsqueeze(0).repeat(self.n_byzantine, 1)
+
+
+class Attack:
+    """Base of every attack.
+
+    ``data_side``: the attack acts on the Byzantine clients' training data (``poison_labels``),
+    and their message is what they trained. ``needs_cache``: the round loop passes ``cache``
+    (the aggregator's whole input, fresh and cached, in update space) and ``cache_byzantine``
+    (a bool mask of its Byzantine rows). ``needs_own``: the message is built from ``own``, so the
+    Byzantine clients must train honestly even when honest clients are sampled. Context passed by
+    keyword at call time: ``own`` the messages the Byzantine clients would honestly have sent
+    (Tensor[n_byzantine, d]), ``f``, ``generator`` (the run's torch.Generator).
+
+    Subclasses implement ``craft(rnd) -> Tensor[n_byzantine, d]``; ``__call__`` checks shapes
+    and answers ``n_byzantine == 0`` with an empty ``[0, d]`` tensor before ``craft`` runs.
+    """
+
+    name: str = "base"
+    data_side: bool = False
+    needs_cache: bool = False
+    needs_own: bool = False
+    default_strength: float = 1.0
+    min_strength: float | None = None  # smallest allowed attack_strength (None: any finite value)
+
+    def __init__(self, attack_strength: float | None = None) -> None:
+        strength = self.default_strength if attack_strength is None else attack_strength
+        try:
+            strength = float(strength)
+        except (TypeError, ValueError):
+            raise SpecError(
+                f"attack_strength must be a finite number for attack {self.name!r}; got {strength!r}"
+            ) from None
+        if not math.isfinite(strength):
+            raise SpecError(f"attack_strength must be a finite number for attack {self.name!r}; "
+                            f"got {strength}")
+        if self.min_strength is not None and strength < self.min_strength:
+            raise SpecError(f"attack_strength must be >= {self.min_strength:g} for attack "
+                            f"{self.name!r}; got {strength}")
+        self.strength = strength
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(attack_strength={self.strength:g})"
+
+    def poison_labels(self, labels: Tensor, num_classes: int) -> Tensor:
+        return labels
+
+    def __call__(self, honest: Tensor, *, n_byzantine: int, n_total: int, own: Tensor | None = None,
+                 f: int | None = None, cache: Tensor | None = None,
+                 cache_byzantine: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        if honest.ndim != 2:
+            raise ValueError(f"attack {self.name!r}: honest must be [h, d]; got shape {tuple(honest.shape)}")
+        d = honest.shape[1]
+        n_byzantine, n_total = int(n_byzantine), int(n_total)
+        if n_byzantine < 0 or n_total < n_byzantine:
+            raise ValueError(f"attack {self.name!r}: need 0 <= n_byzantine <= n_total; got "
+                             f"n_byzantine={n_byzantine}, n_total={n_total}")
+        if own is not None and tuple(own.shape) != (n_byzantine, d):
+            raise ValueError(f"attack {self.name!r}: own must be [n_byzantine={n_byzantine}, d={d}]; "
+                             f"got shape {tuple(own.shape)}")
+        if cache is not None:
+            if cache.ndim != 2 or cache.shape[1] != d:
+                raise ValueError(f"attack {self.name!r}: cache must be [N, d={d}]; got shape "
+                                 f"{tuple(cache.shape)}")
+            if cache_byzantine is None or tuple(cache_byzantine.shape) != (cache.shape[0],):
+                raise ValueError(f"attack {self.name!r}: cache needs cache_byzantine, a bool mask of "
+                                 f"shape [{cache.shape[0]}]")
+        if n_byzantine == 0:
+            return honest.new_empty((0, d))
+        out = self.craft(AttackRound(honest, n_byzantine, n_total, own, None if f is None else int(f),
+                                     cache, cache_byzantine, generator))
+        return out.to(device=honest.device, dtype=honest.dtype)
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def mean_std(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Coordinate-wise mean and unbiased std (``torch.std``, correction 1) of the rows of x;
+    std is 0 with fewer than two rows."""
+    mu = x.mean(dim=0)
+    if x.shape[0] < 2:
+        return mu, torch.zeros_like(mu)
+    return mu, x.std(dim=0, correction=1)
+
+
+def alie_z(n: int, f: int) -> float:
+    """Baruch et al. (NeurIPS 2019, "A little is enough"), Sec. 3: with n inputs of which f are
+    Byzantine, the attacker needs s = floor(n/2 + 1) - f honest "supporters", and
+
+        z = Phi^{-1}((n - f - s) / (n - f)).
+
+    Guard (ours): the cdf argument is clamped into [1/(2n), 1 - 1/(2n)] before Phi^{-1}. Every
+    value strictly inside (0, 1) is at least 1/n from both ends (1 - cdf = s/(n - f) >= 1/n when
+    s >= 1, and cdf = (ceil(n/2) - 1)/(n - f) >= 1/n when n >= 3), so the paper's z is unchanged
+    wherever it is finite. The undefined cases become the most extreme quantile n samples resolve:
+    a Byzantine majority (s <= 0, cdf >= 1, or n - f <= 0) gives z = Phi^{-1}(1 - 1/(2n)), and
+    n <= 2 (cdf = 0) gives z = Phi^{-1}(1/(2n)). Example: z(25, 5) = Phi^{-1}(0.6) = 0.2533.
+    """
+    if n < 1:
+        raise ValueError(f"ALIE needs n >= 1 aggregator inputs; got n={n}")
+    honest = n - f
+    s = math.floor(n / 2 + 1) - f
+    cdf = (honest - s) / honest if honest > 0 else 1.0
+    lo, hi = 1.0 / (2 * n), 1.0 - 1.0 / (2 * n)
+    return float(norm.ppf(min(max(cdf, lo), hi)))
+
+
+def _standard_normal(shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """N(0, 1) draws shaped ``shape`` on ``like``'s device and dtype, from ``generator`` (drawn on
+    the generator's own device, then moved); None -> a fresh generator seeded 0 (module docstring)."""
+    if generator is None:
+        generator = torch.Generator(device=like.device).manual_seed(0)
+    draws = torch.randn(shape, generator=generator, device=generator.device, dtype=like.dtype)
+    return draws.to(like.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# attacks
+
+
+@ATTACKS.register("none")
+class NoAttack(Attack):
+    """No attack: Byzantine clients send what they honestly trained (``own``)."""
+
+    needs_own = True
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        return rnd.require_own(self.name)
+
+
+@ATTACKS.register("label_flip")
+class LabelFlip(Attack):
+    """Label flipping (data side): Byzantine clients train on y -> K - 1 - y and send the result
+    (``own``, which the round loop trains on ``poison_labels``). Strength is unused."""
+
+    data_side = True
+    needs_own = True
+
+    def poison_labels(self, labels: Tensor, num_classes: int) -> Tensor:
+        return num_classes - 1 - labels
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        return rnd.require_own(self.name)
+
+
+@ATTACKS.register("sign_flip")
+class SignFlip(Attack):
+    """Sign flipping: each Byzantine client i sends the negation of the update it would honestly
+    have sent, scaled by the strength s (default 1):
+
+        m_i = -s * own_i          (own given)
+        m_i = -s * mu             (own not given: every Byzantine client sends the same vector)
+
+    The SWB-DM study's "sign-flip" attack. With s = 1 and ``own`` this is exactly ``bit_flip``.
+    """
+
+    needs_own = True
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        if rnd.own is not None:
+            return -self.strength * rnd.own
+        mu = rnd.reference(self.name).mean(dim=0)
+        return rnd.repeat(-self.strength * mu)
+
+
+@ATTACKS.register("bit_flip")
+class BitFlip(SignFlip):
+    """Bit flipping (Allen-Zhu et al., ICLR 2021; Karimireddy, He, Jaggi, ICML 2021 / ICLR 2022,
+    the attack in DeMoA's experiments): a Byzantine worker sends -g instead of its own g (epfml's
+    ``BitFlippingWorker.get_gradient`` returns ``-super().get_gradient()``).
+
+        m_i = -s * own_i          (own given; s = 1 default)
+        m_i = -s * mu             (own not given)
+
+    Equivalent to ``sign_flip`` in this package: the same formula and knob, kept as a separate
+    name so that the DeMoA experiments (where messages are momenta, so the Byzantine client sends
+    its negated honest momentum) and the SWB-DM ones keep their papers' names. The name "bit
+    flipping" refers to flipping the sign bit of every float, not to random bit errors.
+    """
+
+
+@ATTACKS.register("gaussian")
+class GaussianNoise(Attack):
+    """Additive Gaussian noise: each Byzantine client i sends its honest message plus independent
+    noise,
+
+        m_i = b_i + s * rms * xi_i,   xi_i ~ N(0, I_d) drawn from ``generator``,
+        rms = sqrt((1/d) sum_j mu_j^2) = ||mu||_2 / sqrt(d),
+
+    where b_i = own_i when ``own`` is given (else b_i = mu) and mu is the honest mean message (the
+    mean of ``own`` when h == 0). Default s = 1: the noise has the per-coordinate scale of the
+    honest mean update, so its norm ~= ||mu|| (a noise-to-signal ratio of one; the attack stays in
+    proportion as updates shrink during training). s >= 0; s = 0 returns the honest message.
+    Noise is drawn on the generator's device and moved; generator=None -> seed-0 fallback.
+    """
+
+    needs_own = True
+    min_strength = 0.0
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        mu = rnd.reference(self.name).mean(dim=0)
+        base = rnd.own if rnd.own is not None else rnd.repeat(mu)
+        rms = mu.square().mean().sqrt()
+        noise = _standard_normal((rnd.n_byzantine, rnd.d), base, rnd.generator)
+        return base + (self.strength * rms) * noise
+
+
+@ATTACKS.register("alie")
+class ALIE(Attack):
+    """A little is enough (Baruch, Baruch, Goldberg, NeurIPS 2019): every Byzantine client sends
+
+        m = mu - s * z * sigma,   z = Phi^{-1}((n - f - S) / (n - f)),  S = floor(n/2 + 1) - f,
+
+    mu, sigma the coordinate-wise mean and unbiased std of the honest messages (``torch.std``, as
+    in epfml's ``ALittleIsEnoughAttack``), n = ``n_total`` (aggregator inputs this round), f = the
+    ``f`` context if given else ``n_byzantine``; s = strength (default 1) multiplies z. Undefined
+    quantiles (Byzantine majority, n <= 2) are clamped as in ``alie_z``.
+    """
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        mu, sigma = mean_std(rnd.reference(self.name))
+        f = rnd.n_byzantine if rnd.f is None else rnd.f
+        return rnd.repeat(mu - (self.strength * alie_z(rnd.n_total, f)) * sigma)
+
+
+@ATTACKS.register("ipm")
+class IPM(Attack):
+    """Inner product manipulation (Xie, Koyejo, Gupta, UAI 2020, "Fall of empires"): every
+    Byzantine client sends
+
+        m = -eps * mu,   eps = strength (default 0.1, the paper's small-eps setting),
+
+    so that <aggregate, mu> turns negative once the rule lets the Byzantine vectors dominate.
+    """
+
+    default_strength = 0.1
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
+
+
+@ATTACKS.register("mimic")
+class Mimic(Attack):
+    """Mimic (Karimireddy, He, Jaggi, ICLR 2022, "Byzantine-robust learning on heterogeneous
+    datasets via bucketing"; epfml's ``MimicVariantAttacker``): every Byzantine client sends an
+    exact copy of one honest client's message, over-weighting that client's data distribution.
+
+    Target choice here, recomputed every round from this round's honest messages X (h x d):
+    centre them, Xc = X - mu; estimate the top principal direction v of Xc by ``power_iterations``
+    (10) steps v <- Xc^T (Xc v) / ||Xc^T (Xc v)||, started from the centred row of largest norm
+    (deterministic, no random numbers); send X_t with t = argmax_i |<Xc_i, v>| (first index on
+    ties), the honest client farthest from the mean along the direction of largest variance.
+
+    Difference from epfml: there, z starts from a seed-0 Gaussian vector, is refined once per round
+    by one power step over a running mean during a warm-up window, then the argmax of <g_i, z>
+    (uncentred, signed) fixes the target rank, which is reused for the rest of training. Ours is
+    stateless (a partially participating target may not be sampled again), uses several power
+    steps in the round itself and the absolute centred projection (the sign of a power-iteration
+    direction is arbitrary). Strength is accepted and unused: a scaled copy is no longer a mimic,
+    so a sweep over ``attack_strength`` sees identical runs. When h == 0 a Byzantine client's
+    ``own`` message is copied.
+    """
+
+    power_iterations: int = 10
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        x = rnd.reference(self.name)
+        return rnd.repeat(x[self.target(x)])
+
+    def target(self, x: Tensor) -> int:
+        """Index of the row of x that every Byzantine client copies."""
+        if x.shape[0] == 1:
+            return 0
+        xc = x - x.mean(dim=0)
+        v = xc[xc.norm(dim=1).argmax()]
+        if not bool(v.norm() > 0):
+            return 0  # all rows identical: any copy is the same
+        for _ in range(self.power_iterations):
+            w = (xc @ v) @ xc
+            norm_w = w.norm()
+            if not bool(norm_w > 0):
+                break
+            v = w / norm_w
+        return int((xc @ v).abs().argmax())
+
+
+@ATTACKS.register("cache_alie")
+class CacheALIE(Attack):
+    """Cache-aware ALIE (adaptive; neither SWB-DM nor DeMoA evaluated it): ALIE computed over the
+    aggregator's whole input, fresh and cached, which is what a delayed-cache rule actually sees:
+
+        m = mu_c - s * z(N, B) * sigma_c,
+
+    mu_c, sigma_c the coordinate-wise mean and unbiased std of the honest cache rows
+    ``cache[~cache_byzantine]``, N = number of cache rows, B = number of Byzantine rows
+    (``cache_byzantine.sum()``), z as in ``alie_z``, s = strength (default 1). Every Byzantine
+    client sends the same vector.
+
+    Without ``cache`` (an algorithm that has none) this is plain ``alie`` on this round's honest
+    messages with n = ``n_total`` and f = ``f`` or ``n_byzantine``. A cache with no honest row
+    takes mu, sigma from this round's honest messages (``own`` when h == 0), keeping z(N, B).
+    """
+
+    needs_cache = True
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        if rnd.cache is None:
+            mu, sigma = mean_std(rnd.reference(self.name))
+            f = rnd.n_byzantine if rnd.f is None else rnd.f
+            return rnd.repeat(mu - (self.strength * alie_z(rnd.n_total, f)) * sigma)
+        mask = rnd.cache_byzantine.to(device=rnd.cache.device, dtype=torch.bool)
+        honest_rows = rnd.cache[~mask]
+        source = honest_rows if honest_rows.shape[0] > 0 else rnd.reference(self.name)
+        mu, sigma = mean_std(source.to(rnd.honest.dtype))
+        z = alie_z(rnd.cache.shape[0], int(mask.sum()))
+        return rnd.repeat(mu - (self.strength * z) * sigma)
+
+
+@ATTACKS.register("strategic_skip")
+class StrategicSkip(Attack):
+    """Strategic skipping (adaptive; the threat the SWB-DM paper names in its introduction): the
+    Byzantine clients behave honestly (send ``own``) unless they hold at least half of the sampled
+    set,
+
+        2 * n_byzantine >= n_total,   n_total = the number of clients SAMPLED this round
+
+    (the round loop passes the sampled count as ``n_total`` even when the aggregator runs over a
+    cache of N rows). In such a round every Byzantine client sends
+
+        m = -s * mu,   s = strength (default 10),
+
+    the same vector from all of them, so that an order statistic (median, trimmed mean, Krum's
+    neighbourhood) lands on it, and a large step against the honest direction (10x the honest mean,
+    reversed) drives the model away in a single round. Data poisoning is off (``data_side`` False):
+    the honest-looking rounds are genuinely honest, so the run is clean until the sample turns.
+    """
+
+    needs_own = True
+    default_strength = 10.0
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        if 2 * rnd.n_byzantine < rnd.n_total:
+            return rnd.require_own(self.name)
+        return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
+
+
+def make_attack(name: str, /, **params: Any) -> Attack:
+    """Build attack ``name``; its one knob is ``attack_strength`` (None: the attack's default).
+    An unknown name or a parameter that is neither the knob nor a RunSpec key is a ``SpecError``."""
+    return ATTACKS.make(name, **params)
