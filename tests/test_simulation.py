@@ -1,0 +1,135 @@
+"""The round loop: determinism, checkpoints, divergence as a result, records, the run command."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from robusttune.cli import app
+from robusttune.config import RunSpec
+from robusttune.simulation import Simulation, simulate
+
+FAST = dict(dataset="synthetic", model="mlp", clients=8, rounds=3, participation=0.5,
+            local_epochs=1, synthetic_samples=400)
+
+
+def _records(spec):
+    return [r.to_dict() for r in simulate(spec)]
+
+
+def _same(a, b):
+    """Equal records, NaN == NaN, timings ignored."""
+    for ra, rb in zip(a, b, strict=True):
+        for key in ra:
+            if key.endswith("_seconds"):
+                continue
+            va, vb = ra[key], rb[key]
+            if isinstance(va, float) and math.isnan(va):
+                assert math.isnan(vb), key
+            else:
+                assert va == vb, key
+
+
+@pytest.mark.parametrize("method, attack", [("fedavg", "none"), ("swb_dm", "alie"),
+                                            ("demoa", "ipm"), ("fedcm", "sign_flip")])
+def test_same_seed_same_records(method, attack):
+    spec = RunSpec(**FAST, method=method, attack=attack, byzantine_fraction=0.25)
+    _same(_records(spec), _records(spec))
+
+
+def test_different_seed_differs():
+    a = _records(RunSpec(**FAST, seed=1))
+    b = _records(RunSpec(**FAST, seed=2))
+    assert [r["accuracy"] for r in a] != [r["accuracy"] for r in b]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "swb_dm", "demoa"])
+def test_restored_simulation_continues_bit_for_bit(method):
+    spec = RunSpec(**{**FAST, "rounds": 4}, method=method, attack="gaussian", byzantine_fraction=0.25)
+    whole = Simulation(spec)
+    reference = [whole.step() for _ in range(4)]
+
+    first = Simulation(spec)
+    first.step(), first.step()
+    state = first.state_dict()
+    torch.save(state, "/dev/null")  # the state must be torch.save-able
+    resumed = Simulation(spec)
+    resumed.load_state_dict(state)
+    rest = [resumed.step(), resumed.step()]
+    _same([r.to_dict() for r in reference[2:]], [r.to_dict() for r in rest])
+    assert torch.equal(resumed.params, whole.params)
+
+
+def test_divergence_is_a_collapsed_result_not_a_crash():
+    spec = RunSpec(**{**FAST, "rounds": 5}, attack="gaussian", attack_strength=1e38,
+                   byzantine_fraction=0.5)
+    records = _records(spec)
+    assert records[-1]["collapsed"]
+    assert records[-1]["nonfinite_params"] > 0
+    assert len(records) <= 5
+
+
+def test_record_fields_describe_the_round():
+    spec = RunSpec(**FAST, byzantine_fraction=0.25, attack="ipm", eval_every=2)
+    records = _records(spec)
+    first, second, last = records
+    assert math.isnan(first["accuracy"]) and not math.isnan(second["accuracy"])
+    assert not math.isnan(last["accuracy"])  # the last round is always evaluated
+    assert all(r["sampled"] == 4 for r in records)
+    for r in records:
+        assert r["byzantine_input_share"] == pytest.approx(r["byzantine_sampled"] / r["sampled"])
+        assert r["byzantine_majority"] == (r["byzantine_sampled"] * 2 >= r["sampled"] and r["byzantine_sampled"] > 0)
+        assert r["f_assumed"] == math.floor(r["sampled"] * 0.25)
+
+
+def test_bernoulli_sampling_varies_the_sample_size():
+    spec = RunSpec(**{**FAST, "rounds": 6, "clients": 20, "participation": 0.3},
+                   participation_mode="bernoulli", method="demoa")
+    sizes = {r["sampled"] for r in _records(spec)}
+    assert len(sizes) > 1
+
+
+def test_guarded_refuses_a_round_whose_precondition_fails():
+    # krum needs n > 2f + 2: n = 4 sampled, f = floor(4 * 0.5) = 2 fails.
+    base = dict(FAST, method="krum", byzantine_fraction=0.5, attack="sign_flip")
+    guarded = _records(RunSpec(**base, guarded=True))
+    assert all(not r["precondition_held_assumed"] and not r["aggregated"] for r in guarded)
+    unguarded = _records(RunSpec(**base, guarded=False))
+    assert all(r["aggregated"] for r in unguarded)
+
+
+def test_run_command_writes_the_run_folder(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", "--set", "dataset=synthetic", "--set", "model=mlp",
+                                      "--set", "rounds=2", "--set", "clients=4",
+                                      "--set", "synthetic_samples=200", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rounds_run"] == 2 and summary["spec"]["dataset"] == "synthetic"
+    assert {"final_accuracy", "final_loss", "collapsed", "byzantine_majority_rounds", "seconds"} <= set(summary)
+    rows = (out / "rounds.csv").read_text().splitlines()
+    assert len(rows) == 3 and rows[0].startswith("round,accuracy")
+    assert any(p.name.startswith("events.out.tfevents") for p in out.iterdir())
+
+
+@pytest.mark.parametrize("assignment", ["participation=1.5", "aggregator=krumm", "colour=red",
+                                        "rounds=ten", "clients"])
+def test_run_command_bad_set_exits_2_with_one_line(tmp_path, assignment):
+    out = tmp_path / "bad"
+    result = CliRunner().invoke(app, ["run", "--set", assignment, "--out", str(out)])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:")
+    assert not out.exists()  # no half-written run folder
+
+
+def test_missing_dataset_is_one_line_and_no_folder(tmp_path):
+    out = tmp_path / "cifar"
+    result = CliRunner().invoke(app, ["run", "--set", "dataset=cifar10", "--set",
+                                      f"data_root={tmp_path / 'nothing'}", "--out", str(out)])
+    assert result.exit_code == 2 and "cifar-10-batches-py" in result.output
+    assert not out.exists()
