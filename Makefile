@@ -20,7 +20,7 @@ test: install
 	$(PY) -m pytest
 
 sweep: install
-	$(VENV)/bin/robusttune run --set dataset=digits
+	$(VENV)/bin/robusttune sweep search_spaces/quickstart.yaml
 
 bench: install
 	$(PY) bench/training.py --quick

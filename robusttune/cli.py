@@ -6,6 +6,7 @@ result folder is created for it."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 import sys
 import time
@@ -115,6 +116,256 @@ def run(
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     table.add_row("folder", str(folder))
     Console().print(table)
+
+
+# =============================================================================================
+# sweep (issue 5). The body lives in robusttune.sweep.command; Ray is imported only when a
+# sweep really runs (never for --dry-run).
+# =============================================================================================
+@app.command()
+@bad_input_exits
+def sweep(
+    space: Path = typer.Argument(..., help="Search-space YAML (run, space, search, scheduler, resources)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Sweep name (default: the YAML's name or file name)."),
+    storage: str = typer.Option("./results", "--storage", help="Results root, a local, shared or cloud path; the sweep goes to STORAGE/NAME."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Optuna: trials; grid: repeats of the grid."),
+    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
+    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
+    gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
+    set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable; overrides run: in the YAML."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted sweep without re-running finished trials."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the trial count and configurations; start nothing."),
+) -> None:
+    """Run a search space as a Ray Tune sweep: one federated run per trial, Optuna or a grid."""
+    from robusttune.sweep.command import sweep_command
+
+    status = sweep_command(space, name=name, storage=storage, address=address, num_samples=num_samples,
+                           max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial,
+                           gpus_per_trial=gpus_per_trial, assignments=set_, resume=resume,
+                           dry_run=dry_run, echo=typer.echo)
+    if status:
+        raise typer.Exit(status)
+
+
+# =============================================================================================
+# calibrate, breakdown, report (issue 6). Logic lives in robusttune.calibration, .breakdown and
+# .results; these commands parse options, choose a runner and print.
+# =============================================================================================
+def _choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str]) -> Any:
+    """The runner trials go through: Ray Tune (robusttune.sweep.batch; one sweep folder per wave
+    under OUT) or, with --local, one run after another in this process (no Ray)."""
+    from robusttune.breakdown import SequentialRunner
+
+    if local:
+        return SequentialRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
+    from robusttune.sweep.batch import TuneBatchRunner
+
+    return TuneBatchRunner(out, resources=resources, address=address,
+                           announce=lambda text: typer.echo(text, err=True))
+
+
+def _ray_or_nothing(local: bool, address: Optional[str]) -> Any:
+    """One Ray session around every wave (Ray starts once), or nothing with --local."""
+    import contextlib
+
+    if local:
+        return contextlib.nullcontext()
+    from robusttune.sweep.runner import ray_session
+
+    return ray_session(address, None)
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+@app.command()
+@bad_input_exits
+def calibrate(
+    clients: int = typer.Option(..., "--clients", help="N, the population."),
+    participation: float = typer.Option(..., "--participation", help="p: fraction sampled per round."),
+    byzantine: float = typer.Option(..., "--byzantine", help="beta: assumed Byzantine fraction."),
+    rounds: int = typer.Option(..., "--rounds", help="T: rounds of the deployment."),
+    sample_size: Optional[int] = typer.Option(None, "--sample-size", help="n (fixed mode); default round(p N)."),
+    mode: str = typer.Option("fixed", "--mode", help="fixed | bernoulli participation."),
+    trim: list[float] = typer.Option([], "--trim", help="Trim ratio r, repeatable (default for the "
+                                     "figures: min(0.45, beta + 0.05); for the sweep: j / n_in up to beta + margin + 0.1)."),
+    risk: float = typer.Option(0.05, "--risk", help="Tolerated P(some round exceeds the trim) for the analytic trim."),
+    analytic_only: bool = typer.Option(False, "--analytic-only", help="Skip the sweep."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    dataset: str = typer.Option("digits", "--dataset", help="Sweep: dataset."),
+    method: str = typer.Option("trimmed_mean", "--method", help="Sweep: method whose trim ratio is calibrated."),
+    attack: str = typer.Option("alie", "--attack", help="Sweep: attack."),
+    margin: float = typer.Option(0.1, "--margin", help="Sweep: also require survival at beta + margin."),
+    sweep_rounds: Optional[int] = typer.Option(None, "--sweep-rounds", help="Sweep: rounds per run (default min(T, 10))."),
+    seeds: list[int] = typer.Option([42], "--seed", help="Sweep: seeds, repeatable."),
+    set_: list[str] = typer.Option([], "--set", help="Sweep: further RunSpec key=value, repeatable."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Sweep: results folder (default results/calibrate-...)."),
+    local: bool = typer.Option(False, "--local", help="Sweep: run trials in this process, without Ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="Sweep: join this Ray cluster."),
+) -> None:
+    """Byzantine-count law, P(majority round) and P(count > trim) over T rounds; trim sweep.
+
+    The per-round law of the number of Byzantine clients in a sample (hypergeometric for fixed,
+    binomial for bernoulli participation), the probability of at least one Byzantine-majority
+    round and of a round whose count exceeds floor(n r), over T rounds, with and without a cache;
+    then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin that
+    recommends the smallest surviving trim and shows the accuracy cost of larger ones."""
+    from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
+                                        trim_sweep)
+    from robusttune.config import RunSpec, parse_assignment
+
+    deployment = Deployment(clients=clients, participation=participation, byzantine_fraction=byzantine,
+                            rounds=rounds, sample_size=sample_size, mode=mode)
+    if not 0 < risk < 1:
+        raise SpecError(f"--risk must be in (0, 1); got {risk}")
+    figures = analyze(deployment, trim, risk)
+    figures["recommended_trim_ratio"] = None
+    sweep = None
+    if not analytic_only:
+        if margin < 0 or byzantine + margin >= 1:
+            raise SpecError(f"--margin must be >= 0 with byzantine + margin < 1; got {margin}")
+        values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": attack,
+                                  "clients": clients, "participation": participation,
+                                  "participation_mode": mode, "sample_size": sample_size,
+                                  "rounds": sweep_rounds or min(rounds, 10)}
+        values.update(dict(parse_assignment(text) for text in set_))
+        base = RunSpec.from_dict(values)
+        fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
+        trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
+        folder = out or Path("results") / f"calibrate-{method}-{attack}-N{clients}-b{byzantine:g}"
+        with _ray_or_nothing(local, address):
+            runner = _choose_runner(folder, local, {"cpu": 1}, address)
+            sweep = trim_sweep(base, trims, fractions, runner, seeds=seeds)
+        figures["recommended_trim_ratio"] = sweep.recommended
+        figures["sweep"] = {"dataset": dataset, "method": method, "attack": attack,
+                            "byzantine_fractions": fractions, "clean_accuracy": sweep.clean_accuracy,
+                            "threshold": sweep.threshold, "rows": sweep.rows,
+                            "accuracy_cost_points": {str(k): v for k, v in sweep.cost.items()},
+                            "folder": str(folder)}
+    if as_json:
+        typer.echo(json.dumps(_json_ready(figures), sort_keys=True))
+        return
+    _print_calibration(figures)
+
+
+def _print_calibration(f: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    head = Table(title=(f"N={f['clients']}, p={f['participation']:g} ({f['mode']}), "
+                        f"beta={f['byzantine_fraction']:g} (B={f['n_byzantine']}), T={f['rounds']}"),
+                 show_header=True)
+    head.add_column("figure")
+    head.add_column("sampled set", justify="right")
+    head.add_column("over a cache (N slots)", justify="right")
+    head.add_row("P(Byzantine-majority round)", f"{f['p_majority_round']:.4g}", f"{f['p_majority_round_cache']:.4g}")
+    head.add_row(f"P(any in {f['rounds']} rounds)", f"{f['p_majority_round_any']:.4g}",
+                 f"{f['p_majority_round_any_cache']:.4g}")
+    for t in f["trims"]:
+        head.add_row(f"P(K > floor(n r)), r={t['trim_ratio']:g}, any round",
+                     f"{t['p_exceeds_trim_any']:.4g}", f"{t['p_exceeds_trim_any_cache']:.4g}")
+    head.add_row(f"smallest r with P(any exceeds) <= {f['risk']:g}",
+                 str(f["analytic_safe_trim"]), str(f["analytic_safe_trim_cache"]))
+    console.print(head)
+    console.print(f"law of K, the Byzantine clients in a round's sample: {f['law']}, "
+                  f"E[K] = {f['expected_byzantine']:.3g}")
+    law = Table()
+    law.add_column("k", justify="right")
+    law.add_column("P(K = k)", justify="right")
+    for k, p in f["byzantine_pmf"].items():
+        law.add_row(str(k), f"{p:.4g}")
+    console.print(law)
+    sweep = f.get("sweep")
+    if sweep:
+        table = Table(title=(f"trim sweep: {sweep['method']} vs {sweep['attack']} on {sweep['dataset']}, "
+                             f"clean accuracy {sweep['clean_accuracy']:.3f}, threshold {sweep['threshold']:.3f}"))
+        for column in ("trim_ratio", "byzantine_fraction", "accuracy", "collapsed_seeds", "survived"):
+            table.add_column(column, justify="right")
+        for row in sorted(sweep["rows"], key=lambda r: (r["trim_ratio"], r["byzantine_fraction"])):
+            table.add_row(f"{row['trim_ratio']:g}", f"{row['byzantine_fraction']:g}",
+                          f"{row['accuracy']:.3f}", str(row["collapsed_seeds"]), str(row["survived"]))
+        console.print(table)
+        console.print(f"recommended trim ratio: {f['recommended_trim_ratio']}")
+        for r, cost in sweep["accuracy_cost_points"].items():
+            console.print(f"  r={float(r):g} costs {cost:+.2f} accuracy points against it")
+        console.print(f"runs: {sweep['folder']}")
+
+
+@app.command()
+@bad_input_exits
+def breakdown(
+    space: Path = typer.Argument(..., help="Breakdown YAML: run, space (grid axes = cells, drawn "
+                                 "axes = defence knobs tuned per point), breakdown."),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="Absolute accuracy a point must reach."),
+    relative_threshold: Optional[float] = typer.Option(None, "--relative-threshold",
+                                                       help="Fraction of the cell's clean accuracy (default 0.5)."),
+    budget: Optional[int] = typer.Option(None, "--budget", help="Optuna trials per lattice point for the drawn knobs."),
+    max_fraction: Optional[float] = typer.Option(None, "--max-fraction", help="Top of the lattice (default 0.5)."),
+    on_non_monotone: Optional[str] = typer.Option(None, "--on-non-monotone", help="flag | scan."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Results folder (default results/NAME)."),
+    local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster."),
+) -> None:
+    """Largest surviving Byzantine fraction per cell, by parallel bisection over {0, 1/N, ...}.
+
+    Writes breakdown.csv, breakdown_points.csv (the trials behind each number), breakdown.md and
+    breakdown.png (aggregator x p heatmap, one panel per attack) under --out."""
+    from robusttune.breakdown import bisect_breakdown, load_plan, spec_evaluator, write_breakdown
+
+    plan = load_plan(space)
+    for name, value in (("threshold", threshold), ("relative_threshold", relative_threshold),
+                        ("budget", budget), ("max_fraction", max_fraction),
+                        ("on_non_monotone", on_non_monotone)):
+        if value is not None:
+            setattr(plan, name, value)
+    folder = out or Path("results") / plan.name
+    with _ray_or_nothing(local, address):
+        runner = _choose_runner(folder / "trials" if not local else folder, local, plan.resources, address)
+        evaluate = spec_evaluator(plan.base, runner, seeds=plan.seeds, tune=plan.tune or None,
+                                  budget=plan.budget if plan.tune else 1, adversary=plan.adversary or None,
+                                  sampler_seed=plan.sampler_seed)
+        result = bisect_breakdown(plan.cells, evaluate, max_fraction=plan.max_fraction,
+                                  threshold=plan.threshold, relative_threshold=plan.relative_threshold,
+                                  verify_radius=plan.verify_radius, on_non_monotone=plan.on_non_monotone)
+    path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}")
+    from robusttune.results import markdown_table
+
+    table = result.to_frame()
+    shown = [c for c in table.columns if c in (*plan.cells[0].as_dict(), "breakdown_fraction",
+                                                "status", "clean_accuracy", "trials")]
+    typer.echo(markdown_table(table[shown], floatfmt=".3g", index=False))
+    typer.echo(f"cost: {result.cost_line()}")
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+@bad_input_exits
+def report(
+    results_dir: Path = typer.Argument(..., help="A sweep, breakdown or runs folder."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where report.md goes (default RESULTS_DIR/report)."),
+    runs: list[str] = typer.Option([], "--run", help="Run id (or unique part) to draw per round, repeatable."),
+    gain_from: int = typer.Option(10, "--gain-from", help="Table IV: from this round."),
+    gain_to: int = typer.Option(25, "--gain-to", help="Table IV: to this round."),
+) -> None:
+    """report.md with the SWB-DM paper's tables (CSV beside them) and PNG figures."""
+    from robusttune.results import report as write_report
+
+    if not results_dir.is_dir():
+        raise SpecError(f"results folder {str(results_dir)!r} does not exist")
+    if not 1 <= gain_from < gain_to:
+        raise SpecError(f"--gain-from must be >= 1 and below --gain-to; got {gain_from}, {gain_to}")
+    path = write_report(results_dir, out=out, curve_runs=runs or None, gain_rounds=(gain_from, gain_to))
+    typer.echo(f"report: {path}")
+# ============================================================================ end of issue 6 ==
 
 
 def main() -> None:  # pragma: no cover - console entry point

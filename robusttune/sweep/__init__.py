@@ -1,0 +1,32 @@
+"""The sweep layer: a search-space YAML becomes a Ray Tune experiment in which every trial is one
+federated run (`Simulation` wrapped by a function trainable); Optuna proposes the knobs.
+
+This package is the only place in robusttune that imports ray, and it does so lazily: importing
+``robusttune.sweep`` (for ``--dry-run`` or to read a space) never imports or starts Ray.
+
+- `space`     YAML -> SweepSpec (validation, grid expansion, constraints)     no ray
+- `trainable` the function trainable around Simulation                       ray inside
+- `runner`    Tuner construction, local Ray / --address, resume, best table  ray inside
+- `command`   the ``robusttune sweep`` command body                          ray only when running
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from robusttune.sweep.space import SweepSpec, load_sweep, parse_sweep
+
+__all__ = ["SweepSpec", "load_sweep", "parse_sweep", "run_sweep", "sweep_command"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy attributes so ``import robusttune.sweep`` stays free of ray.
+    if name == "run_sweep":
+        from robusttune.sweep.runner import run_sweep
+
+        return run_sweep
+    if name == "sweep_command":
+        from robusttune.sweep.command import sweep_command
+
+        return sweep_command
+    raise AttributeError(f"module 'robusttune.sweep' has no attribute {name!r}")

@@ -1,0 +1,195 @@
+"""The Ray Tune function trainable: a thin adapter around `Simulation` (STYLE.md: the engine
+knows nothing of the scheduler).
+
+Per round it reports one result with every RoundRecord field, ``last_accuracy``/``last_loss``
+(the most recent evaluated figures, defined in every round) and the resolved RunSpec keys that
+identify the run (the space's keys plus method, attack, byzantine_fraction ...). Every
+``checkpoint_every`` rounds the result carries a checkpoint holding ``Simulation.state_dict()``
+(global model, caches, RNG states), from which a resumed or paused trial continues bit for bit.
+The trial folder also gets the run folder files (rounds.csv, summary.json, TensorBoard scalars and
+HParams) through `RunWriter`, so ``tensorboard --logdir results/NAME`` shows the whole sweep.
+A trial given a fraction of a GPU may allocate only that fraction of its memory
+(`cuda_memory_fraction`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from robusttune.config import RunSpec
+from robusttune.sweep.space import SweepSpec
+
+CHECKPOINT_FILE = "simulation.pt"
+# Keys every result row carries even when the space does not vary them, so rows from several
+# sweeps can be put side by side.
+IDENTITY_KEYS = ("dataset", "method", "algorithm", "aggregator", "attack", "byzantine_fraction",
+                 "participation", "participation_mode", "clients", "rounds", "seed")
+
+
+def trial_device(requested: str, gpu_ids: list[Any]) -> str:
+    """The device a trial runs on, from the resources Ray gave it (not from whether this node has
+    a GPU: a CPU trial beside GPU trials must stay off the GPU). ``cpu`` stays cpu."""
+    if requested == "cpu" or not gpu_ids:
+        return "cpu"
+    return requested if requested.startswith("cuda") else "cuda"
+
+
+def cuda_memory_fraction(resources: Mapping[str, float]) -> float | None:
+    """The share of its GPU's memory a trial may allocate: its GPU fraction when below one, so
+    trials packed onto one GPU (gpu: 0.25 -> four per GPU) cannot run each other out of memory;
+    None (no cap) for whole GPUs or none. Ray hands out fractions of one GPU only."""
+    gpu = float(resources.get("GPU", 0.0))
+    return gpu if 0.0 < gpu < 1.0 else None
+
+
+def trial_threads(resources: Mapping[str, float]) -> int:
+    """Torch threads = the trial's whole CPUs (at least one): trials side by side with one thread
+    each fill a CPU machine better than one trial with many (DESIGN.md, local training)."""
+    return max(1, int(math.floor(float(resources.get("CPU", 1.0)) + 1e-9)))
+
+
+def identity(spec: RunSpec, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The RunSpec values every result row of a trial carries: IDENTITY_KEYS and the space's keys."""
+    resolved = spec.to_dict()
+    columns = {}
+    for key in dict.fromkeys(IDENTITY_KEYS + keys):
+        value = resolved[key]
+        columns[key] = value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+    return columns
+
+
+def result_row(record_dict: Mapping[str, Any], config: Mapping[str, Any],
+               last_accuracy: float, last_loss: float) -> dict[str, Any]:
+    """One Tune result: the record, the carried-forward figures and the identifying RunSpec keys."""
+    row = dict(record_dict)
+    row["last_accuracy"] = float(last_accuracy)
+    row["last_loss"] = float(last_loss)
+    row.update(config)
+    return row
+
+
+def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
+    """One trial = one federated run. ``config`` holds the space's axis values (Tune's config);
+    ``sweep`` (bound with ``tune.with_parameters``) turns it into a RunSpec."""
+    import ray
+    from ray import tune
+
+    from robusttune.recording import RunWriter
+    from robusttune.simulation import Simulation
+
+    started = time.perf_counter()
+    context = tune.get_context()
+    resources = context.get_trial_resources().required_resources
+    torch.set_num_threads(trial_threads(resources))
+
+    values = sweep.resolve(config)
+    requested = str(values.get("device", "auto"))
+    device = trial_device(requested, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
+    spec = RunSpec.from_dict({**values, "device": device})
+    fraction = cuda_memory_fraction(resources)
+    if fraction is not None and device.startswith("cuda") and torch.cuda.is_available():
+        # Ray makes the trial's GPU the only visible one (CUDA_VISIBLE_DEVICES).
+        torch.cuda.set_per_process_memory_fraction(fraction, torch.device(device).index or 0)
+
+    simulation = Simulation(spec)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            # Our own file written by this trial; it holds RNG states and plain Python values.
+            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
+        simulation.load_state_dict(state)
+
+    run_folder = trial_folder(context)
+    prepare_resumed_folder(run_folder, simulation.rounds_done)
+    writer = RunWriter(run_folder, spec)
+    columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
+    every = spec.checkpoint_every
+    try:
+        for record in simulation:
+            writer.write(record)
+            row = result_row(record.to_dict(), columns, simulation.last_accuracy, simulation.last_loss)
+            if every and simulation.rounds_done % every == 0:
+                # Scalars up to a checkpoint must be on disk before the checkpoint exists: a
+                # resumed trial only writes the rounds after it.
+                flush_writer(writer)
+                with tempfile.TemporaryDirectory(prefix="robusttune-ckpt-") as folder:
+                    torch.save(simulation.state_dict(), Path(folder) / CHECKPOINT_FILE)
+                    tune.report(row, checkpoint=tune.Checkpoint.from_directory(folder))
+            else:
+                tune.report(row)
+    except SystemExit:
+        # Tune stopped the trial (a scheduler such as ASHA, or the sweep being interrupted): the
+        # summary says so; a resumed trial replaces it.
+        summary = simulation.summary(time.perf_counter() - started)
+        summary["stopped_early"] = True
+        writer.close(summary)
+        raise
+    except BaseException:
+        # A crash: keep what was written, but no summary.json (it would claim a finished run).
+        flush_writer(writer, close=True)
+        raise
+    writer.close(simulation.summary(time.perf_counter() - started))
+
+
+def flush_writer(writer: Any, close: bool = False) -> None:
+    """Flush (and optionally close) a RunWriter's files without writing a summary."""
+    board = getattr(writer, "_tensorboard", None)
+    table = getattr(writer, "_csv_file", None)
+    if board is not None:
+        board.close() if close else board.flush()
+    if table is not None:
+        table.close() if close else table.flush()
+
+
+def trial_folder(context: Any) -> Path:
+    """Where the run folder files go. Local (or shared) storage: straight into the trial folder
+    under STORAGE/NAME, so TensorBoard sees rounds as they come. Remote storage (s3://, gs://):
+    the trial's working directory, which Ray copies there (SyncConfig(sync_artifacts=True)).
+    (``get_trial_dir()`` is neither in Ray 2.60: it is a staging folder that changes when an
+    actor is reused.)"""
+    import pyarrow.fs
+
+    storage = context.get_storage()
+    if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
+        return Path(storage.trial_fs_path)
+    return Path(os.getcwd())
+
+
+def prepare_resumed_folder(folder: Path, rounds_done: int) -> None:
+    """Make a run folder consistent with a restored simulation: rounds.csv keeps only rows up to
+    ``rounds_done`` (the rounds after the checkpoint are run again), and TensorBoard is told to
+    hide scalars from step ``rounds_done + 1`` on (a SessionLog START event, the mechanism behind
+    SummaryWriter's ``purge_step``), so no round appears twice."""
+    csv_path = folder / "rounds.csv"
+    if csv_path.exists():
+        with csv_path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            fields = reader.fieldnames
+            rows = [row for row in reader if int(row["round"]) <= rounds_done]
+        if fields:
+            temporary = csv_path.with_suffix(".csv.tmp")
+            with temporary.open("w", newline="") as handle:
+                out = csv.DictWriter(handle, fieldnames=fields)
+                out.writeheader()
+                out.writerows(rows)
+            os.replace(temporary, csv_path)
+        if rows == [] and rounds_done == 0:
+            csv_path.unlink()
+    summary = folder / "summary.json"
+    if summary.exists():
+        summary.unlink()  # rewritten when the resumed run ends
+    if any(folder.glob("events.out.tfevents.*")):
+        from torch.utils.tensorboard import SummaryWriter
+
+        SummaryWriter(log_dir=str(folder), purge_step=rounds_done + 1).close()
+        # Event files are read in name order and the name holds the creation second: make sure
+        # the RunWriter's next file is named after this marker.
+        time.sleep(1.01 - time.time() % 1)

@@ -1,0 +1,21 @@
+"""Shared fixtures. ONE local Ray for the whole test session, started only when a test asks for
+it (the `ray_session` fixture) and shut down at the end: starting Ray costs seconds and the
+machine is small, so tests that need Ray share it and tests that don't never start it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray with 2 CPUs, no dashboard, no authentication (a laptop has no cluster token)."""
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=True, logging_level="WARNING")
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,244 @@
+"""Sweeps end to end on the session's local Ray: a small grid, a reproducible Optuna study, an
+interrupted sweep resumed without re-running finished trials (and its interrupted trial
+continuing bit for bit from its checkpoint), and the TensorBoard files read back with
+TensorBoard's own reader. Tiny runs: synthetic data, an MLP, 4 clients, 2-4 rounds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from ray.tune import Callback
+
+from robusttune.registry import SpecError
+from robusttune.sweep.space import parse_sweep
+from robusttune.sweep.trainable import trial_device, trial_threads
+
+TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
+        "synthetic_samples": 240, "synthetic_shape": "16", "local_epochs": 1, "rounds": 2}
+THREATS = {"grid": [{"attack": "none", "byzantine_fraction": 0.0},
+                    {"attack": "sign_flip", "byzantine_fraction": 0.25}]}
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def trial_folders(outcome) -> list[Path]:
+    return sorted(Path(p) for p in outcome.table["path"])
+
+
+# -- unit pieces --------------------------------------------------------------------------------
+def test_device_follows_the_trials_resources_not_the_machine():
+    assert trial_device("auto", []) == "cpu"
+    assert trial_device("auto", ["0"]) == "cuda"
+    assert trial_device("cuda:0", ["0"]) == "cuda:0"
+    assert trial_device("cpu", ["0"]) == "cpu"
+    assert trial_threads({"CPU": 1.0}) == 1 and trial_threads({"CPU": 2.0}) == 2
+    assert trial_threads({"CPU": 0.5}) == 1 and trial_threads({}) == 1
+
+
+# -- a small grid end to end ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def grid_sweep(ray_session, tmp_path_factory):
+    from robusttune.sweep.runner import run_sweep
+
+    spec = parse_sweep({"run": {**TINY, "checkpoint_every": 1},
+                        "space": {"seed": {"grid": [1, 2]}, "threat": THREATS}}, name="grid")
+    storage = tmp_path_factory.mktemp("grid")
+    return run_sweep(spec, storage=str(storage), verbose=0)
+
+
+def test_small_grid_end_to_end(grid_sweep):
+    outcome = grid_sweep
+    assert (outcome.finished, outcome.errored, outcome.unfinished) == (4, 0, 0)
+    table = outcome.table
+    assert len(table) == 4 and list(table["accuracy"]) == sorted(table["accuracy"], reverse=True)
+    assert set(zip(table["seed"], table["attack"])) == {(1, "none"), (1, "sign_flip"),
+                                                        (2, "none"), (2, "sign_flip")}
+    root = Path(outcome.path)
+    assert (root / "sweep.yaml").exists() and (root / "trials.csv").exists()
+    for folder in trial_folders(outcome):
+        assert folder.parent == root and "_s" in folder.name  # e.g. 00001_1a2b3_s1_sign_flip-0.25
+        records = rows(folder / "rounds.csv")
+        assert [int(r["round"]) for r in records] == [1, 2]
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["rounds_run"] == 2 and summary["spec"]["model"] == "mlp"
+        assert summary["spec"]["device"] == "cpu"
+        reported = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        assert len(reported) == 2  # one tune.report per round
+        last = reported[-1]
+        for key in records[0]:  # every RoundRecord field ...
+            assert key in last, key
+        for key in ("seed", "attack", "byzantine_fraction", "method", "last_accuracy"):  # ... + config
+            assert key in last, key
+        assert float(records[-1]["param_norm"]) == last["param_norm"]
+        assert len(list(folder.glob("checkpoint_*"))) == 1  # one per round, the latest kept
+
+
+def test_tensorboard_scalars_and_hparams_read_back(grid_sweep):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    folder = trial_folders(grid_sweep)[0]
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    records = rows(folder / "rounds.csv")
+    accuracy = events.Scalars("round/accuracy")
+    assert [e.step for e in accuracy] == [1, 2]
+    assert [e.value for e in accuracy] == pytest.approx([float(r["accuracy"]) for r in records], rel=1e-6)
+    assert "round/param_norm" in events.Tags()["scalars"]
+
+    content = events.PluginTagToContent("hparams")
+    data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    hparams = data.session_start_info.hparams
+    summary = json.loads((folder / "summary.json").read_text())
+    assert hparams["seed"].number_value == summary["spec"]["seed"]
+    assert hparams["attack"].string_value == summary["spec"]["attack"]
+    assert hparams["method"].string_value == "fedavg"
+
+
+# -- Optuna -----------------------------------------------------------------------------------
+def optuna_trials(ray_session, storage: Path, name: str, seed: int):
+    from robusttune.sweep.runner import run_sweep
+
+    spec = parse_sweep({"run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
+                        "space": {"lr": {"loguniform": [0.005, 0.2]},
+                                  "momentum": {"uniform": [0.0, 0.9]},
+                                  "seed": {"choice": [1, 2, 3]}},
+                        "search": {"algorithm": "optuna", "sampler": "tpe", "seed": seed,
+                                   "num_samples": 3},
+                        "max_concurrent": 1}, name=name)
+    outcome = run_sweep(spec, storage=str(storage), verbose=0)
+    assert outcome.finished == 3
+    ordered = outcome.table.sort_values("trial")  # trial ids number the proposals in order
+    return [(row.lr, row.momentum, row.seed, row.accuracy) for row in ordered.itertuples()]
+
+
+def test_optuna_study_is_reproducible_with_its_seed(ray_session, tmp_path):
+    first = optuna_trials(ray_session, tmp_path, "study_a", seed=3)
+    again = optuna_trials(ray_session, tmp_path, "study_b", seed=3)
+    assert first == again  # same proposals, same results, bit for bit
+    assert len({t[0] for t in first}) == 3
+
+
+# -- interruption and resume ------------------------------------------------------------------
+class InterruptOnce(Callback):
+    """Presses Ctrl-C (SIGINT to the driver) when the second trial reports round 2, once: a
+    marker file survives the pickled copy of this callback that Tuner.restore brings back."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if os.path.exists(self.marker):
+            return
+        if trial.trial_id.endswith("_00001") and result["round"] == 2:
+            Path(self.marker).write_text("fired")
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.fixture(scope="module")
+def resumed_sweep(ray_session, tmp_path_factory):
+    from robusttune.sweep.runner import run_sweep
+
+    storage = tmp_path_factory.mktemp("resume")
+    run = {**TINY, "rounds": 4, "checkpoint_every": 1}
+    spec = parse_sweep({"run": run, "space": {"seed": {"grid": [1, 2, 3]}}, "max_concurrent": 1},
+                       name="interrupted")
+    first = run_sweep(spec, storage=str(storage), verbose=0,
+                      callbacks=[InterruptOnce(storage / "fired")])
+    finished = first.table[first.table["status"] == "TERMINATED"]
+    before = {Path(p).name: (Path(p) / "summary.json").stat().st_mtime_ns for p in finished["path"]}
+    second = run_sweep(spec, storage=str(storage), verbose=0, resume=True)
+    return first, before, second, run
+
+
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(resumed_sweep):
+    first, before, second, _ = resumed_sweep
+    # Interrupted while the second trial ran (one at a time): the third was not even created.
+    assert (first.finished, first.errored) == (1, 0) and first.unfinished >= 1
+    assert list(first.table["status"]).count("UNFINISHED") == first.unfinished
+    assert (second.finished, second.errored, second.unfinished) == (3, 0, 0)
+    folders = trial_folders(second)
+    assert len(folders) == 3
+    done_first = folders[0]
+    assert list(before) == [done_first.name]
+    # Not run again: same summary.json, one TensorBoard file, one report per round.
+    assert (done_first / "summary.json").stat().st_mtime_ns == before[done_first.name]
+    assert len(list(done_first.glob("events.out.tfevents.*"))) == 1
+    assert len((done_first / "result.json").read_text().splitlines()) == 4
+    for folder in folders:
+        assert [int(r["round"]) for r in rows(folder / "rounds.csv")] == [1, 2, 3, 4]
+
+
+def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
+    from robusttune.config import RunSpec
+    from robusttune.simulation import Simulation
+
+    _, _, second, run = resumed_sweep
+    folder = trial_folders(second)[1]  # the trial interrupted at round 2
+    reported = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    assert reported[-1]["training_iteration"] == 4
+    assert reported[-1]["iterations_since_restore"] < 4  # it continued from a checkpoint
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the trial
+    try:
+        reference = list(Simulation(RunSpec.from_dict({**run, "seed": 2, "device": "cpu"})))
+    finally:
+        torch.set_num_threads(threads)
+    records = rows(folder / "rounds.csv")
+    for expected, got in zip(reference, records):
+        for key in ("accuracy", "loss", "param_norm", "max_class_share"):
+            assert float(got[key]) == getattr(expected, key), (expected.round, key)
+
+    # TensorBoard shows every round once, the re-run rounds replacing the interrupted ones.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    norms = events.Scalars("round/param_norm")
+    assert [e.step for e in norms] == [1, 2, 3, 4]
+    assert [e.value for e in norms] == pytest.approx([r.param_norm for r in reference], rel=1e-6)
+
+
+# -- failing early ----------------------------------------------------------------------------
+def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
+    from robusttune.sweep.runner import run_sweep
+
+    if ray_session.cluster_resources().get("GPU", 0):
+        pytest.skip("this machine has a GPU")
+    spec = parse_sweep({"run": TINY, "resources": {"gpu": 0.5}}, name="gpu")
+    with pytest.raises(SpecError, match=r"resources.gpu 0.5 per trial, but the Ray cluster has 0 GPU"):
+        run_sweep(spec, storage=str(tmp_path), verbose=0)
+    assert not any((tmp_path / "gpu").glob("*/result.json"))
+
+
+def test_resume_without_a_sweep_is_an_error(ray_session, tmp_path):
+    from robusttune.sweep.runner import run_sweep
+
+    spec = parse_sweep({"run": TINY}, name="nothing")
+    with pytest.raises(SpecError, match="--resume: no sweep to resume"):
+        run_sweep(spec, storage=str(tmp_path), verbose=0, resume=True)
+
+
+def test_param_space_maps_domains_to_tune(ray_session):
+    from ray.tune.search.sample import Categorical, Float, Integer
+
+    spec = parse_sweep({"run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
+                        "space": {"lr": {"loguniform": [0.01, 0.1]}, "local_epochs": {"int": [1, 3]},
+                                  "seed": {"grid": [1, 2]}},
+                        "search": {"algorithm": "optuna"}})
+    space = spec.param_space()
+    assert isinstance(space["lr"], Float) and isinstance(space["seed"], Categorical)
+    assert isinstance(space["local_epochs"], Integer)
+    assert (space["local_epochs"].lower, space["local_epochs"].upper) == (1, 4)  # randint excludes 4
+    assert not math.isnan(space["lr"].lower)

@@ -1,0 +1,314 @@
+"""Search-space YAML: validation errors (one line naming the key and the allowed values), grid
+expansion counts, constraints between keys, and the shipped spaces' dry runs (448 for the
+SWB-DM paper grid). No Ray is started here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from robusttune.registry import SpecError
+from robusttune.sweep.space import load_sweep, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = ROOT / "search_spaces"
+BASE = {"dataset": "synthetic", "clients": 10, "rounds": 2}
+
+
+def space(**sections):
+    mapping = {"run": dict(BASE)}
+    mapping.update(sections)
+    return mapping
+
+
+def error_of(mapping) -> str:
+    with pytest.raises(SpecError) as caught:
+        parse_sweep(mapping, source="t.yaml")
+    message = str(caught.value)
+    assert "\n" not in message, "a SpecError is one line"
+    return message
+
+
+# -- errors -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mapping, key, allowed", [
+    ({"run": BASE, "spaces": {}}, "spaces", "space"),
+    ({"run": {**BASE, "learning_rate": 0.1}}, "learning_rate", "lr"),
+    (space(space={"lr": {"gird": [0.1]}}), "space.lr", "grid, choice, uniform, loguniform, int"),
+    (space(space={"colour": {"grid": ["red"]}}), "colour", "dataset"),
+    (space(search={"algorithm": "random"}), "search.algorithm", "grid, optuna"),
+    (space(search={"algorithm": "optuna", "sampler": "anneal"}, space={"lr": {"uniform": [0.01, 0.1]}}),
+     "search.sampler", "tpe, gp, nsga2, cmaes"),
+    (space(search={"algorithm": "grid", "sampler": "tpe"}), "search.sampler", "optuna"),
+    (space(search={"num_samples": 0}), "search.num_samples", ">= 1"),
+    (space(search={"metric": "f1"}), "search.metric", "accuracy"),
+    (space(search={"metric": ["accuracy", "loss"], "mode": ["max"]}), "search.mode", "one mode per metric"),
+    (space(search={"mode": "maximise"}), "search.mode", "max, min"),
+    (space(scheduler="hyperband"), "scheduler", "none, asha"),
+    (space(scheduler={"type": "asha", "patience": 3}), "scheduler.patience", "grace_period"),
+    (space(search={"metric": ["accuracy", "loss"]}, scheduler="asha"), "scheduler asha", "one metric"),
+    (space(resources={"cpu": 0}), "resources.cpu", "> 0"),
+    (space(resources={"gpu": 1.5}), "resources.gpu", "whole number"),
+    (space(resources={"tpu": 1}), "resources.tpu", "cpu, gpu"),
+    (space(max_concurrent=-1), "max_concurrent", ">= 0"),
+    (space(constraints={"attack_needs_byzantine": True}), "constraints.attack_needs_byzantine",
+     "attack_matches_byzantine"),
+    (space(constraints={"invalid": "ignore"}), "constraints.invalid", "error, drop"),
+    (space(space={"lr": {"uniform": [0.1, 0.01]}}), "space.lr", "low < high"),
+    (space(space={"lr": {"loguniform": [0.0, 0.1]}}), "space.lr", "low > 0"),
+    (space(space={"local_epochs": {"int": [1.5, 3]}}), "space.local_epochs", "integers"),
+    (space(space={"lr": {"grid": [0.1], "step": 2}}), "space.lr.step", "nothing else"),
+    (space(space={"threat": {"grid": [{"attack": "alie", "beta": 0.2}]}}), "beta", "byzantine_fraction"),
+    (space(space={"attack": {"grid": ["alie"]}, "threat": {"grid": [{"attack": "ipm"}]}}),
+     "sets attack", "one axis per RunSpec key"),
+    (space(run={**BASE, "device": "cuda"}), "run.device", "resources.gpu"),
+])
+def test_bad_yaml_is_one_line_naming_key_and_allowed(mapping, key, allowed):
+    message = error_of(mapping)
+    assert message.startswith("t.yaml: ")
+    assert key in message and allowed in message, message
+
+
+def test_a_bad_value_fails_before_ray_naming_the_runspec_key():
+    message = error_of(space(space={"participation": {"grid": [0.5, 1.5]}}))
+    assert "participation=1.5" in message and "participation must be in (0, 1]" in message
+    message = error_of(space(space={"dataset": {"grid": ["synthetic", "imagenet"]}}))
+    assert "dataset 'imagenet' is unknown; allowed:" in message
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load_sweep(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("run: [unclosed\n")
+    with pytest.raises(SpecError, match="broken.yaml: not valid YAML"):
+        load_sweep(broken)
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("- a\n- b\n")
+    with pytest.raises(SpecError, match="listed.yaml: a search space is a mapping"):
+        load_sweep(listed)
+
+
+# -- expansion --------------------------------------------------------------------------------
+def test_grid_expansion_counts_and_order():
+    spec = parse_sweep(space(space={"seed": {"grid": [1, 2, 3]}, "lr": {"grid": [0.1, 0.01]}}))
+    points = spec.expand().points
+    assert len(points) == 6 == spec.trial_count()
+    assert points[:2] == [{"seed": 1, "lr": 0.1}, {"seed": 1, "lr": 0.01}]
+    assert spec.name == "sweep" and spec.varied_keys == ("seed", "lr")
+
+
+def test_num_samples_repeats_the_grid_and_drawn_axes_stay_for_tune():
+    spec = parse_sweep(space(space={"seed": {"grid": [1, 2]}, "lr": {"loguniform": [0.001, 0.1]},
+                                    "local_epochs": {"int": [1, 3]}},
+                             search={"num_samples": 3}))
+    points = spec.expand().points
+    assert len(points) == 6 and all(set(p) == {"seed"} for p in points)
+    table = spec.configurations()
+    assert len(table) == 6 and table["lr"].iloc[0] == "loguniform(0.001, 0.1)"
+
+
+def test_joint_axis_sets_several_keys_and_keeps_its_labels():
+    spec = parse_sweep(space(space={"threat": {"grid": [
+        {"attack": "none", "byzantine_fraction": 0.0},
+        {"attack": "label_flip", "byzantine_fraction": 0.2, "attack_strength": 2.0}]}}))
+    points = spec.expand().points
+    assert [p["threat"] for p in points] == ["attack=none,byzantine_fraction=0",
+                                             "attack=label_flip,byzantine_fraction=0.2,attack_strength=2"]
+    resolved = spec.resolve(points[1])
+    assert resolved["attack"] == "label_flip" and resolved["byzantine_fraction"] == 0.2
+    assert spec.run_spec(points[1]).n_byzantine == 2
+    assert spec.varied_keys == ("attack", "byzantine_fraction", "attack_strength")
+    assert list(spec.configurations().columns) == ["attack", "byzantine_fraction", "attack_strength"]
+
+
+# -- constraints ------------------------------------------------------------------------------
+def test_clean_attack_only_without_byzantine_clients():
+    grid = {"attack": {"grid": ["none", "label_flip"]}, "byzantine_fraction": {"grid": [0.0, 0.2, 0.3]}}
+    expansion = parse_sweep(space(space=grid)).expand()
+    kept = [(p["attack"], p["byzantine_fraction"]) for p in expansion.points]
+    assert kept == [("none", 0.0), ("label_flip", 0.2), ("label_flip", 0.3)]
+    assert expansion.combinations == 6 and expansion.dropped_total == 3
+    assert expansion.dropped == {
+        "attack none with Byzantine clients (attack_matches_byzantine)": 2,
+        "an attack without Byzantine clients (attack_matches_byzantine)": 1}
+
+
+def test_constraints_can_be_turned_off_and_extended():
+    grid = {"attack": {"grid": ["none", "label_flip"]}, "byzantine_fraction": {"grid": [0.0, 0.2]}}
+    loose = parse_sweep(space(space=grid, constraints={"attack_matches_byzantine": False})).expand()
+    assert len(loose.points) == 4
+    grid["seed"] = {"grid": [1, 2]}
+    dropped = parse_sweep(space(space=grid, constraints={
+        "drop": [{"attack": "label_flip", "seed": [2]}]})).expand()
+    assert len(dropped.points) == 3  # none@0 x 2 seeds + label_flip@0.2 x seed 1
+    assert dropped.dropped["constraints.drop attack=label_flip, seed=2"] == 1
+
+
+def test_invalid_combinations_error_or_drop():
+    grid = {"clients": {"grid": [2, 10]}, "sample_size": {"grid": [5]}}
+    assert "sample_size must be in [1, clients=2]" in error_of(space(space=grid))
+    expansion = parse_sweep(space(space=grid, constraints={"invalid": "drop"})).expand()
+    assert [p["clients"] for p in expansion.points] == [10]
+    assert expansion.dropped_total == 1
+
+
+def test_duplicate_runs_are_dropped():
+    # participation 0.5 is the default: both joint values give the same RunSpec.
+    spec = parse_sweep(space(space={"threat": {"grid": [{"seed": 1}, {"seed": 1, "participation": 0.5}]}}))
+    assert len(spec.expand().points) == 1
+    assert spec.expand().dropped == {"same RunSpec as an earlier combination": 1}
+
+
+def test_everything_dropped_is_an_error():
+    message = error_of(space(space={"attack": {"grid": ["label_flip"]}}))
+    assert "every combination of the grid was dropped" in message
+
+
+def test_drawn_axis_must_stay_inside_the_constraints():
+    message = error_of(space(run={**BASE, "attack": "label_flip"},
+                             space={"byzantine_fraction": {"uniform": [0.0, 0.3]}}))
+    assert "space.byzantine_fraction can draw 0" in message and "joint axis" in message
+
+
+# -- optuna -----------------------------------------------------------------------------------
+def test_optuna_space_is_checked_over_its_reach():
+    ok = parse_sweep(space(run={**BASE, "attack": "label_flip", "byzantine_fraction": 0.2},
+                           space={"lr": {"loguniform": [0.001, 0.1]}, "seed": {"grid": [1, 2]},
+                                  "local_epochs": {"int": [1, 3]}},
+                           search={"algorithm": "optuna", "num_samples": 5}))
+    assert ok.trial_count() == 5 and ok.search.sampler == "tpe" and ok.search.seed == 0
+    assert list(ok.configurations().index) == ["lr", "seed", "local_epochs"]
+
+    reach = error_of(space(space={"attack": {"choice": ["none", "label_flip"]},
+                                  "byzantine_fraction": {"uniform": [0.1, 0.3]}},
+                           search={"algorithm": "optuna"}))
+    assert "optuna space can propose attack=none" in reach and "joint axis" in reach
+    invalid = error_of(space(space={"participation": {"uniform": [0.5, 1.5]}}, search={"algorithm": "optuna"}))
+    assert "participation must be in (0, 1]" in invalid
+    assert "constraints.drop needs search.algorithm grid" in error_of(
+        space(space={"lr": {"uniform": [0.01, 0.1]}}, search={"algorithm": "optuna"},
+              constraints={"drop": [{"seed": 1}]}))
+
+
+def test_multi_objective_modes_default_by_metric():
+    spec = parse_sweep(space(space={"lr": {"uniform": [0.01, 0.1]}},
+                             search={"algorithm": "optuna", "sampler": "nsga2",
+                                     "metric": ["accuracy", "loss"]}))
+    assert spec.search.modes == ("max", "min") and spec.search.multi_objective
+
+
+def test_overrides_are_validated_like_the_file():
+    spec = parse_sweep(space(space={"seed": {"grid": [1, 2]}}), name="base")
+    changed = spec.with_overrides(name="other", num_samples=2, max_concurrent=1, cpu=0.5, run={"rounds": 3})
+    assert (changed.name, changed.search.num_samples, changed.max_concurrent) == ("other", 2, 1)
+    assert changed.resources.cpu == 0.5 and changed.run["rounds"] == 3 and changed.trial_count() == 4
+    with pytest.raises(SpecError, match="resources.gpu"):
+        spec.with_overrides(gpu=-1)
+
+
+# -- the shipped spaces -----------------------------------------------------------------------
+def test_paper_grid_is_448_trials():
+    spec = load_sweep(SPACES / "paper_grid.yaml")
+    expansion = spec.expand()
+    assert len(expansion.points) == 448 and expansion.dropped_total == 0
+    table = spec.configurations()
+    assert len(table) == 448
+    assert table.groupby("method").size().to_dict() == {m: 64 for m in
+                                                        ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm")}
+    pairings = table[["attack", "byzantine_fraction"]].drop_duplicates()
+    assert len(pairings) == 16 and set(pairings[pairings.attack == "none"].byzantine_fraction) == {0.0}
+    bulyan = table[(table.method == "bulyan") & (table.participation == 0.5)]
+    assert set(bulyan.sample_size) == {11} and len(bulyan) == 32
+    assert table[table.method != "bulyan"].sample_size.isna().all()
+    assert set(table.participation) == {0.5, 0.1} and set(table.seed) == {42, 7}
+    spec_for_one = spec.run_spec(expansion.points[0])
+    assert (spec_for_one.dataset, spec_for_one.clients, spec_for_one.rounds) == ("cifar10", 20, 10)
+
+
+@pytest.mark.parametrize("name, trials", [("quickstart", 20), ("demoa", 40), ("tune_defence", 40)])
+def test_shipped_spaces_load(name, trials):
+    spec = load_sweep(SPACES / f"{name}.yaml")
+    assert spec.name == name and spec.trial_count() == trials
+    lines = (SPACES / f"{name}.yaml").read_text().splitlines()
+    header = " ".join(line for line in lines[:lines.index("#")] if line.startswith("#"))
+    assert lines[0].startswith(f"# {name}.yaml: ") and header.endswith("?")  # the question asked
+
+
+def test_demoa_space_matches_the_paper_setting():
+    spec = load_sweep(SPACES / "demoa.yaml")
+    runs = [spec.run_spec(p) for p in spec.expand().points]
+    assert {(r.clients, r.byzantine_fraction, r.participation_mode, r.algorithm) for r in runs} == \
+        {(25, 0.2, "bernoulli", "demoa")}
+    assert {r.aggregator for r in runs} == {"median", "krum", "geometric_median", "cclip"}
+    assert {r.attack for r in runs} == {"alie", "bit_flip", "ipm", "label_flip", "mimic"}
+    assert {r.participation for r in runs} == {0.1, 0.5}
+
+
+def test_dry_run_prints_count_and_table_without_importing_ray():
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from robusttune.sweep.command import sweep_command\n"
+        "status = sweep_command(Path('search_spaces/paper_grid.yaml'), dry_run=True)\n"
+        "assert status == 0\n"
+        "assert 'ray' not in sys.modules, 'dry run imported ray'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("paper_grid: 448 trials (grid of 448 combinations, 0 dropped)")
+    assert "(dry run: Ray not started)" in lines[-1]
+    assert sum(1 for line in lines if line.split()[:1] and line.split()[0].isdigit()) == 448
+
+
+def test_stored_sweep_round_trips():
+    spec = parse_sweep(space(space={"threat": {"grid": [{"attack": "none", "byzantine_fraction": 0.0}]},
+                                    "seed": {"grid": [1, 2]}}), name="rt")
+    again = parse_sweep(yaml.safe_load(yaml.safe_dump(spec.raw, sort_keys=False)), name="rt")
+    assert again == spec and again.expand().points == spec.expand().points
+
+
+# -- the command line -------------------------------------------------------------------------
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"run": BASE, "search": {"algorithm": "optuna", "sampler": "anneal"}}))
+    result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == ["error: bad.yaml: search.sampler 'anneal' is not allowed; allowed: tpe, gp, nsga2, cmaes"]
+    result = CliRunner().invoke(app, ["sweep", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"run": BASE}))
+    result = CliRunner().invoke(app, ["sweep", str(good), "--set", "speed=3"])
+    assert result.exit_code == 2 and "unknown RunSpec key 'speed'" in result.output
+
+
+def test_cli_dry_run_with_overrides(tmp_path):
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"run": BASE, "space": {"seed": {"grid": [1, 2, 3]}}}))
+    result = CliRunner().invoke(app, ["sweep", str(good), "--dry-run", "--num-samples", "2",
+                                      "--name", "renamed", "--set", "rounds=3"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("renamed: 6 trials (grid of 6 combinations, 0 dropped)")
+    assert "(dry run: Ray not started)" in result.output
+
+
+def test_nothing_outside_the_sweep_package_imports_ray():
+    package = ROOT / "robusttune"
+    offenders = [str(p.relative_to(package)) for p in package.rglob("*.py")
+                 if "sweep" not in p.relative_to(package).parts
+                 and any(line.strip().startswith(("import ray", "from ray")) for line in p.read_text().splitlines())]
+    assert offenders == []
