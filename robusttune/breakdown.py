@@ -1,0 +1,644 @@
+"""Breakdown maps: for every cell (aggregator x attack x participation [x dataset]) the largest
+Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
+
+Survival of a lattice point k (k Byzantine clients of N, beta = k/N):
+
+    survives(k) = not collapsed(k) and accuracy(k) >= threshold,
+    threshold   = the absolute ``threshold`` if given, else relative_threshold x accuracy(0)
+
+(default: half the same cell's clean accuracy, DESIGN.md "Sweeps"). Assuming survives(k) is
+non-increasing in k, the breakdown point b = max{k : survives(k)} is found by bisection on
+[0, k_max] in ceil(log2(k_max + 1)) evaluations instead of k_max + 1. All cells are bisected in
+lock step: each *wave* hands the evaluator one batch holding every cell's next point, so a Ray
+layer runs a whole wave as parallel trials. The boundary is then verified: the point above b has
+failed (bisection guarantees it) and the points within ``verify_radius`` of the boundary are
+evaluated too; any evaluated point that contradicts monotonicity (a failure at or below b, a
+survivor above it) marks the cell ``non_monotone``; it is reported, not hidden.
+
+The core (`bisect_breakdown`) knows nothing of runs: an evaluator maps a batch of `Point` to
+`Outcome` (or plain survival booleans). `spec_evaluator` turns a base RunSpec, seeds, optional
+defence knobs tuned by Optuna (ask/tell, one batch per trial across all points) and an optional
+adversarial attack-strength list into such an evaluator on top of any *runner*: a callable from
+a list of RunSpec to their summary.json dicts (the Ray Tune sweep layer, or the in-process
+`SequentialRunner`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+from robusttune.registry import SpecError
+
+__all__ = [
+    "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
+    "spec_evaluator", "SequentialRunner", "BreakdownPlan", "load_plan", "write_breakdown",
+]
+
+EPS = 1e-9
+STATUSES = ("ok", "survives_all", "non_monotone", "fails_clean")
+
+
+# -- points and outcomes -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the map: the RunSpec keys it fixes (``values``, in order) and its number of
+    clients N, which sets its lattice."""
+
+    values: tuple[tuple[str, Hashable], ...]
+    clients: int
+
+    @classmethod
+    def of(cls, clients: int, **values: Hashable) -> "Cell":
+        return cls(tuple(values.items()), int(clients))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.values) or "cell"
+
+
+@dataclass(frozen=True)
+class Point:
+    """A lattice point: ``byzantine`` = k Byzantine clients in ``cell``; beta = k / N."""
+
+    cell: Cell
+    byzantine: int
+
+    @property
+    def fraction(self) -> float:
+        return self.byzantine / self.cell.clients
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a point's runs gave: mean final accuracy over them, whether any collapsed, how many
+    trials (runs) it took, and what stands behind the number (run folders, tuned knobs)."""
+
+    accuracy: float
+    collapsed: bool = False
+    trials: int = 1
+    detail: tuple[Any, ...] = ()
+
+    @classmethod
+    def from_summaries(cls, summaries: Sequence[Mapping[str, Any]], **extra: Any) -> "Outcome":
+        """Mean final accuracy (a non-finite one counts as 0) and collapse in any run."""
+        accuracies = [_finite_or_zero(s.get("final_accuracy")) for s in summaries]
+        detail = tuple(s.get("run_dir") for s in summaries if s.get("run_dir"))
+        detail += tuple(f"{k}={v}" for k, v in extra.items())
+        return cls(sum(accuracies) / len(accuracies) if accuracies else 0.0,
+                   any(bool(s.get("collapsed")) for s in summaries), len(summaries), detail)
+
+
+Verdict = Outcome | bool
+Evaluator = Callable[[Sequence[Point]], Sequence[Verdict]]
+
+
+def _finite_or_zero(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def lattice_top(clients: int, max_fraction: float) -> int:
+    """k_max = floor(max_fraction x N): the lattice is {0, 1, ..., k_max} / N."""
+    return int(math.floor(max_fraction * clients + EPS))
+
+
+# -- one cell's bisection --------------------------------------------------------------------
+@dataclass
+class CellResult:
+    """A cell's bisection state and, once done, its answer. ``breakdown`` is b (the largest
+    surviving k bisection found); for a non-monotone cell ``conservative`` (the first evaluated
+    failure minus one) and ``largest_survivor`` bracket the truth."""
+
+    cell: Cell
+    k_max: int
+    threshold: float | None = None
+    relative_threshold: float = 0.5
+    outcomes: dict[int, Verdict] = field(default_factory=dict)
+    lo: int = 0
+    hi: int = 0
+    verified: bool = False
+    status: str = "pending"
+    violations: list[int] = field(default_factory=list)
+    scan: bool = False
+    radius: int = 1               # verification: evaluate b - radius .. b + 1 + radius
+
+    def __post_init__(self) -> None:
+        self.hi = self.k_max + 1      # a virtual failure just above the lattice
+
+    # survival ------------------------------------------------------------------------------
+    @property
+    def clean_accuracy(self) -> float:
+        clean = self.outcomes.get(0)
+        return clean.accuracy if isinstance(clean, Outcome) else math.nan
+
+    @property
+    def bar(self) -> float:
+        """The accuracy a point must reach: the absolute threshold, else relative x clean."""
+        if self.threshold is not None:
+            return self.threshold
+        return self.relative_threshold * self.clean_accuracy
+
+    def survived(self, k: int) -> bool:
+        verdict = self.outcomes[k]
+        if isinstance(verdict, bool):
+            return verdict
+        if verdict.collapsed or not math.isfinite(verdict.accuracy):
+            return False
+        if k == 0 and self.threshold is None:
+            return True               # the relative bar is always met by the clean run itself
+        return verdict.accuracy >= self.bar
+
+    # the state machine ---------------------------------------------------------------------
+    def requests(self) -> list[int]:
+        """The points this cell needs next (empty when finished). Outcomes already known are
+        consumed first, so any point evaluated earlier (e.g. by verification) is reused."""
+        if self.status != "pending":
+            return []
+        if 0 not in self.outcomes:
+            # the clean point and the first midpoint in one wave: judging the midpoint waits for
+            # the clean accuracy, but the wave is saved
+            first = (self.lo + self.hi) // 2
+            return [0] + ([first] if first > 0 else [])
+        if not self.survived(0):
+            self.status = "fails_clean"
+            return []
+        while self.hi - self.lo > 1:
+            mid = (self.lo + self.hi) // 2
+            if mid not in self.outcomes:
+                return [mid]
+            if self.survived(mid):
+                self.lo = mid
+            else:
+                self.hi = mid
+        if self.scan:
+            missing = [k for k in range(self.k_max + 1) if k not in self.outcomes]
+            if missing:
+                return missing
+        if not self.verified:
+            self.verified = True
+            missing = [k for k in self._neighbourhood() if k not in self.outcomes]
+            if missing:
+                return missing
+        self._finish()
+        return []
+
+    def _neighbourhood(self) -> list[int]:
+        b = self.lo
+        return [k for k in range(b - self.radius, b + self.radius + 2) if 0 <= k <= self.k_max]
+
+    def _finish(self) -> None:
+        b = self.lo
+        self.violations = sorted(k for k in self.outcomes
+                                 if (k <= b and not self.survived(k)) or (k > b and self.survived(k)))
+        if self.violations:
+            self.status = "non_monotone"
+        elif b == self.k_max:
+            self.status = "survives_all"
+        else:
+            self.status = "ok"
+
+    # the answer ----------------------------------------------------------------------------
+    @property
+    def breakdown(self) -> int | None:
+        return None if self.status in ("fails_clean", "pending") else self.lo
+
+    @property
+    def conservative(self) -> int | None:
+        """First evaluated failure minus one (= breakdown for a monotone cell)."""
+        if self.breakdown is None:
+            return None
+        failures = [k for k in self.outcomes if not self.survived(k)]
+        return min(failures) - 1 if failures else self.k_max
+
+    @property
+    def largest_survivor(self) -> int | None:
+        if self.breakdown is None:
+            return None
+        return max(k for k in self.outcomes if self.survived(k))
+
+    @property
+    def trials(self) -> int:
+        return sum(v.trials if isinstance(v, Outcome) else 1 for v in self.outcomes.values())
+
+    def row(self) -> dict[str, Any]:
+        N = self.cell.clients
+        frac = (lambda k: None if k is None else k / N)
+        return {
+            **self.cell.as_dict(), "clients": N,
+            "breakdown_fraction": frac(self.breakdown), "breakdown_byzantine": self.breakdown,
+            "status": self.status, "monotone": self.status != "non_monotone",
+            "conservative_fraction": frac(self.conservative),
+            "largest_surviving_fraction": frac(self.largest_survivor),
+            "clean_accuracy": self.clean_accuracy,
+            "threshold": self.bar if 0 in self.outcomes else None,
+            "points_evaluated": len(self.outcomes), "lattice_points": self.k_max + 1,
+            "trials": self.trials,
+            "evaluated": " ".join(f"{k}{'+' if self.survived(k) else '-'}"
+                                  for k in sorted(self.outcomes)),
+            "violations": " ".join(str(k) for k in self.violations),
+        }
+
+
+@dataclass
+class BreakdownMap:
+    """Every cell's result plus the cost: points and trials used against the full lattice grid
+    (``grid_trials`` = lattice points x the mean trials one point took)."""
+
+    cells: list[CellResult]
+    waves: int
+
+    @property
+    def points_used(self) -> int:
+        return sum(len(c.outcomes) for c in self.cells)
+
+    @property
+    def grid_points(self) -> int:
+        return sum(c.k_max + 1 for c in self.cells)
+
+    @property
+    def trials_used(self) -> int:
+        return sum(c.trials for c in self.cells)
+
+    @property
+    def grid_trials(self) -> int:
+        per_point = self.trials_used / self.points_used if self.points_used else 1.0
+        return int(round(self.grid_points * per_point))
+
+    def cost_line(self) -> str:
+        return (f"{self.trials_used} trials ({self.points_used} lattice points in {self.waves} "
+                f"waves) against {self.grid_trials} for the full lattice grid "
+                f"({self.grid_points} points)")
+
+    def to_frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([c.row() for c in self.cells])
+
+    def points_frame(self) -> Any:
+        """Every evaluated point: the trials behind each number."""
+        import pandas as pd
+
+        rows = []
+        for c in self.cells:
+            for k in sorted(c.outcomes):
+                v = c.outcomes[k]
+                outcome = v if isinstance(v, Outcome) else Outcome(math.nan, not v, 1)
+                rows.append({**c.cell.as_dict(), "clients": c.cell.clients, "byzantine": k,
+                             "byzantine_fraction": k / c.cell.clients, "survived": c.survived(k),
+                             "accuracy": outcome.accuracy, "collapsed": outcome.collapsed,
+                             "trials": outcome.trials, "detail": " ".join(map(str, outcome.detail))})
+        return pd.DataFrame(rows)
+
+
+def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction: float = 0.5,
+                     threshold: float | None = None, relative_threshold: float = 0.5,
+                     verify_radius: int = 1, on_non_monotone: str = "flag",
+                     max_waves: int = 1000) -> BreakdownMap:
+    """Parallel bisection of every cell's breakdown point (see the module docstring).
+
+    ``evaluate`` receives one list of Points per wave (every cell's next points, no duplicates)
+    and returns one verdict per point, in order: an `Outcome` judged by the threshold rule, or a
+    bool taken as the survival verdict itself. ``on_non_monotone="scan"`` evaluates the rest of a
+    flagged cell's lattice so its largest survivor is exact."""
+    if not 0 < max_fraction < 1:
+        raise SpecError(f"max_fraction must be in (0, 1); got {max_fraction}")
+    if verify_radius < 0:
+        raise SpecError(f"verify_radius must be >= 0; got {verify_radius}")
+    if on_non_monotone not in ("flag", "scan"):
+        raise SpecError(f"on_non_monotone {on_non_monotone!r} is not allowed; allowed: flag, scan")
+    results = []
+    for cell in cells:
+        if any(r.cell == cell for r in results):
+            raise SpecError(f"cell {cell.label} is listed twice")
+        results.append(CellResult(cell, lattice_top(cell.clients, max_fraction), threshold,
+                                  relative_threshold, radius=verify_radius))
+    waves = 0
+    while True:
+        wanted: dict[Point, CellResult] = {}
+        for result in results:
+            ks = result.requests()
+            if not ks and result.status == "non_monotone" and on_non_monotone == "scan" and not result.scan:
+                result.scan, result.status = True, "pending"
+                ks = result.requests()
+            for k in ks:
+                wanted[Point(result.cell, k)] = result
+        if not wanted:
+            break
+        waves += 1
+        if waves > max_waves:
+            raise RuntimeError(f"breakdown bisection did not finish in {max_waves} waves")
+        points = list(wanted)
+        verdicts = list(evaluate(points))
+        if len(verdicts) != len(points):
+            raise ValueError(f"evaluator returned {len(verdicts)} verdicts for {len(points)} points")
+        for point, verdict in zip(points, verdicts):
+            wanted[point].outcomes[point.byzantine] = verdict
+    return BreakdownMap(results, waves)
+
+
+# -- evaluating points with runs ---------------------------------------------------------------
+Runner = Callable[[Sequence[Any]], list[dict]]   # list[RunSpec] -> summary.json dicts, same order
+
+
+def _optuna_distribution(domain: Any) -> Any:
+    """The Optuna distribution of a sweep-layer Domain (uniform | loguniform | int | choice)."""
+    import optuna
+
+    if domain.kind in ("choice", "grid"):
+        return optuna.distributions.CategoricalDistribution(list(domain.values))
+    if domain.kind == "int":
+        return optuna.distributions.IntDistribution(int(domain.low), int(domain.high), step=int(domain.step or 1))
+    if domain.kind == "loguniform":
+        return optuna.distributions.FloatDistribution(domain.low, domain.high, log=True)
+    return optuna.distributions.FloatDistribution(domain.low, domain.high, step=domain.step)
+
+
+def _score(outcome: Outcome) -> float:
+    """What the defence maximises and the adversary minimises: accuracy, 0 when collapsed."""
+    return 0.0 if outcome.collapsed else outcome.accuracy
+
+
+def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
+                   tune: Mapping[str, Any] | None = None, budget: int = 1,
+                   adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
+                   on_trials: Callable[[int], None] | None = None) -> Evaluator:
+    """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
+    byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
+
+    ``adversary`` (key -> values, e.g. attack_strength) makes the point's outcome the worst over
+    those values (lowest score). ``tune`` (key -> sweep-layer Domain) tunes the defence's knobs at
+    every point with one Optuna study per point (TPE seeded with ``sampler_seed``), ``budget``
+    trials each, driven by ask/tell so every Optuna trial of every point of the wave goes to the
+    runner as one batch; the point's outcome is the best trial's. Trials per point: seeds x
+    adversary values x budget."""
+    from itertools import product
+
+    from robusttune.config import RunSpec
+
+    attack_grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] if adversary else [{}]
+    if budget < 1:
+        raise SpecError(f"budget must be >= 1; got {budget}")
+    if not seeds:
+        raise SpecError("seeds must list at least one seed")
+
+    def specs_for(point: Point, knobs: Mapping[str, Any]) -> tuple[list[Any], list[dict]]:
+        variants = attack_grid if point.byzantine > 0 else [{}]   # no attacker at k = 0
+        specs = [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
+                                    "byzantine_fraction": point.fraction, "seed": seed})
+                 for variant in variants for seed in seeds]
+        return specs, variants
+
+    def judge(point: Point, knobs: Mapping[str, Any], summaries: list[dict], variants: list[dict]) -> Outcome:
+        per_variant = [Outcome.from_summaries(summaries[i * len(seeds):(i + 1) * len(seeds)],
+                                              **knobs, **variant)
+                       for i, variant in enumerate(variants)]
+        worst = min(per_variant, key=_score)
+        return Outcome(worst.accuracy, worst.collapsed, sum(o.trials for o in per_variant), worst.detail)
+
+    def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
+        specs, spans = [], []
+        for point, knobs in requests:
+            these, variants = specs_for(point, knobs)
+            spans.append((len(specs), len(these), variants))
+            specs.extend(these)
+        summaries = runner(specs)
+        if on_trials is not None:
+            on_trials(len(specs))
+        return [judge(point, knobs, summaries[start:start + count], variants)
+                for (point, knobs), (start, count, variants) in zip(requests, spans)]
+
+    if not tune:
+        return lambda points: run_batch([(p, {}) for p in points])
+
+    def tuned(points: Sequence[Point]) -> list[Outcome]:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        distributions = {k: _optuna_distribution(d) for k, d in tune.items()}
+        studies = [optuna.create_study(direction="maximize",
+                                       sampler=optuna.samplers.TPESampler(seed=sampler_seed))
+                   for _ in points]
+        best: list[Outcome | None] = [None] * len(points)
+        for _ in range(budget):
+            asked = [study.ask(distributions) for study in studies]
+            outcomes = run_batch([(p, dict(t.params)) for p, t in zip(points, asked)])
+            for i, (study, trial, outcome) in enumerate(zip(studies, asked, outcomes)):
+                study.tell(trial, _score(outcome))
+                if best[i] is None or _score(outcome) > _score(best[i]):
+                    best[i] = outcome
+        # the point's trial count is the whole study's, not only the best trial's
+        return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail) for b in best]  # type: ignore[union-attr]
+
+    return tuned
+
+
+class SequentialRunner:
+    """Runs RunSpecs one after another in this process (no Ray): the fallback runner, and what
+    the tests use. With ``out_dir`` each run writes a run folder ``out_dir/trials/NNNNN-...``
+    (rounds.csv, summary.json) whose path comes back in the summary's ``run_dir``."""
+
+    def __init__(self, out_dir: str | Path | None = None, tensorboard: bool = False,
+                 threads: int | None = None) -> None:
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.tensorboard = tensorboard
+        # torch threads while running, like a Tune trial's (its CPUs): on a busy 2-core machine
+        # the default of one thread per core ran a 13-run breakdown 10x slower than 1 thread
+        self.threads = threads
+        # a rerun into the same folder numbers on: RunWriter appends to an existing rounds.csv
+        trials = self.out_dir / "trials" if self.out_dir is not None else None
+        self.count = len(list(trials.iterdir())) if trials is not None and trials.is_dir() else 0
+
+    def __call__(self, specs: Sequence[Any]) -> list[dict]:
+        import torch
+
+        saved = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            return [self._run(spec) for spec in specs]
+        finally:
+            torch.set_num_threads(saved)
+
+    def _run(self, spec: Any) -> dict:
+        import time
+
+        from robusttune.simulation import Simulation
+
+        started = time.perf_counter()
+        simulation = Simulation(spec)
+        writer = folder = None
+        if self.out_dir is not None:
+            from robusttune.recording import RunWriter
+
+            folder = self.out_dir / "trials" / (
+                f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
+                f"-p{spec.participation:g}-s{spec.seed}")
+            writer = RunWriter(folder, spec, tensorboard=self.tensorboard)
+        self.count += 1
+        for record in simulation:
+            if writer is not None:
+                writer.write(record)
+        summary = simulation.summary(time.perf_counter() - started)
+        if writer is not None:
+            writer.close(summary)
+            summary = {**summary, "run_dir": str(folder)}
+        return summary
+
+
+# -- the breakdown YAML ------------------------------------------------------------------------
+PLAN_KEYS = ("seeds", "threshold", "relative_threshold", "max_fraction", "budget",
+             "verify_radius", "on_non_monotone", "adversary")
+
+
+@dataclass
+class BreakdownPlan:
+    """A breakdown search space: a sweep-layer search space (``run``, ``space``, ``resources``
+    ...) whose grid axes are the cells and whose drawn axes are the defence knobs tuned at each
+    point, plus a ``breakdown:`` section (keys PLAN_KEYS)."""
+
+    name: str
+    base: dict[str, Any]
+    cells: list[Cell]
+    tune: dict[str, Any]
+    seeds: list[int] = field(default_factory=lambda: [42])
+    threshold: float | None = None
+    relative_threshold: float = 0.5
+    max_fraction: float = 0.5
+    budget: int = 4
+    verify_radius: int = 1
+    on_non_monotone: str = "flag"
+    adversary: dict[str, list[Any]] = field(default_factory=dict)
+    sampler_seed: int = 0
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+def load_plan(path: str | Path) -> BreakdownPlan:
+    """Read a breakdown YAML. The cells come from the space's grid axes (every combination,
+    expanded and validated by the sweep layer's parser); byzantine_fraction is the lattice's, so
+    the space must not set it."""
+    import yaml
+
+    from robusttune.config import RunSpec
+    from robusttune.sweep.space import parse_sweep
+
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(f"breakdown space {str(path)!r} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path.name}: not valid YAML ({str(error).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path.name}: a breakdown space is a mapping (run, space, breakdown ...)")
+    section = raw.pop("breakdown", None) or {}
+    if not isinstance(section, dict):
+        raise SpecError(f"{path.name}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
+    unknown = sorted(set(section) - set(PLAN_KEYS))
+    if unknown:
+        raise SpecError(f"{path.name}: unknown key breakdown.{unknown[0]}; allowed: {', '.join(PLAN_KEYS)}")
+    search = raw.pop("search", None) or {}
+    if not isinstance(search, dict) or set(search) - {"sampler", "seed", "algorithm"}:
+        raise SpecError(f"{path.name}: search in a breakdown space takes sampler (tpe) and seed only")
+    if search.get("sampler", "tpe") != "tpe":
+        raise SpecError(f"{path.name}: search.sampler {search['sampler']!r} is not allowed for "
+                        f"breakdown; allowed: tpe")
+    space = raw.get("space") or {}
+    if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
+        raise SpecError(f"{path.name}: byzantine_fraction is the breakdown lattice's; remove it "
+                        f"from run and space")
+    # the lattice sets byzantine_fraction later; an attacked cell is legal at k = 0
+    raw["constraints"] = {**(raw.get("constraints") or {}), "attack_matches_byzantine": False}
+    raw["search"] = {"algorithm": "grid"}
+    sweep = parse_sweep(raw, name=path.stem, source=path.name)
+
+    cells = []
+    for point in sweep.expand().points:
+        values = {k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()}
+        clients = RunSpec.from_dict(sweep.resolve(point)).clients
+        cells.append(Cell.of(clients, **values))
+    tune = {axis.name: axis.domain for axis in sweep.random_axes}
+    if any(axis.groups is not None for axis in sweep.random_axes):
+        raise SpecError(f"{path.name}: a drawn joint axis cannot be tuned per point; use grid")
+
+    def number(key: str, default: Any, kind: type) -> Any:
+        value = section.get(key, default)
+        if value is None:
+            return None
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            raise SpecError(f"{path.name}: breakdown.{key} must be {kind.__name__}; got {value!r}") from None
+
+    seeds = section.get("seeds", [sweep.run.get("seed", 42)])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise SpecError(f"{path.name}: breakdown.seeds must be a non-empty list of integers")
+    adversary = section.get("adversary") or {}
+    if not isinstance(adversary, dict) or not all(isinstance(v, list) and v for v in adversary.values()):
+        raise SpecError(f"{path.name}: breakdown.adversary must map RunSpec keys to non-empty lists")
+    plan = BreakdownPlan(
+        name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune, seeds=seeds,
+        threshold=number("threshold", None, float),
+        relative_threshold=number("relative_threshold", 0.5, float),
+        max_fraction=number("max_fraction", 0.5, float), budget=number("budget", 4, int),
+        verify_radius=number("verify_radius", 1, int),
+        on_non_monotone=str(section.get("on_non_monotone", "flag")), adversary=adversary,
+        sampler_seed=int(search.get("seed", 0)),
+        resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
+    )
+    from robusttune.config import RUNSPEC_KEYS
+
+    cell_keys = {k for cell in cells for k in cell.as_dict()}
+    for key in adversary:
+        if key not in RUNSPEC_KEYS:
+            raise SpecError(f"{path.name}: breakdown.adversary.{key} is not a RunSpec key")
+        if key in cell_keys or key in tune or key == "byzantine_fraction":
+            raise SpecError(f"{path.name}: breakdown.adversary.{key} is also set by space; "
+                            f"allowed: one of them")
+    return plan
+
+
+def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Breakdown map") -> Path:
+    """breakdown.csv (one row per cell), breakdown_points.csv (every evaluated point and the runs
+    behind it), breakdown.png (heatmap) and breakdown.md; returns the .md path."""
+    from robusttune.plots import breakdown_heatmap
+    from robusttune.results import markdown_table
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = result.to_frame()
+    table.to_csv(out / "breakdown.csv", index=False)
+    result.points_frame().to_csv(out / "breakdown_points.csv", index=False)
+    figure = breakdown_heatmap(table, out / "breakdown.png")
+    shown = [c for c in table.columns if c not in ("evaluated", "violations", "threshold")]
+    lines = [f"# {title}", "",
+             "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
+             "(no collapse, final accuracy >= threshold).", "",
+             markdown_table(table[shown], floatfmt=".3g", index=False), "", f"Cost: {result.cost_line()}.", ""]
+    flagged = table[table["status"] == "non_monotone"]
+    if len(flagged):
+        lines += ["## Non-monotone cells", "",
+                  "Survival is not monotone in the Byzantine count here; the breakdown column is "
+                  "bisection's answer, `conservative_fraction` the first evaluated failure minus one.", ""]
+        for _, row in flagged.iterrows():
+            cell = ", ".join(f"{k}={row[k]}" for k in result.cells[0].cell.as_dict())
+            lines.append(f"- {cell}: evaluated {row['evaluated']} (k+ survived, k- failed); "
+                         f"contradicting points: {row['violations']}")
+        lines.append("")
+    if figure is not None:
+        lines += [f"![breakdown heatmap]({figure.name})", ""]
+    lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
+    path = out / "breakdown.md"
+    path.write_text("\n".join(lines))
+    return path

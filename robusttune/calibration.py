@@ -1,0 +1,323 @@
+"""Calibration of a deployment: how many Byzantine clients a round's sample holds, and what trim
+ratio survives it.
+
+The population-level fraction beta says little about one round: with N clients of which
+B = floor(beta N) are Byzantine, a sample of n clients holds K Byzantine clients with
+
+    fixed-size sampling (SWB-DM: n clients without replacement)
+        K ~ Hypergeometric(N, B, n),   P(K = k) = C(B, k) C(N - B, n - k) / C(N, n)
+    bernoulli sampling (DeMoA: each client independently with probability p)
+        K ~ Binomial(B, p) and H ~ Binomial(N - B, p) independent; the sample size is K + H.
+
+A round is a *Byzantine-majority round* when K >= 1 and 2K >= n (the Byzantine clients are at
+least half of the sampled set; the simulation's RoundRecord.byzantine_majority), and *exceeds the
+trim* r when K > floor(n r) (a trimmed statistic dropping floor(n r) values on each side cannot
+remove them all). Rounds are independent, so over T rounds P(any) = 1 - (1 - q)^T.
+
+With a cache (SWB-DM's state cache, DeMoA's momenta) the aggregator's input is all N slots, of
+which at most B are Byzantine whatever the sample: the per-round quantities become deterministic
+bounds, majority iff B >= 1 and 2B >= N, exceeds the trim iff B > floor(N r).
+
+The second half, `trim_sweep`, runs a short sweep over trim ratios through any *runner* (a
+callable from a list of RunSpec to their summary.json dicts: the Ray Tune sweep layer, or
+`robusttune.breakdown.run_specs_sequentially`) and recommends the smallest trim ratio that
+survives at the deployment's Byzantine fraction and at a margin above it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from scipy import stats
+
+from robusttune.registry import SpecError
+
+__all__ = [
+    "Deployment", "byzantine_law", "p_majority_round", "p_exceeds_trim_round", "p_any_round",
+    "calibrated_trim_ratio", "smallest_safe_trim", "analyze", "trim_sweep", "TrimSweep",
+    "aggregator_inputs", "default_trim_grid",
+]
+
+# floor(x + EPS): the same tolerance as RunSpec.n_byzantine, so 0.3 * 10 counts as 3, not 2, and
+# 0.29 * 100 trims 29 values; the aggregators receive the same integers.
+EPS = 1e-9
+MODES = ("fixed", "bernoulli")
+
+
+def _floor(x: float | np.ndarray) -> Any:
+    return np.floor(np.asarray(x, dtype=float) + EPS).astype(int)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A deployment to calibrate: N clients, participation p (mode fixed|bernoulli), Byzantine
+    fraction beta, T rounds, and for fixed sampling an optional sample size n (default
+    max(1, round(p N)), as RunSpec.expected_sample_size)."""
+
+    clients: int
+    participation: float
+    byzantine_fraction: float
+    rounds: int
+    sample_size: int | None = None
+    mode: str = "fixed"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SpecError(f"mode {self.mode!r} is not allowed; allowed: {', '.join(MODES)}")
+        if not (isinstance(self.clients, (int, np.integer)) and self.clients >= 1):
+            raise SpecError(f"clients must be an integer >= 1; got {self.clients!r}")
+        if not 0 < self.participation <= 1:
+            raise SpecError(f"participation must be in (0, 1]; got {self.participation}")
+        if not 0 <= self.byzantine_fraction < 1:
+            raise SpecError(f"byzantine_fraction must be in [0, 1); got {self.byzantine_fraction}")
+        if not (isinstance(self.rounds, (int, np.integer)) and self.rounds >= 1):
+            raise SpecError(f"rounds must be an integer >= 1; got {self.rounds!r}")
+        if self.sample_size is not None:
+            if self.mode == "bernoulli":
+                raise SpecError("sample_size applies to fixed sampling only; bernoulli draws each "
+                                "client with probability participation")
+            if not 1 <= self.sample_size <= self.clients:
+                raise SpecError(f"sample_size must be in [1, clients={self.clients}]; got {self.sample_size}")
+
+    @property
+    def n_byzantine(self) -> int:
+        """B = floor(beta N)."""
+        return int(_floor(self.byzantine_fraction * self.clients))
+
+    @property
+    def n_sampled(self) -> int:
+        """n for fixed sampling; the expected size round(p N) (at least 1) for bernoulli."""
+        if self.sample_size is not None:
+            return self.sample_size
+        return max(1, int(round(self.participation * self.clients)))
+
+
+def _check_trim(trim_ratio: float) -> None:
+    if not 0 <= trim_ratio < 0.5:
+        raise SpecError(f"trim ratio must be in [0, 0.5); got {trim_ratio}")
+
+
+def byzantine_law(d: Deployment) -> dict[str, np.ndarray]:
+    """The per-round law of K, the number of Byzantine clients in the sample.
+
+    Returns ``{"k": 0..kmax, "pmf": P(K = k)}``: Hypergeometric(N, B, n) for fixed sampling
+    (kmax = min(B, n)), Binomial(B, p) for bernoulli (kmax = B)."""
+    B = d.n_byzantine
+    if d.mode == "fixed":
+        n = d.n_sampled
+        k = np.arange(min(B, n) + 1)
+        return {"k": k, "pmf": stats.hypergeom.pmf(k, d.clients, B, n)}
+    k = np.arange(B + 1)
+    return {"k": k, "pmf": stats.binom.pmf(k, B, d.participation)}
+
+
+def p_majority_round(d: Deployment, cache: bool = False) -> float:
+    """q = P(a round is Byzantine-majority): K >= 1 and 2K >= (sample size).
+
+    fixed:      q = sum_{k >= max(1, ceil(n/2))} Hypergeom(N, B, n).pmf(k)
+    bernoulli:  q = sum_{k >= 1} Binom(B, p).pmf(k) * Binom(N - B, p).cdf(k)
+                (2K >= K + H  <=>  H <= K, with K and H independent)
+    cache:      q = 1 if B >= 1 and 2B >= N else 0 (the input is all N slots)."""
+    B, N = d.n_byzantine, d.clients
+    if cache:
+        return float(B >= 1 and 2 * B >= N)
+    if d.mode == "fixed":
+        n = d.n_sampled
+        k = np.arange(max(1, math.ceil(n / 2)), min(B, n) + 1)
+        return float(stats.hypergeom.pmf(k, N, B, n).sum())
+    k = np.arange(1, B + 1)
+    p = d.participation
+    return float((stats.binom.pmf(k, B, p) * stats.binom.cdf(k, N - B, p)).sum())
+
+
+def p_exceeds_trim_round(d: Deployment, trim_ratio: float, cache: bool = False) -> float:
+    """P(a round's Byzantine count exceeds the trim): K > floor(n r).
+
+    fixed:      Hypergeom(N, B, n).sf(floor(n r))
+    bernoulli:  sum_k Binom(B, p).pmf(k) * Binom(N - B, p).cdf(h_max(k)), with the realised
+                n = k + h: h_max(k) = the largest h with floor((k + h) r) < k (floor(n r) is
+                non-decreasing in n, so the admissible h form a prefix 0..h_max)
+    cache:      1 if B > floor(N r) else 0."""
+    _check_trim(trim_ratio)
+    B, N = d.n_byzantine, d.clients
+    if cache:
+        return float(B > int(_floor(N * trim_ratio)))
+    if d.mode == "fixed":
+        n = d.n_sampled
+        return float(stats.hypergeom.sf(int(_floor(n * trim_ratio)), N, B, n))
+    trims = _floor(np.arange(N + 1) * trim_ratio)            # floor(n r) for n = 0..N
+    k = np.arange(1, B + 1)
+    # first sample size whose trim reaches k; every smaller n (>= k) leaves k > floor(n r)
+    first_covering = np.searchsorted(trims, k, side="left")
+    h_max = np.minimum(first_covering - 1 - k, N - B)        # may be < 0: never exceeds
+    p = d.participation
+    inside = np.where(h_max >= 0, stats.binom.cdf(np.maximum(h_max, 0), N - B, p), 0.0)
+    return float((stats.binom.pmf(k, B, p) * inside).sum())
+
+
+def p_any_round(q: float, rounds: int) -> float:
+    """P(at least one of T independent rounds has probability-q event) = 1 - (1 - q)^T,
+    computed as -expm1(T log1p(-q)) so small q keep their digits."""
+    if q >= 1.0:
+        return 1.0
+    return float(-math.expm1(rounds * math.log1p(-q)))
+
+
+def calibrated_trim_ratio(byzantine_fraction: float) -> float:
+    """SWB-DM, Section IV: r = min(0.45, beta + 0.05)."""
+    return round(min(0.45, byzantine_fraction + 0.05), 10)
+
+
+def smallest_safe_trim(d: Deployment, risk: float = 0.05, cache: bool = False) -> float | None:
+    """The smallest trim ratio r on the lattice {j / n_in} (n_in = n, or N over a cache) with
+    P(some round among T exceeds the trim) <= risk; None when no r < 0.5 achieves it.
+    An analytic lower bound on what the trim sweep recommends: it ignores what an attack does
+    inside the trimmed band."""
+    n_in = d.clients if cache else d.n_sampled
+    for j in range(0, math.ceil(n_in / 2)):
+        r = j / n_in
+        if r >= 0.5:
+            break
+        if p_any_round(p_exceeds_trim_round(d, r, cache=cache), d.rounds) <= risk:
+            return r
+    return None
+
+
+def analyze(d: Deployment, trim_ratios: Sequence[float] = (), risk: float = 0.05) -> dict[str, Any]:
+    """Every analytic figure of a deployment, JSON-ready.
+
+    ``trim_ratios`` defaults to the calibrated r = min(0.45, beta + 0.05); the headline
+    ``p_exceeds_trim_any`` is for the first trim ratio given. Keys ending in ``_cache`` assume the
+    aggregator runs over all N cached slots."""
+    trims = [float(r) for r in trim_ratios] or [calibrated_trim_ratio(d.byzantine_fraction)]
+    for r in trims:
+        _check_trim(r)
+    law = byzantine_law(d)
+    q = p_majority_round(d)
+    q_cache = p_majority_round(d, cache=True)
+    per_trim = []
+    for r in trims:
+        e = p_exceeds_trim_round(d, r)
+        e_cache = p_exceeds_trim_round(d, r, cache=True)
+        per_trim.append({
+            "trim_ratio": r,
+            "trimmed_per_side": int(_floor(d.n_sampled * r)),
+            "trimmed_per_side_cache": int(_floor(d.clients * r)),
+            "p_exceeds_trim_round": e,
+            "p_exceeds_trim_any": p_any_round(e, d.rounds),
+            "p_exceeds_trim_round_cache": e_cache,
+            "p_exceeds_trim_any_cache": p_any_round(e_cache, d.rounds),
+        })
+    return {
+        "clients": d.clients, "participation": d.participation, "mode": d.mode,
+        "byzantine_fraction": d.byzantine_fraction, "n_byzantine": d.n_byzantine,
+        "sample_size": d.n_sampled if d.mode == "fixed" else None,
+        "expected_sample_size": d.n_sampled if d.mode == "fixed" else d.participation * d.clients,
+        "rounds": d.rounds,
+        "law": "hypergeometric" if d.mode == "fixed" else "binomial",
+        "byzantine_pmf": {int(k): float(p) for k, p in zip(law["k"], law["pmf"])},
+        "expected_byzantine": float((law["k"] * law["pmf"]).sum()),
+        "p_majority_round": q,
+        "p_majority_round_any": p_any_round(q, d.rounds),
+        "p_majority_round_cache": q_cache,
+        "p_majority_round_any_cache": p_any_round(q_cache, d.rounds),
+        "trim_ratio": trims[0],
+        "p_exceeds_trim_round": per_trim[0]["p_exceeds_trim_round"],
+        "p_exceeds_trim_any": per_trim[0]["p_exceeds_trim_any"],
+        "p_exceeds_trim_any_cache": per_trim[0]["p_exceeds_trim_any_cache"],
+        "trims": per_trim,
+        "risk": risk,
+        "analytic_safe_trim": smallest_safe_trim(d, risk),
+        "analytic_safe_trim_cache": smallest_safe_trim(d, risk, cache=True),
+    }
+
+
+# -- the trim sweep ---------------------------------------------------------------------------
+Runner = Callable[[Sequence[Any]], list[dict]]   # list[RunSpec] -> summary.json dicts, same order
+
+
+@dataclass
+class TrimSweep:
+    """Outcome of `trim_sweep`. ``table`` has one row per (trim ratio, Byzantine fraction) with
+    the mean final accuracy over seeds, the number of collapsed seeds and ``survived``;
+    ``recommended`` is the smallest trim ratio that survives at every Byzantine fraction swept
+    (None if none does); ``cost`` is each larger trim's accuracy loss against it, in points, at
+    the deployment's own fraction."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    recommended: float | None = None
+    clean_accuracy: float = float("nan")
+    threshold: float = float("nan")
+    cost: dict[float, float] = field(default_factory=dict)
+
+
+def aggregator_inputs(spec: Any) -> int:
+    """n_in, the number of rows the aggregator sees: all N slots for the cache algorithms
+    (state_cache, demoa), the (expected) sample size otherwise."""
+    return spec.clients if spec.algorithm in ("state_cache", "demoa") else spec.expected_sample_size
+
+
+def default_trim_grid(byzantine_fraction: float, margin: float, n_inputs: int) -> list[float]:
+    """The distinct trims: r = j / n_in for j = 0, 1, ... while r < 0.5 and r <= beta + margin +
+    0.1 (which brackets the calibrated r = beta + 0.05 and over-trims a little). Only floor(n_in r)
+    matters to the rule, so a finer grid would rerun identical configurations."""
+    top = min(0.49, byzantine_fraction + margin + 0.1)
+    return [round(j / n_inputs, 10) for j in range(n_inputs) if j / n_inputs <= top + EPS]
+
+
+def trim_sweep(base: Any, trims: Sequence[float], byzantine_fractions: Sequence[float],
+               runner: Runner, seeds: Sequence[int] = (42,), relative_threshold: float = 0.5,
+               threshold: float | None = None) -> TrimSweep:
+    """Run ``base`` (a RunSpec with the dataset, method, attack chosen) at every trim ratio x
+    Byzantine fraction x seed, plus the clean run (beta = 0) per seed, in one call of ``runner``.
+
+    A (trim, beta) point survives when no seed collapsed and the mean final accuracy is at least
+    the threshold: ``threshold`` if given, else ``relative_threshold`` x the clean accuracy (the
+    breakdown map's rule). Recommended: the smallest trim surviving at every beta swept, i.e. at the
+    deployment's fraction and at the margin above it."""
+    for r in trims:
+        _check_trim(r)
+    specs, keys = [], []
+    for seed in seeds:
+        specs.append(base.updated(byzantine_fraction=0.0, attack="none", seed=seed))
+        keys.append(("clean", None, seed))
+    for r in trims:
+        for beta in byzantine_fractions:
+            for seed in seeds:
+                specs.append(base.updated(trim_ratio=r, byzantine_fraction=beta, seed=seed))
+                keys.append(("point", (r, beta), seed))
+    summaries = runner(specs)
+    clean = [s["final_accuracy"] for (kind, _, _), s in zip(keys, summaries) if kind == "clean"]
+    clean_accuracy = _mean(clean)
+    bar = threshold if threshold is not None else relative_threshold * clean_accuracy
+    grouped: dict[tuple[float, float], list[dict]] = {}
+    for (kind, point, _), summary in zip(keys, summaries):
+        if kind == "point":
+            grouped.setdefault(point, []).append(summary)
+    result = TrimSweep(clean_accuracy=clean_accuracy, threshold=bar)
+    for (r, beta), runs in grouped.items():
+        accuracy = _mean([s["final_accuracy"] for s in runs])
+        collapsed = sum(bool(s.get("collapsed")) for s in runs)
+        result.rows.append({"trim_ratio": r, "byzantine_fraction": beta, "accuracy": accuracy,
+                            "collapsed_seeds": collapsed, "seeds": len(runs),
+                            "survived": collapsed == 0 and accuracy >= bar})
+    surviving = [r for r in trims
+                 if all(row["survived"] for row in result.rows if row["trim_ratio"] == r)]
+    result.recommended = min(surviving) if surviving else None
+    if result.recommended is not None:
+        own = byzantine_fractions[0]
+        acc = {row["trim_ratio"]: row["accuracy"] for row in result.rows
+               if row["byzantine_fraction"] == own}
+        result.cost = {r: 100 * (acc[result.recommended] - acc[r])
+                       for r in sorted(acc) if r > result.recommended}
+    return result
+
+
+def _mean(values: Sequence[Any]) -> float:
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    # a run without a finite accuracy (diverged) counts as 0, not as missing
+    padded = finite + [0.0] * (len(values) - len(finite))
+    return float(np.mean(padded)) if padded else float("nan")

@@ -1,0 +1,181 @@
+"""PNG figures from result tables (matplotlib, Agg canvas).
+
+Figures are built on `matplotlib.figure.Figure` with the Agg canvas, never through pyplot: no
+global figure state, no GUI backend, safe in a headless sweep driver or a Ray worker.
+
+- `round_curves`         per-round test accuracy and parameter norm of chosen runs (the paper's
+                         failure diagnostics: a rising norm at chance accuracy is median under IPM)
+- `error_vs_corruption`  mean test error against Byzantine fraction per method, one panel per
+                         attack, with E(beta) = E0 + C sqrt(beta) fitted (the paper's Figure 2 shape)
+- `breakdown_heatmap`    aggregator x participation, colour = breakdown fraction, one panel per
+                         attack; non-monotone cells marked with '*', cells failing clean with 'x'
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["round_curves", "error_vs_corruption", "breakdown_heatmap", "fit_sqrt_bound"]
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _save(figure: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, bbox_inches="tight")
+    return path
+
+
+def _run_label(run: pd.Series) -> str:
+    parts = [str(run.get("method", "?"))]
+    if run.get("attack") not in (None, "none"):
+        parts.append(str(run["attack"]))
+    for key, short in (("byzantine_fraction", "β"), ("participation", "p"), ("seed", "s")):
+        if key in run and run[key] is not None and not (isinstance(run[key], float) and math.isnan(run[key])):
+            parts.append(f"{short}={run[key]:g}" if isinstance(run[key], (int, float)) else f"{short}={run[key]}")
+    return " ".join(parts)
+
+
+def round_curves(rounds: pd.DataFrame, runs: pd.DataFrame, run_ids: Sequence[str],
+                 path: str | Path) -> Path | None:
+    """Two panels over rounds: test accuracy (evaluated rounds only) and parameter norm, one line
+    per run in ``run_ids``. None when there is nothing to draw."""
+    chosen = [r for r in run_ids if (rounds["run_id"] == r).any()] if len(rounds) else []
+    if not chosen:
+        return None
+    figure = _figure(11, 4)
+    left, right = figure.subplots(1, 2)
+    info = runs.set_index("run_id")
+    for run_id in chosen:
+        rows = rounds[rounds["run_id"] == run_id].sort_values("round")
+        label = _run_label(info.loc[run_id]) if run_id in info.index else run_id
+        evaluated = rows[rows["accuracy"].notna()]
+        line, = left.plot(evaluated["round"], 100 * evaluated["accuracy"], marker=".", label=label)
+        right.plot(rows["round"], rows["param_norm"], color=line.get_color(), marker=".")
+    left.set(xlabel="round", ylabel="test accuracy (%)", title="accuracy")
+    right.set(xlabel="round", ylabel="‖w‖₂", title="parameter norm")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+    left.legend(fontsize=7, loc="best")
+    return _save(figure, path)
+
+
+def fit_sqrt_bound(beta: np.ndarray, error: np.ndarray) -> tuple[float, float]:
+    """Least-squares (E0, C) of E(beta) = E0 + C sqrt(beta) (SWB-DM, Eq. 1)."""
+    design = np.stack([np.ones_like(beta), np.sqrt(beta)], axis=1)
+    (e0, c), *_ = np.linalg.lstsq(design, error, rcond=None)
+    return float(e0), float(c)
+
+
+def error_vs_corruption(runs: pd.DataFrame, path: str | Path, attacks: Sequence[str] | None = None,
+                        fit_method: str | None = None) -> Path | None:
+    """Mean test error (1 - final accuracy, in %) per method against beta, one panel per attack
+    (default: alie and ipm when present, as the paper's Figure 2, else every attack). The clean runs
+    (beta = 0) are every panel's first point. A dashed E0 + C sqrt(beta) is fitted to
+    ``fit_method`` (default swb if present, else the first method)."""
+    if runs.empty or "attack" not in runs:
+        return None
+    attacked = runs[runs["attack"] != "none"]
+    present = list(dict.fromkeys(attacked["attack"]))
+    if attacks is None:
+        attacks = [a for a in ("alie", "ipm") if a in present] or present
+    attacks = [a for a in attacks if a in present]
+    if not attacks:
+        return None
+    clean = runs[runs["byzantine_fraction"] == 0]
+    methods = list(dict.fromkeys(runs["method"]))
+    fit_method = fit_method or ("swb" if "swb" in methods else methods[0])
+    figure = _figure(5 * len(attacks), 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(attacks), sharey=True))
+    for axis, attack in zip(axes, attacks):
+        subset = pd.concat([clean, runs[(runs["attack"] == attack) & (runs["byzantine_fraction"] > 0)]])
+        for method in methods:
+            rows = subset[subset["method"] == method]
+            if rows.empty:
+                continue
+            curve = (100 * (1 - rows.groupby("byzantine_fraction")["final_accuracy"].mean())).sort_index()
+            line, = axis.plot(curve.index, curve.values, marker="o", label=method)
+            if method == fit_method and len(curve) >= 2:
+                e0, c = fit_sqrt_bound(curve.index.to_numpy(float), curve.to_numpy(float))
+                grid = np.linspace(0, curve.index.max(), 50)
+                axis.plot(grid, e0 + c * np.sqrt(grid), "--", color=line.get_color(),
+                          label=f"{method}: {e0:.1f} + {c:.1f}√β")
+        axis.set(xlabel="Byzantine fraction β", title=attack)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    axes[0].set_ylabel("test error (%)")
+    return _save(figure, path)
+
+
+def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = None,
+                      column: str = "participation", panel: str = "attack") -> Path | None:
+    """Heatmap of ``breakdown_fraction``: rows = aggregator (or method), columns = participation,
+    one panel per attack (and per dataset when several); a cell over several rows shows their
+    minimum. Non-monotone cells carry '*', cells whose clean run failed 'x'. None when the table
+    is empty."""
+    if table.empty or "breakdown_fraction" not in table:
+        return None
+    table = table.copy()
+    row = row or next((k for k in ("aggregator", "method") if k in table), None)
+    if row is None:
+        table["cell"] = "all"
+        row = "cell"
+    if column not in table:
+        table[column] = "-"
+    if panel not in table:
+        table[panel] = "all"
+    for extra in ("dataset", "participation_mode", "method"):
+        # further cell axes (optionally x dataset) get panels of their own, not a hidden minimum
+        if extra in table and extra not in (row, column, panel) and table[extra].nunique() > 1:
+            table[panel] = table[panel].astype(str) + " · " + table[extra].astype(str)
+    if "status" not in table:
+        table["status"] = "ok"
+    table["breakdown_fraction"] = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
+    panels = list(dict.fromkeys(table[panel]))
+    rows = list(dict.fromkeys(table[row]))
+    columns = sorted(dict.fromkeys(table[column]), key=str)
+    top = float(np.nanmax(table["breakdown_fraction"])) if table["breakdown_fraction"].notna().any() else 0.5
+    figure = _figure(1.2 + 1.3 * len(columns) * len(panels) + 1.0, 0.9 + 0.45 * len(rows))
+    axes = np.atleast_1d(figure.subplots(1, len(panels), sharey=True, squeeze=False)[0])
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"].with_extremes(bad="#dddddd")
+    image = None
+    for axis, name in zip(axes, panels):
+        sub = table[table[panel] == name]
+        grid = np.full((len(rows), len(columns)), np.nan)
+        marks = [["" for _ in columns] for _ in rows]
+        for (r, c), group in sub.groupby([row, column], sort=False):
+            i, j = rows.index(r), columns.index(c)
+            grid[i, j] = group["breakdown_fraction"].min()
+            if (group["status"] == "non_monotone").any():
+                marks[i][j] = "*"
+            if (group["status"] == "fails_clean").any():
+                marks[i][j] = "x"
+        image = axis.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=max(top, 1e-9),
+                            aspect="auto")
+        for i in range(len(rows)):
+            for j in range(len(columns)):
+                text = "" if math.isnan(grid[i, j]) else f"{grid[i, j]:.2f}"
+                axis.text(j, i, text + marks[i][j], ha="center", va="center", fontsize=8,
+                          color="white" if not math.isnan(grid[i, j]) and grid[i, j] < 0.6 * top else "black")
+        axis.set_xticks(range(len(columns)), [f"{c:g}" if isinstance(c, float) else str(c) for c in columns])
+        axis.set_yticks(range(len(rows)), [str(r) for r in rows])
+        axis.set(xlabel=column, title=str(name))
+    axes[0].set_ylabel(row)
+    if image is not None:
+        figure.colorbar(image, ax=list(axes), label="breakdown fraction")
+    return _save(figure, path)

@@ -1,0 +1,234 @@
+"""Parallel bisection of breakdown points on toy evaluators whose boundaries are known, and the
+spec evaluator on a fake runner (no training, no Ray)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from robusttune.breakdown import (Cell, Outcome, Point, bisect_breakdown, lattice_top,
+                                  spec_evaluator, write_breakdown)
+from robusttune.registry import SpecError
+
+
+class Counting:
+    """Wraps a point -> verdict function; records every batch it is handed."""
+
+    def __init__(self, verdict):
+        self.verdict = verdict
+        self.batches: list[list[Point]] = []
+
+    def __call__(self, points):
+        self.batches.append(list(points))
+        return [self.verdict(p) for p in points]
+
+    @property
+    def points(self):
+        return [p for batch in self.batches for p in batch]
+
+
+def monotone_cells():
+    # (aggregator, attack, p) -> true breakdown k on N=20 clients (lattice 0..10 at max 0.5)
+    truth = {}
+    for i, aggregator in enumerate(["mean", "median", "trimmed_mean", "krum"]):
+        for j, attack in enumerate(["sign_flip", "ipm"]):
+            for p in (0.1, 0.5):
+                truth[Cell.of(20, aggregator=aggregator, attack=attack, participation=p)] = \
+                    (3 * i + 2 * j + int(p * 10)) % 11
+    return truth
+
+
+def test_monotone_boundaries_found_exactly_with_fewer_evaluations():
+    truth = monotone_cells()
+    # accuracies: 0.9 clean, 0.8 up to the boundary, 0.1 above (collapsed from there)
+    evaluator = Counting(lambda p: Outcome(0.9 if p.byzantine == 0 else
+                                           (0.8 if p.byzantine <= truth[p.cell] else 0.1),
+                                           collapsed=p.byzantine > truth[p.cell]))
+    result = bisect_breakdown(truth, evaluator)
+    for cell in result.cells:
+        assert cell.breakdown == truth[cell.cell], cell.cell.label
+        assert cell.status == ("survives_all" if truth[cell.cell] == 10 else "ok")
+        assert cell.clean_accuracy == 0.9 and cell.bar == pytest.approx(0.45)
+    assert result.points_used == len(evaluator.points)
+    assert result.grid_points == 11 * len(truth)
+    assert result.points_used < result.grid_points / 2
+    # every wave is one batch holding every unfinished cell, never a point twice
+    assert len(evaluator.batches) == result.waves <= 6
+    assert len(evaluator.batches[0]) == 2 * len(truth)
+    assert len(set(evaluator.points)) == len(evaluator.points)
+    frame = result.to_frame()
+    assert list(frame["breakdown_fraction"]) == [truth[c.cell] / 20 for c in result.cells]
+    assert frame["monotone"].all()
+    assert "against" in result.cost_line()
+
+
+def test_threshold_rule_relative_and_absolute():
+    cell = Cell.of(10, aggregator="median")
+    # accuracy falls by 0.1 per Byzantine client from 0.9; half of clean = 0.45 -> k <= 4
+    accuracy = lambda points: [Outcome(0.9 - 0.1 * p.byzantine) for p in points]
+    assert bisect_breakdown([cell], accuracy).cells[0].breakdown == 4
+    assert bisect_breakdown([cell], accuracy, relative_threshold=0.8).cells[0].breakdown == 1
+    assert bisect_breakdown([cell], accuracy, threshold=0.65).cells[0].breakdown == 2
+    # a cell whose clean run collapses has no breakdown point
+    result = bisect_breakdown([cell], lambda ps: [Outcome(0.1, collapsed=True) for _ in ps])
+    assert result.cells[0].status == "fails_clean" and result.cells[0].breakdown is None
+
+
+def test_bool_verdicts_and_lattice():
+    assert lattice_top(20, 0.5) == 10 and lattice_top(10, 0.3) == 3 and lattice_top(7, 0.5) == 3
+    cells = {Cell.of(n, rule="x"): b for n, b in ((7, 2), (13, 0), (25, 12))}
+    result = bisect_breakdown(cells, lambda points: [p.byzantine <= cells[p.cell] for p in points])
+    assert [c.breakdown for c in result.cells] == [2, 0, 12]
+    assert [c.status for c in result.cells] == ["ok", "ok", "survives_all"]
+
+
+def test_non_monotone_cell_is_flagged_not_hidden():
+    monotone = Cell.of(20, aggregator="median")
+    dip = Cell.of(20, aggregator="krum")
+    # krum fails at 3 but survives again at 4 (an ALIE-style dip); bisection lands on b=2 and the
+    # verification point b+2 = 4 contradicts it
+    survive = {monotone: lambda k: k <= 6, dip: lambda k: k in (0, 1, 2, 4)}
+    evaluator = Counting(lambda p: survive[p.cell](p.byzantine))
+    result = bisect_breakdown([monotone, dip], evaluator)
+    by_cell = {c.cell: c for c in result.cells}
+    assert by_cell[monotone].status == "ok" and by_cell[monotone].breakdown == 6
+    flagged = by_cell[dip]
+    assert flagged.status == "non_monotone"
+    assert flagged.breakdown == 2 and 4 in flagged.violations
+    assert flagged.conservative == 2 and flagged.largest_survivor == 4
+    row = result.to_frame().set_index("aggregator").loc["krum"]
+    assert not row["monotone"] and "4+" in row["evaluated"]
+
+    # "scan" evaluates the rest of a flagged cell's lattice, so its largest survivor is exact
+    late = Cell.of(20, aggregator="bulyan")
+    scanned = bisect_breakdown([late], lambda ps: [p.byzantine in (0, 1, 2, 4, 8) for p in ps],
+                               on_non_monotone="scan")
+    cell = scanned.cells[0]
+    assert cell.status == "non_monotone" and len(cell.outcomes) == 11
+    assert cell.largest_survivor == 8 and cell.conservative == 2
+
+
+def test_bad_arguments():
+    cell = Cell.of(10, a=1)
+    with pytest.raises(SpecError):
+        bisect_breakdown([cell], lambda ps: [True] * len(ps), max_fraction=1.0)
+    with pytest.raises(SpecError):
+        bisect_breakdown([cell, cell], lambda ps: [True] * len(ps))
+    with pytest.raises(ValueError):
+        bisect_breakdown([cell], lambda ps: [True])
+
+
+def fake_runner(log):
+    """Runs nothing: accuracy = 0.9 - (beta - 0.4 * trim_ratio) (a trim buys robustness), worst
+    for the largest attack_strength; records every batch of RunSpecs."""
+
+    def run(specs):
+        log.append(list(specs))
+        out = []
+        for s in specs:
+            strength = s.attack_strength or 1.0
+            damage = max(0.0, s.byzantine_fraction * strength - 0.4 * (s.trim_ratio or 0.0))
+            accuracy = max(0.05, 0.9 - 2 * damage)
+            out.append({"final_accuracy": accuracy, "collapsed": accuracy <= 0.105,
+                        "run_dir": f"runs/{len(out)}"})
+        return out
+
+    return run
+
+
+def test_spec_evaluator_seeds_adversary_and_tuning():
+    log: list = []
+    base = {"dataset": "synthetic", "clients": 10, "rounds": 1}
+    cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]   # the fake runner ignores the rule
+    evaluate = spec_evaluator(base, fake_runner(log), seeds=[1, 2],
+                              adversary={"attack_strength": [0.5, 1.0]})
+    result = bisect_breakdown(cells, evaluate)
+    # no trim: survives while 0.9 - 2 beta >= 0.45, i.e. beta <= 0.225 -> k = 2
+    assert result.cells[0].breakdown == 2
+    first = log[0]
+    assert {s.seed for s in first} == {1, 2}
+    clean = [s for s in first if s.byzantine_fraction == 0]
+    assert len(clean) == 2                           # no adversary variants at k = 0
+    attacked = [s for s in first if s.byzantine_fraction > 0]
+    assert {s.attack_strength for s in attacked} == {0.5, 1.0} and len(attacked) == 4
+    assert result.trials_used == sum(len(batch) for batch in log)
+
+    # tuning trim_ratio per point with Optuna (ask/tell, one runner call per trial round)
+    from robusttune.sweep.space import Domain
+
+    log.clear()
+    tuned = spec_evaluator(base, fake_runner(log), seeds=[1], budget=6,
+                           tune={"trim_ratio": Domain("uniform", low=0.0, high=0.45)})
+    result = bisect_breakdown(cells, tuned)
+    # a trim up to 0.45 buys up to 0.18 of beta: the tuned boundary lies above the untuned one
+    assert result.cells[0].breakdown >= 3
+    assert all(len({s.byzantine_fraction for s in batch}) == len(batch) for batch in log)
+    assert result.trials_used == sum(len(batch) for batch in log)
+
+
+def test_write_breakdown(tmp_path):
+    cells = {Cell.of(10, aggregator=a, attack=t, participation=p): b
+             for (a, t, p), b in {("mean", "ipm", 0.5): 0, ("median", "ipm", 0.5): 3,
+                                  ("mean", "alie", 0.5): 1, ("median", "alie", 1.0): 4}.items()}
+    result = bisect_breakdown(cells, lambda ps: [p.byzantine <= cells[p.cell] for p in ps])
+    path = write_breakdown(result, tmp_path)
+    text = path.read_text()
+    assert "| aggregator |" in text and "Cost:" in text
+    for name in ("breakdown.csv", "breakdown_points.csv", "breakdown.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "breakdown.csv")
+    assert math.isclose(table.set_index(["aggregator", "attack"]).loc[("median", "ipm"), "breakdown_fraction"], 0.3)
+
+
+SPACE = """
+# mean vs coordinate-wise rules under a strong sign flip on digits (4 short rounds, full participation)
+name: e2e
+run: {dataset: digits, model: mlp, clients: 10, rounds: 4, participation: 1.0, local_epochs: 1,
+      trainer: sequential, attack_strength: 20}
+space:
+  aggregator: {grid: [mean, median, trimmed_mean]}
+  attack: {grid: [sign_flip]}
+breakdown: {seeds: [42], max_fraction: 0.5}
+"""
+
+
+def test_end_to_end_breakdown_on_digits(tmp_path):
+    """`robusttune breakdown --local`: mean under sign_flip breaks at a lower fraction than median
+    and trimmed_mean (which trims f = k per side)."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    space = tmp_path / "e2e.yaml"
+    space.write_text(SPACE)
+    result = CliRunner().invoke(app, ["breakdown", str(space), "--local", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "out" / "breakdown.csv").set_index("aggregator")
+    fraction = table["breakdown_fraction"]
+    assert fraction["mean"] < fraction["median"] and fraction["mean"] < fraction["trimmed_mean"]
+    assert (table["points_evaluated"] < table["lattice_points"]).any()
+    points = pd.read_csv(tmp_path / "out" / "breakdown_points.csv")
+    assert len(points) == table["points_evaluated"].sum()
+    assert all((tmp_path / "out" / d.split()[0] / "summary.json").exists() or
+               (Path(d.split()[0]) / "summary.json").exists() for d in points["detail"])
+    assert (tmp_path / "out" / "breakdown.png").exists()
+
+
+def test_breakdown_cli_bad_input(tmp_path):
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    space = tmp_path / "bad.yaml"
+    space.write_text(SPACE.replace("max_fraction: 0.5", "max_fraction: 0.5, colour: red"))
+    result = CliRunner().invoke(app, ["breakdown", str(space), "--local"])
+    assert result.exit_code == 2 and "breakdown.colour" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    space.write_text(SPACE.replace("attack: {grid: [sign_flip]}", "byzantine_fraction: {grid: [0.1]}"))
+    result = CliRunner().invoke(app, ["breakdown", str(space), "--local"])
+    assert result.exit_code == 2 and "lattice" in result.stderr

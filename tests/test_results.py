@@ -1,0 +1,170 @@
+"""Results folder -> tables -> report, on a fake results folder written by RunWriter with made-up
+round records (whose numbers the test knows) plus one real tiny Simulation run."""
+
+from __future__ import annotations
+
+import json
+import math
+import runpy
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from robusttune.config import RunSpec
+from robusttune.recording import RunWriter
+from robusttune.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
+                                markdown_table, report)
+from robusttune.simulation import RoundRecord
+
+METHODS = {"fedavg": dict(method="fedavg"), "fedcm": dict(method="fedcm"),
+           "state_cache+mean": dict(algorithm="state_cache", aggregator="mean")}
+
+
+def record(round_index: int, accuracy: float, norm: float) -> RoundRecord:
+    return RoundRecord(round=round_index, accuracy=accuracy, loss=1.0, param_norm=norm,
+                       nonfinite_params=0, max_class_share=0.2, sampled=5, byzantine_sampled=1,
+                       byzantine_input_share=0.2, byzantine_majority=False, f_assumed=1,
+                       precondition_held_assumed=True, precondition_held_actual=True,
+                       aggregated=True, collapsed=False, train_seconds=0.01, aggregate_seconds=0.001)
+
+
+def accuracy_of(method: str, beta: float, p: float, seed: int, attack: str) -> float:
+    """The made-up final accuracy of one run (distinct per run, known to the test)."""
+    base = {"fedavg": 0.80, "fedcm": 0.70, "state_cache+mean": 0.60}[method]
+    value = base - beta * (1.0 if attack == "ipm" else 0.5) - 0.1 * (p == 0.1) + 0.01 * (seed == 7)
+    if method == "fedavg" and attack == "ipm" and beta == 0.3:
+        value = 0.104                    # collapsed: <= chance (0.1) + 0.5 points
+    return round(value, 6)
+
+
+def write_fake_results(root: Path, rounds: int = 3, eval_every: int = 1) -> list[dict]:
+    """A small grid like the paper's: clean at beta 0, two attacks at 0.1 and 0.3, p in {0.5, 0.1},
+    seeds {42, 7}. Round r's accuracy is final x r / rounds; NaN between evaluations."""
+    written = []
+    conditions = [("none", 0.0)] + [(a, b) for a in ("alie", "ipm") for b in (0.1, 0.3)]
+    for method, keys in METHODS.items():
+        for attack, beta in conditions:
+            for p in (0.5, 0.1):
+                for seed in (42, 7):
+                    spec = RunSpec(dataset="synthetic", clients=10, rounds=rounds, participation=p,
+                                   byzantine_fraction=beta, attack=attack, seed=seed, **keys)
+                    final = accuracy_of(method, beta, p, seed, attack)
+                    folder = root / "sweep" / f"{method}-{attack}-b{beta}-p{p}-s{seed}"
+                    writer = RunWriter(folder, spec, tensorboard=False)
+                    for r in range(1, rounds + 1):
+                        evaluated = r % eval_every == 0 or r == rounds
+                        writer.write(record(r, final * r / rounds if evaluated else math.nan, 10.0 + r))
+                    summary = {"final_accuracy": final, "final_loss": 1.0,
+                               "collapsed": final <= 0.105, "rounds_run": rounds,
+                               "byzantine_majority_rounds": 0, "seconds": 0.1, "num_classes": 10,
+                               "spec": spec.to_dict()}
+                    writer.close(summary)
+                    written.append({"method": spec.method, "attack": attack, "beta": beta, "p": p,
+                                    "seed": seed, "final": final})
+    return written
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    return root, write_fake_results(root)
+
+
+def test_runs_table_matches_summaries(results):
+    root, written = results
+    runs = load_runs(root)
+    assert len(runs) == len(written) == 3 * 5 * 2 * 2
+    for path in root.rglob("summary.json"):
+        summary = json.loads(path.read_text())
+        row = runs[runs["run_id"] == path.parent.relative_to(root).as_posix()].iloc[0]
+        assert row["final_accuracy"] == summary["final_accuracy"]
+        assert row["method"] == summary["spec"]["method"]
+        assert row["byzantine_fraction"] == summary["spec"]["byzantine_fraction"]
+        assert bool(row["collapsed"]) == summary["collapsed"]
+
+
+def test_table_one_is_mean_accuracy_by_beta_and_p(results):
+    root, written = results
+    table = accuracy_table(load_runs(root))
+    assert list(table.index) == ["fedavg", "fedcm", "state_cache+mean"]   # the paper's order first
+    frame = pd.DataFrame(written)
+    for (method, p, beta), group in frame.groupby(["method", "p", "beta"]):
+        assert table.loc[method, (p, beta)] == pytest.approx(100 * group["final"].mean())
+    # p = 0.5 first and beta ascending, as in the paper
+    assert list(table.columns[:3]) == [(0.5, 0.0), (0.5, 0.1), (0.5, 0.3)]
+
+
+def test_table_two_counts_collapses(results):
+    root, written = results
+    table = collapse_table(load_runs(root))
+    assert table.loc["fedavg", "collapsed"] == 4          # ipm, beta 0.3, two p, two seeds
+    assert table.loc["fedcm", "collapsed"] == 0
+    assert (table["runs"] == 20).all()
+
+
+def test_table_four_gain_from_rounds(tmp_path):
+    write_fake_results(tmp_path, rounds=25, eval_every=4)   # rounds 10 and 25: 8 and 25 evaluated
+    runs = load_runs(tmp_path)
+    rounds = load_rounds(tmp_path, runs)
+    table = gain_table(runs, rounds, 10, 25)
+    frame = pd.DataFrame(write_fake_results(tmp_path / "again", rounds=1))
+    for method, group in frame.groupby("method"):
+        # accuracy at round 10 is the last evaluated one, round 8: final x 8/25
+        expected = (100 * group["final"] * (1 - 8 / 25)).mean()
+        assert table.loc[method, "synthetic gain"] == pytest.approx(expected)
+    assert gain_table(runs, rounds, 10, 30).empty
+
+
+def test_report_writes_tables_and_figures(results, tmp_path):
+    root, written = results
+    path = report(root, out=tmp_path / "report")
+    text = path.read_text()
+    assert "Table I" in text and "Table II" in text and "Table IV" in text
+    assert "| fedavg |" in text
+    for name in ("runs.csv", "table1_accuracy.csv", "table2_collapses.csv", "curves.png",
+                 "error_vs_corruption.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 0, name
+    table = pd.read_csv(tmp_path / "report" / "table2_collapses.csv", index_col=0)
+    assert table.loc["fedavg", "collapsed"] == 4
+
+
+def test_real_run_folder_and_cli(tmp_path):
+    from robusttune.breakdown import SequentialRunner
+    from robusttune.cli import app
+
+    spec = RunSpec(dataset="synthetic", model="mlp", clients=4, rounds=2, participation=0.5,
+                   synthetic_samples=200, local_epochs=1)
+    (summary,) = SequentialRunner(tmp_path / "real")([spec])
+    runs = load_runs(tmp_path / "real")
+    assert len(runs) == 1 and runs.loc[0, "final_accuracy"] == pytest.approx(summary["final_accuracy"])
+    assert len(load_rounds(tmp_path / "real", runs)) == 2
+
+    cli = CliRunner()
+    result = cli.invoke(app, ["report", str(tmp_path / "real"), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r" / "report.md").exists()
+    result = cli.invoke(app, ["report", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_analysis_script(results, tmp_path, monkeypatch, capsys):
+    root, _ = results
+    script = Path(__file__).resolve().parents[1] / "analysis" / "tables.py"
+    monkeypatch.setattr(sys, "argv", [str(script), str(root), "--out", str(tmp_path / "a")])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(script), run_name="__main__")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Table I" in out and "fedavg" in out
+    for name in ("table1_accuracy.csv", "table2_collapses.csv", "figure2.png"):
+        assert (tmp_path / "a" / name).exists(), name
+
+
+def test_markdown_table():
+    frame = pd.DataFrame({"a": [1.234, float("nan")], "b": ["x|y", None]}, index=pd.Index(["m", "n"], name="method"))
+    text = markdown_table(frame)
+    assert text.splitlines()[0] == "| method | a | b |"
+    assert "| m | 1.23 | x\\|y |" in text and "| n |  |  |" in text
