@@ -7,6 +7,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
+
+# The models under test are tiny: one thread is as fast as two, and two threads collapse when the
+# machine is shared (measured 5-10x slower under load, bench/training.py), so tests use one.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
