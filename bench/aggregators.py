@@ -1,0 +1,154 @@
+"""Aggregation cost at the papers' model size (cnn2, d = 545,098), and SWB against the published
+per-chunk loop.
+
+    python bench/aggregators.py            # n in {20, 50, 500}, every rule, SWB comparisons
+    python bench/aggregators.py --quick    # n in {20, 50}, one repetition
+    python bench/aggregators.py --threads 1
+
+Prints seconds per aggregation for every rule and n, the published SWB loop (a Gaussian, a QR
+with the sign fix and a matmul per chunk, in a Python loop, as the SWB-DM code does) against the
+`haar`, `shared` and `hadamard` rotations on the same input in the same run, how far each
+rotation option moves the aggregate (L2 distance to the exact rule's output and to the honest
+mean on an honest + outlier input), the delayed cache's memory at N = 500 and 10,000, and ends
+with ``swb_speedup_exact: <loop seconds / haar seconds>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+from robusttune.aggregators import AGGREGATORS, make_aggregator
+
+D = 545_098  # cnn2, the SWB-DM model
+CHUNK = 512
+
+
+def published_swb_loop(x: torch.Tensor, *, chunk: int, views: int, trim_ratio: float,
+                       generator: torch.Generator) -> torch.Tensor:
+    """SWB as the SWB-DM code computes it: per view, per chunk, draw a Gaussian, QR it, fix the
+    signs, rotate, sort, trim, pick the medoid, place back, rotate back."""
+    n, d = x.shape
+    k = int(math.floor(n * trim_ratio + 1e-9))
+    out = torch.zeros(d, dtype=x.dtype)
+    for _ in range(views):
+        for start in range(0, d, chunk):
+            X = x[:, start:start + chunk]
+            c = X.shape[1]
+            q, r = torch.linalg.qr(torch.randn(c, c, generator=generator, dtype=x.dtype))
+            q = q * torch.sign(torch.diagonal(r))
+            Y = X @ q
+            S = torch.sort(Y, dim=1).values
+            b = torch.sort(S, dim=0).values[k:n - k].mean(0)
+            m = torch.argmin(((S - b) ** 2).sum(1))
+            z = torch.empty_like(b)
+            z[torch.argsort(Y[m])] = b
+            out[start:start + c] += z @ q.T
+    return out / views
+
+
+def timed(fn, reps: int) -> tuple[float, torch.Tensor]:
+    times, out = [], None
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def messages(n: int, f: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n trained-state-like messages: a shared model (norm ~30) plus client noise; the first f
+    are outliers that shift every coordinate by 10 client standard deviations (an attacker
+    pushing one way). Returns (messages, honest mean)."""
+    gen = torch.Generator().manual_seed(seed)
+    model = torch.randn(D, generator=gen) * (30 / math.sqrt(D))
+    x = model + 0.01 * torch.randn(n, D, generator=gen)
+    honest = x[f:].mean(0)
+    x[:f] += 0.1
+    return x, honest
+
+
+def rule(name: str, f: int):
+    params = {"f": f, "trim_ratio": 0.25 if name == "swb" else None}
+    if name == "bucketing":
+        params.update(inner="krum", bucket_size=2)
+    return make_aggregator(name, **params)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n in {20, 50}, one repetition")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per small-n timing")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = [20, 50] if args.quick else [20, 50, 500]
+    reps = args.reps or (1 if args.quick else 2)
+    print(f"d = {D:,}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"sizes {sizes}, {reps} repetition(s) (1 at n = 500); f = floor(0.2 n)")
+
+    # -- every rule ------------------------------------------------------------------------
+    table: dict[str, dict[int, float]] = {name: {} for name in AGGREGATORS.names()}
+    for n in sizes:
+        f = n // 5
+        x, honest = messages(n, f, seed=n)
+        reference = honest + 0.001
+        for name in AGGREGATORS.names():
+            agg = rule(name, f)
+            gen = torch.Generator().manual_seed(0)
+            call = lambda: agg(x, reference=reference, previous=None, generator=gen)  # noqa: E731
+            seconds, _ = timed(call, 1 if n >= 500 else reps)
+            table[name][n] = seconds
+            print(f"  {name:<17} n={n:<4} {seconds:8.3f} s", flush=True)
+        del x
+    print("\nseconds per aggregation (d = 545,098)")
+    print("  rule              " + "".join(f"{'n=' + str(n):>10}" for n in sizes))
+    for name, row in table.items():
+        print(f"  {name:<17} " + "".join(f"{row[n]:10.3f}" for n in sizes))
+
+    # -- SWB: published loop vs the rotations, same input, same run ------------------------
+    n, f = 50, 10
+    x, honest = messages(n, f, seed=7)
+    print(f"\nSWB at n = {n}, d = {D:,}, C = {CHUNK}, P = 2 views, r = 0.25 "
+          f"({math.ceil(D / CHUNK)} chunks per view)")
+    loop_s, loop_out = timed(lambda: published_swb_loop(
+        x, chunk=CHUNK, views=2, trim_ratio=0.25, generator=torch.Generator().manual_seed(1)), 1)
+    print(f"  published per-chunk loop      {loop_s:8.2f} s", flush=True)
+    results = {}
+    for rotation in ("haar", "shared", "hadamard"):
+        agg = make_aggregator("swb", trim_ratio=0.25, swb_rotation=rotation)
+        seconds, out = timed(lambda: agg(x, generator=torch.Generator().manual_seed(2)), reps)
+        results[rotation] = (seconds, out)
+        print(f"  {rotation:<29} {seconds:8.2f} s   loop / {rotation} = {loop_s / seconds:5.2f}x",
+              flush=True)
+    # A second exact draw: how far two exact aggregates are from each other sets the scale
+    # against which the faster rotations' differences should be read.
+    exact2 = make_aggregator("swb", trim_ratio=0.25)(x, generator=torch.Generator().manual_seed(3))
+    exact = results["haar"][1]
+    mean = x.mean(0)
+    print(f"\neffect of the rotation on the aggregate ({f} of {n} messages shifted by +0.1 on "
+          f"every coordinate; honest spread 0.01 per coordinate)")
+    print(f"  {'output':<26}{'L2 to honest mean':>18}{'L2 to haar output':>19}")
+    rows = [("haar (seed 2)", exact), ("haar (another draw)", exact2),
+            ("shared", results["shared"][1]), ("hadamard", results["hadamard"][1]),
+            ("published loop", loop_out), ("mean (FedAvg)", mean),
+            ("median", make_aggregator("median")(x))]
+    for label, out in rows:
+        print(f"  {label:<26}{(out - honest).norm().item():18.4f}{(out - exact).norm().item():19.4f}")
+    del x
+
+    # -- cache memory ------------------------------------------------------------------------
+    print("\ndelayed cache (N slots of d = 545,098), computed")
+    for slots in (500, 10_000):
+        for dtype, size in (("float32", 4), ("bfloat16", 2)):
+            print(f"  N = {slots:>6,}  {dtype:<9} {slots * D * size / 2**30:7.2f} GiB")
+    print(f"swb_speedup_exact: {loop_s / results['haar'][0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""The rule interface, the registry and the numerical helpers the rules share.
+
+A rule is a small callable object: parameters are given and checked once in the constructor
+(``SpecError``, one line naming the key and the allowed values), the call takes the stacked
+messages ``Tensor[n, d]`` and returns one ``Tensor[d]`` on the input's device and dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from robusttune.registry import Registry, SpecError
+
+AGGREGATORS: Registry[type["Aggregator"]] = Registry("aggregator")
+
+# Column blocks of the pairwise-distance Gram product and row blocks of centred differences are
+# sized so that one temporary holds about this many elements (64 MB in float32): an n x d
+# temporary at n=500, d=545,098 would be 1.1 GB, and first-touching fresh pages costs about as
+# much as the arithmetic on this machine.
+BLOCK_ELEMENTS = 1 << 24
+
+
+class Aggregator:
+    """Base of every rule: ``rule(updates, f=..., weights=..., reference=..., previous=...,
+    generator=...) -> Tensor[d]`` for ``updates: Tensor[n, d]``.
+
+    Context a rule needs comes by keyword at call time: ``f`` the assumed number of corrupted
+    inputs (overrides the constructor's), ``weights`` sample counts, ``reference`` the server's
+    own message (FLTrust), ``previous`` the point messages move from (the current global model
+    when states are aggregated, the last aggregate when momenta are), ``generator`` the run's
+    torch.Generator for randomised rules (so the simulation owns every RNG and checkpoints it).
+    Rules ignore the context they do not use.
+
+    Numerics: bfloat16/float16 messages are aggregated in float32 and the result is cast back to
+    the input dtype; float32 and float64 are computed in their own precision. Subclasses
+    implement :meth:`aggregate` on the converted messages.
+    """
+
+    name: str = "base"
+
+    def __init__(self, f: int | None = None) -> None:
+        if f is not None and (not isinstance(f, (int, np.integer)) or isinstance(f, bool) or f < 0):
+            raise SpecError(f"f must be an integer >= 0; got {f!r}")
+        self.f = None if f is None else int(f)
+
+    def precondition(self, n: int, f: int) -> bool:
+        """Whether the rule's guarantee holds for n inputs of which f may be corrupted."""
+        return True
+
+    def _f(self, f: int | None) -> int:
+        if f is None:
+            return self.f or 0
+        if f < 0:
+            raise ValueError(f"f must be >= 0; got {f}")
+        return int(f)
+
+    def __call__(
+        self,
+        updates: Tensor,
+        *,
+        f: int | None = None,
+        weights: Tensor | None = None,
+        reference: Tensor | None = None,
+        previous: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        if updates.dim() != 2 or updates.shape[0] < 1:
+            raise ValueError(
+                f"{self.name}: updates must be a Tensor[n, d] with n >= 1; got shape "
+                f"{tuple(updates.shape)}"
+            )
+        dtype = compute_dtype(updates.dtype)
+        x = updates.detach().to(dtype)
+        if weights is not None:
+            weights = torch.as_tensor(weights).detach().to(device=x.device, dtype=dtype).reshape(-1)
+            if weights.numel() != x.shape[0]:
+                raise ValueError(f"{self.name}: {weights.numel()} weights for {x.shape[0]} updates")
+        if reference is not None:
+            reference = reference.detach().to(device=x.device, dtype=dtype).reshape(-1)
+        if previous is not None:
+            previous = previous.detach().to(device=x.device, dtype=dtype).reshape(-1)
+        with torch.no_grad():
+            out = self.aggregate(
+                x, f=self._f(f), weights=weights, reference=reference, previous=previous,
+                generator=generator,
+            )
+        return out.to(updates.dtype) if updates.dtype.is_floating_point else out
+
+    def aggregate(
+        self,
+        x: Tensor,
+        *,
+        f: int,
+        weights: Tensor | None,
+        reference: Tensor | None,
+        previous: Tensor | None,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        """The rule on messages already in the compute dtype; returns Tensor[d]."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+def make_aggregator(name: str, /, **params: Any) -> Aggregator:
+    """Build rule ``name`` from keyword parameters spelled as RunSpec keys (f, trim_ratio, krum_m,
+    cclip_tau, gm_iters, swb_chunk, seed ...); RunSpec keys the rule does not use are ignored."""
+    return AGGREGATORS.make(name, **params)
+
+
+# -- parameter checks (constructor side) ------------------------------------------------------
+
+
+def check_int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise SpecError(f"{key} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def check_float(key: str, value: Any, low: float, high: float, *, high_open: bool = True) -> float:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(float(value)) and low <= float(value)
+    ok = ok and (float(value) < high if high_open else float(value) <= high)
+    if not ok:
+        bracket = ")" if high_open else "]"
+        raise SpecError(f"{key} must be a number in [{low}, {high}{bracket}; got {value!r}")
+    return float(value)
+
+
+def check_positive(key: str, value: Any) -> float:
+    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
+    if not (ok and math.isfinite(float(value)) and float(value) > 0):
+        raise SpecError(f"{key} must be a finite number > 0; got {value!r}")
+    return float(value)
+
+
+def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise SpecError(f"{key} {value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return str(value)
+
+
+def trim_count(ratio: float, n: int) -> int:
+    """floor(ratio * n), with the same 1e-9 tolerance as RunSpec so 0.3 * 10 trims 3, not 2."""
+    return int(math.floor(ratio * n + 1e-9))
+
+
+# -- numerics ----------------------------------------------------------------------------------
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half precisions and integers (their sums and sorts lose too much), else the
+    input dtype."""
+    if dtype in (torch.float32, torch.float64):
+        return dtype
+    return torch.float32
+
+
+def _numpy_ok(x: Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+
+
+def sort_values(x: Tensor, dim: int) -> Tensor:
+    """Sorted values along ``dim``. On CPU numpy's vectorised sort is used: measured here it
+    sorts a [50, 545098] float32 matrix along the clients in 0.14 s against 1.8 s for torch.sort
+    (which also builds the index tensor), and rows of 512 about 8x faster."""
+    if _numpy_ok(x):
+        return torch.from_numpy(np.sort(x.numpy(), axis=dim))
+    return torch.sort(x, dim=dim).values
+
+
+def argsort_last(x: Tensor) -> Tensor:
+    """Stable argsort along the last dimension (numpy on CPU, for the same reason)."""
+    if _numpy_ok(x):
+        return torch.from_numpy(np.argsort(x.numpy(), axis=-1, kind="stable"))
+    return torch.argsort(x, dim=-1, stable=True)
+
+
+def midpoint(low: Tensor, high: Tensor) -> Tensor:
+    """(low + high) / 2 without overflow for values near the dtype's maximum."""
+    return 0.5 * low + 0.5 * high
+
+
+@functools.lru_cache(maxsize=8)
+def _direction(length: int, device: str, dtype: torch.dtype) -> Tensor:
+    generator = torch.Generator().manual_seed(0x5EED)
+    return torch.randn(length, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+def tie_keys(rows: Tensor) -> Tensor:
+    """One number per row (its projection on a fixed pseudo-random direction) used to break exact
+    ties between different rows without looking at their positions, so a choice never depends on
+    the order in which the messages arrive. Different rows tie in key with probability zero; equal
+    rows are interchangeable."""
+    return rows @ _direction(rows.shape[-1], str(rows.device), rows.dtype)
+
+
+def rank_ascending(scores: Tensor, rows: Tensor | None = None, keys: Tensor | None = None) -> Tensor:
+    """Indices that sort ``scores`` ascending; exact ties are broken by :func:`tie_keys` of
+    ``rows`` (row i belongs to score i), or by precomputed ``keys``, so the ranking is a function
+    of the set of messages, not of their order."""
+    order = torch.argsort(scores, stable=True)
+    ordered = scores[order]
+    if scores.numel() > 1 and bool((ordered[1:] == ordered[:-1]).any()):
+        if keys is None:
+            assert rows is not None, "ties need rows or keys"
+            keys = tie_keys(rows)
+        by_key = torch.argsort(keys, stable=True)
+        order = by_key[torch.argsort(scores[by_key], stable=True)]
+    return order
+
+
+def column_blocks(d: int, rows: int) -> Iterator[slice]:
+    width = max(1024, BLOCK_ELEMENTS // max(rows, 1))
+    for start in range(0, d, width):
+        yield slice(start, min(d, start + width))
+
+
+def row_blocks(n: int, d: int) -> Iterator[slice]:
+    height = max(1, BLOCK_ELEMENTS // max(d, 1))
+    for start in range(0, n, height):
+        yield slice(start, min(n, start + height))
+
+
+def pairwise_sq_distances(x: Tensor) -> Tensor:
+    """D[i, j] = ||x_i - x_j||^2.
+
+    Small problems (n^2 d <= 2^22) use explicit differences, exact for the small integers of
+    hand-checked examples. Larger ones use the Gram identity ||a||^2 + ||b||^2 - 2 a.b on the
+    messages centred at their mean, by column blocks so the centred copy stays small: distances
+    do not change under translation, and centring keeps the cancellation at the scale of the
+    spread between messages instead of the scale of the model (states have norm ~30 while two
+    clients differ by ~0.1, which would lose about 1e-3 relative in float32)."""
+    n, d = x.shape
+    if n * n * d <= 1 << 22:
+        return (x[:, None, :] - x[None, :, :]).square_().sum(dim=-1)
+    centre = x.mean(dim=0)
+    gram = torch.zeros(n, n, device=x.device, dtype=x.dtype)
+    for cols in column_blocks(d, n):
+        block = x[:, cols] - centre[cols]
+        gram.addmm_(block, block.T)
+    sq = gram.diagonal()
+    dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0)
+    dist = 0.5 * (dist + dist.T)  # exact symmetry, so i->j and j->i agree bit for bit
+    dist.fill_diagonal_(0)
+    return dist
+
+
+def distances_to(x: Tensor, point: Tensor) -> Tensor:
+    """||x_i - point|| for every row, from explicit differences (no cancellation), in row blocks."""
+    out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+    for rows in row_blocks(*x.shape):
+        out[rows] = torch.linalg.vector_norm(x[rows] - point, dim=1)
+    return out
+
+
+def combine_centred(x: Tensor, coefficients: Tensor, centre: Tensor | None) -> Tensor:
+    """sum_i c_i (x_i - centre) from explicit differences, in row blocks."""
+    if centre is None:
+        return coefficients @ x
+    out = torch.zeros(x.shape[1], device=x.device, dtype=x.dtype)
+    for rows in row_blocks(*x.shape):
+        out += coefficients[rows] @ (x[rows] - centre)
+    return out
+
+
+def generator_for(generator: torch.Generator | None, own: dict[str, torch.Generator], seed: int,
+                  device: torch.device) -> torch.Generator:
+    """The call-time generator if given, else the rule's own generator for ``device``, created on
+    first use from ``seed`` and advancing from call to call."""
+    if generator is not None:
+        return generator
+    key = str(device)
+    if key not in own:
+        own[key] = torch.Generator(device=device).manual_seed(seed)
+    return own[key]

@@ -1,0 +1,44 @@
+"""Rules that score messages against the server's own message: FLTrust."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from robusttune.aggregators.base import AGGREGATORS, Aggregator, combine_centred, row_blocks
+
+
+@AGGREGATORS.register("fltrust")
+class FLTrust(Aggregator):
+    """FLTrust (Cao, Fang, Liu and Gong, NDSS 2021, Eq. 5-7). With p = ``previous`` (0 if None,
+    i.e. the messages already are updates), g_i = x_i - p and g_0 = ``reference`` - p the update
+    the server computed on its clean root set:
+        TS_i = relu(cos(g_i, g_0)),
+        out  = p + sum_i TS_i (||g_0|| / ||g_i||) g_i / sum_i TS_i,
+    every trusted update rescaled to the server update's norm. A zero g_i has no direction and
+    gets TS_i = 0. If every TS_i is 0 (all messages point away from the server's), the server
+    keeps its model: out = p. Needs ``reference`` at call time; does not depend on n or f.
+    """
+
+    def aggregate(self, x: Tensor, *, reference: Tensor | None, previous: Tensor | None,
+                  **context) -> Tensor:
+        if reference is None:
+            raise ValueError("fltrust needs the server's own message: call it with reference=...")
+        n, d = x.shape
+        g0 = reference if previous is None else reference - previous
+        norm0 = torch.linalg.vector_norm(g0)
+        norms = torch.empty(n, device=x.device, dtype=x.dtype)
+        dots = torch.empty(n, device=x.device, dtype=x.dtype)
+        for rows in row_blocks(n, d):
+            g = x[rows] if previous is None else x[rows] - previous
+            norms[rows] = torch.linalg.vector_norm(g, dim=1)
+            dots[rows] = g @ g0
+        usable = (norms > 0) & (norm0 > 0)
+        cos = torch.where(usable, dots / (norms * norm0).clamp_min(torch.finfo(x.dtype).tiny), 0.0)
+        trust = torch.relu(cos)
+        total = trust.sum()
+        base = torch.zeros(d, device=x.device, dtype=x.dtype) if previous is None else previous.clone()
+        if not bool(total > 0):
+            return base
+        coefficients = torch.where(usable, trust * norm0 / norms.clamp_min(torch.finfo(x.dtype).tiny), 0.0)
+        return base + combine_centred(x, coefficients / total, previous)
