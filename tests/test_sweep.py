@@ -214,12 +214,24 @@ def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
 def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
     from robusttune.sweep.runner import run_sweep
 
-    if ray_session.cluster_resources().get("GPU", 0):
-        pytest.skip("this machine has a GPU")
-    spec = parse_sweep({"run": TINY, "resources": {"gpu": 0.5}}, name="gpu")
-    with pytest.raises(SpecError, match=r"resources.gpu 0.5 per trial, but the Ray cluster has 0 GPU"):
+    gpus = ray_session.cluster_resources().get("GPU", 0)
+    wanted = 0.5 if not gpus else int(gpus) + 1  # more than a GPU machine has, too
+    spec = parse_sweep({"run": TINY, "resources": {"gpu": wanted}}, name="gpu")
+    with pytest.raises(SpecError, match=rf"resources.gpu {wanted:g} per trial, but the Ray cluster has"):
         run_sweep(spec, storage=str(tmp_path), verbose=0)
     assert not any((tmp_path / "gpu").glob("*/result.json"))
+
+
+def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
+    from robusttune.sweep.runner import check_cluster
+
+    gpus = ray_session.cluster_resources().get("GPU", 0)
+    spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="autoscale")
+    notes: list[str] = []
+    check_cluster(spec, joined=True, announce=notes.append)
+    assert len(notes) == 1 and "autoscaler" in notes[0]
+    with pytest.raises(SpecError):
+        check_cluster(spec, joined=False)
 
 
 def test_resume_without_a_sweep_is_an_error(ray_session, tmp_path):

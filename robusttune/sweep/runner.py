@@ -3,10 +3,11 @@
 Default: a local Ray started and stopped here (``ray.init(num_cpus=..., include_dashboard=False)``
 with ``RAY_AUTH_MODE=disabled``); ``address`` joins a running cluster (``ray up cluster.yaml``)
 instead and leaves it running; a trial whose node dies there is retried from its last
-checkpoint on another node (``FailureConfig(max_failures=MAX_FAILURES)``). Results go to ``STORAGE/NAME`` (default ``./results/NAME``): one
-folder per trial with the run folder files (rounds.csv, summary.json, TensorBoard events), Tune's
-result.json/progress.csv and the latest checkpoint; ``sweep.yaml`` (the space as run, so
-``--resume`` rebuilds the same sweep) and ``trials.csv`` (one row per trial) beside them.
+checkpoint on another node (``FailureConfig(max_failures=MAX_FAILURES)``). Results go to
+``STORAGE/NAME`` (default ``./results/NAME``): one folder per trial with the run folder files
+(rounds.csv, summary.json, TensorBoard events), Tune's result.json/progress.csv and the latest
+checkpoint; ``sweep.yaml`` (the space as run, so ``--resume`` rebuilds the same sweep) and
+``trials.csv`` (one row per trial) beside them.
 
 Grid search: the grid is expanded by `SweepSpec.expand` (constraints applied) and fed to Tune's
 BasicVariantGenerator as ``points_to_evaluate``, one point per trial; drawn axes are sampled by
@@ -298,20 +299,28 @@ def _read_text(folder: str, filename: str) -> str | None:
         return None
 
 
-def check_cluster(spec: SweepSpec) -> None:
+def check_cluster(spec: SweepSpec, *, joined: bool = False,
+                  announce: Callable[[str], None] | None = None) -> None:
     """Fail with one line instead of leaving trials pending forever for resources that the
-    cluster does not have."""
+    cluster does not have. A joined cluster (``--address``) may autoscale from zero workers
+    (cluster.yaml's GPU nodes start at 0), so there a shortfall is announced, not an error."""
     import ray
 
     available = ray.cluster_resources()
     gpus, cpus = available.get("GPU", 0.0), available.get("CPU", 0.0)
+    problem = None
     if spec.resources.gpu > 0 and gpus < spec.resources.gpu:
-        raise SpecError(f"resources.gpu {format_value(spec.resources.gpu)} per trial, but the Ray "
-                        f"cluster has {format_value(gpus)} GPU; allowed: gpu 0 (--gpus-per-trial 0) "
-                        f"or a cluster with GPUs (--address)")
-    if spec.resources.cpu > cpus:
-        raise SpecError(f"resources.cpu {format_value(spec.resources.cpu)} per trial, but the Ray "
-                        f"cluster has {format_value(cpus)} CPU; allowed: at most {format_value(cpus)}")
+        problem = (f"resources.gpu {format_value(spec.resources.gpu)} per trial, but the Ray "
+                   f"cluster has {format_value(gpus)} GPU; allowed: gpu 0 (--gpus-per-trial 0) "
+                   f"or a cluster with GPUs (--address)")
+    elif spec.resources.cpu > cpus:
+        problem = (f"resources.cpu {format_value(spec.resources.cpu)} per trial, but the Ray "
+                   f"cluster has {format_value(cpus)} CPU; allowed: at most {format_value(cpus)}")
+    if problem is None:
+        return
+    if not joined:
+        raise SpecError(problem)
+    (announce or print)(f"note: {problem} now; trials wait for the autoscaler to add nodes")
 
 
 def stored_sweep(path: str) -> SweepSpec | None:
@@ -372,7 +381,7 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
         from ray import tune
         from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-        check_cluster(spec)
+        check_cluster(spec, joined=address is not None, announce=say)
         if resume and not tune.Tuner.can_restore(path):
             raise SpecError(f"--resume: {path} holds no Tune state yet; run it again without --resume")
         _write_text(path, SWEEP_FILE, yaml.safe_dump({"name": spec.name, **spec.raw}, sort_keys=False))

@@ -108,6 +108,8 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
         simulation.load_state_dict(state)
 
     run_folder = trial_folder(context)
+    if checkpoint is not None:
+        fetch_run_files(context.get_storage(), run_folder)
     prepare_resumed_folder(run_folder, simulation.rounds_done)
     writer = RunWriter(run_folder, spec)
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
@@ -161,6 +163,26 @@ def trial_folder(context: Any) -> Path:
     if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
         return Path(storage.trial_fs_path)
     return Path(os.getcwd())
+
+
+def fetch_run_files(storage: Any, folder: Path) -> None:
+    """Remote storage: a restored trial (its node lost, or the sweep resumed) starts in a new,
+    empty working directory, on whichever node runs it. Bring back the run folder files it had
+    uploaded (rounds.csv, TensorBoard event files), so `prepare_resumed_folder` cuts them at the
+    checkpoint and the next upload does not replace rounds.csv by only the rounds after it.
+    Nothing to do when the folder is the trial folder itself (local or shared storage)."""
+    import pyarrow.fs
+
+    source = storage.storage_filesystem
+    if Path(storage.trial_fs_path) == folder and isinstance(source, pyarrow.fs.LocalFileSystem):
+        return
+    selector = pyarrow.fs.FileSelector(storage.trial_fs_path, allow_not_found=True)
+    for info in source.get_file_info(selector):
+        name = info.base_name
+        wanted = name == "rounds.csv" or name.startswith("events.out.tfevents.")
+        if info.type == pyarrow.fs.FileType.File and wanted and not (folder / name).exists():
+            pyarrow.fs.copy_files(info.path, str(folder / name), source_filesystem=source,
+                                  destination_filesystem=pyarrow.fs.LocalFileSystem())
 
 
 def prepare_resumed_folder(folder: Path, rounds_done: int) -> None:
