@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 from ray.tune import Callback
-from robusttune.config import RunSpec
 
+from robusttune.config import RunSpec
 from robusttune.registry import SpecError
 from robusttune.sweep.space import parse_sweep
 from robusttune.sweep.trainable import trial_device, trial_threads

@@ -471,17 +471,20 @@ class SweepSpec:
         base = self._middle_of_random_axes()
         for axis in self.random_axes:
             for probe in axis.domain.probes():
-                config = {**base, axis.name: probe, **point}
-                try:
-                    spec = self._build(self.resolve(config))
-                except SpecError as error:
-                    raise SpecError(f"{self.source}: space.{axis.name} can draw {format_value(probe)}, "
-                                    f"which is invalid: {error}") from None
-                reason = constraint_violation(spec, self.constraints)
-                if reason:
-                    raise SpecError(f"{self.source}: space.{axis.name} can draw {format_value(probe)}, "
-                                    f"which constraints exclude ({reason}); make it a grid axis or "
-                                    f"pair it with the keys it depends on in a joint axis")
+                self._require_runnable(
+                    {**base, axis.name: probe, **point},
+                    f"space.{axis.name} can draw {format_value(probe)}",
+                    "make it a grid axis or pair it with the keys it depends on in a joint axis")
+
+    def _require_runnable(self, config: dict[str, Any], proposal: str, remedy: str) -> None:
+        """One line naming the proposal when ``config`` is an invalid or excluded run."""
+        try:
+            spec = self._build(self.resolve(config))
+        except SpecError as error:
+            raise SpecError(f"{self.source}: {proposal}, which is invalid: {error}") from None
+        reason = constraint_violation(spec, self.constraints)
+        if reason:
+            raise SpecError(f"{self.source}: {proposal}, which constraints exclude ({reason}); {remedy}")
 
     def validate_optuna(self) -> None:
         """Under Optuna every proposal must be runnable: check every combination of the discrete
@@ -502,16 +505,9 @@ class SweepSpec:
             point = dict(zip((a.name for a in discrete), combo))
             for probe in itertools.product(*probe_sets) if probe_sets else [()]:
                 config = {**point, **dict(probe)}
-                try:
-                    spec = self._build(self.resolve(config))
-                except SpecError as error:
-                    raise SpecError(f"{self.source}: the optuna space can propose {self.describe(config)}, "
-                                    f"which is invalid: {error}") from None
-                reason = constraint_violation(spec, self.constraints)
-                if reason:
-                    raise SpecError(f"{self.source}: the optuna space can propose {self.describe(config)}, "
-                                    f"which constraints exclude ({reason}); optuna cannot skip a "
-                                    f"proposal: pair those keys in a joint axis")
+                self._require_runnable(
+                    config, f"the optuna space can propose {self.describe(config)}",
+                    "optuna cannot skip a proposal: pair those keys in a joint axis")
 
 
 def constraint_violation(spec: RunSpec, constraints: ConstraintSpec) -> str | None:
