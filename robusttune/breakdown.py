@@ -472,29 +472,16 @@ class SequentialRunner:
             torch.set_num_threads(saved)
 
     def _run(self, spec: Any) -> dict:
-        import time
+        from robusttune.recording import run_to_folder
 
-        from robusttune.simulation import Simulation
-
-        started = time.perf_counter()
-        simulation = Simulation(spec)
-        writer = folder = None
+        folder = None
         if self.out_dir is not None:
-            from robusttune.recording import RunWriter
-
             folder = self.out_dir / "trials" / (
                 f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
                 f"-p{spec.participation:g}-s{spec.seed}")
-            writer = RunWriter(folder, spec, tensorboard=self.tensorboard)
         self.count += 1
-        for record in simulation:
-            if writer is not None:
-                writer.write(record)
-        summary = simulation.summary(time.perf_counter() - started)
-        if writer is not None:
-            writer.close(summary)
-            summary = {**summary, "run_dir": str(folder)}
-        return summary
+        summary = run_to_folder(spec, folder, tensorboard=self.tensorboard)
+        return summary if folder is None else {**summary, "run_dir": str(folder)}
 
 
 # -- the breakdown YAML ------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import functools
 import json
 import math
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -87,27 +86,23 @@ def run(
     from rich.table import Table
 
     from robusttune.config import RunSpec
-    from robusttune.recording import RunWriter
-    from robusttune.simulation import Simulation
+    from robusttune.recording import run_to_folder
 
     spec = RunSpec.from_dict(load_run_values(spec_file, set_))
     folder = out or _default_run_folder(spec)
     if (folder / "summary.json").exists():
         raise SpecError(f"--out {folder} already holds a finished run; choose another folder")
-    started = time.perf_counter()
-    simulation = Simulation(spec)  # loads data first: a missing dataset fails before any folder
-    writer = RunWriter(folder, spec)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("round {task.completed}/{task.total}"), TextColumn("{task.fields[status]}"),
                   TimeElapsedColumn(), console=console, disable=quiet) as progress:
         task = progress.add_task(spec.method, total=spec.rounds, status="")
-        for record in simulation:
-            writer.write(record)
+
+        def show(record: Any) -> None:
             status = "" if math.isnan(record.accuracy) else f"acc {record.accuracy:.3f}"
             progress.update(task, completed=record.round, status=status)
-    summary = simulation.summary(time.perf_counter() - started)
-    writer.close(summary)
+
+        summary = run_to_folder(spec, folder, on_record=show)
 
     table = Table(title=f"{spec.method} on {spec.dataset}", show_header=False)
     for key in ("final_accuracy", "final_loss", "collapsed", "rounds_run",

@@ -8,11 +8,12 @@ import csv
 import json
 import math
 import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from robusttune.config import RunSpec
-from robusttune.simulation import RoundRecord
+from robusttune.simulation import RoundRecord, Simulation
 
 # Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
 TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "max_class_share",
@@ -107,3 +108,22 @@ def _finite(value: Any) -> float:
     except (TypeError, ValueError):
         return float("nan")
     return number
+
+
+def run_to_folder(spec: RunSpec, folder: str | Path | None, *, tensorboard: bool = True,
+                  on_record: Callable[[RoundRecord], None] | None = None) -> dict[str, Any]:
+    """Run ``spec`` to the end, writing its run folder when ``folder`` is given, and return the
+    summary. The simulation is built (data loaded, spec checked) before the folder is created, so
+    bad input never leaves a half-written folder behind."""
+    started = time.perf_counter()
+    simulation = Simulation(spec)
+    writer = RunWriter(folder, spec, tensorboard=tensorboard) if folder is not None else None
+    for record in simulation:
+        if writer is not None:
+            writer.write(record)
+        if on_record is not None:
+            on_record(record)
+    summary = simulation.summary(time.perf_counter() - started)
+    if writer is not None:
+        writer.close(summary)
+    return summary
