@@ -268,3 +268,24 @@ def test_breakdown_waves_run_as_tune_trials_with_the_same_results(ray_session, t
     in_process = SequentialRunner(tmp_path / "local")(specs)
     assert [s["final_accuracy"] for s in through_tune] == [s["final_accuracy"] for s in in_process]
     assert [s["spec"]["attack"] for s in through_tune] == ["none", "sign_flip"]
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "gp", "nsga2", "cmaes"])
+def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
+    import optuna
+
+    from robusttune.sweep.runner import make_sampler
+
+    def proposals(seed):
+        spec = parse_sweep({"run": TINY, "space": {"lr": {"loguniform": [0.001, 0.1]},
+                                                   "momentum": {"uniform": [0.0, 0.9]}},
+                            "search": {"algorithm": "optuna", "sampler": sampler, "seed": seed,
+                                       "num_samples": 6}}, name="samplers")
+        study = optuna.create_study(sampler=make_sampler(spec))
+        study.optimize(lambda t: (t.suggest_float("lr", 1e-3, 0.1, log=True) - 0.01) ** 2
+                       + t.suggest_float("momentum", 0.0, 0.9), n_trials=6)
+        return [tuple(t.params.values()) for t in study.trials]
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    assert proposals(3) == proposals(3)
+    assert proposals(3) != proposals(4)
