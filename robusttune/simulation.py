@@ -90,7 +90,10 @@ class Simulation:
 
         self.sampling_rng = torch.Generator().manual_seed(spec.seed)
         self.noise_rng = torch.Generator(device=self.device).manual_seed(spec.seed + 1)
-        byzantine_order = torch.randperm(spec.clients, generator=torch.Generator().manual_seed(spec.seed))
+        # its own stream: a generator seeded like sampling_rng would draw round 1's permutation,
+        # putting every Byzantine client into the first fixed-size sample
+        byzantine_order = torch.randperm(spec.clients,
+                                         generator=torch.Generator().manual_seed(spec.seed + 2))
         self.byzantine = torch.zeros(spec.clients, dtype=torch.bool)
         self.byzantine[byzantine_order[: spec.n_byzantine]] = True
         self.byzantine_device = self.byzantine.to(self.device)
@@ -125,12 +128,10 @@ class Simulation:
         order = torch.randperm(spec.clients, generator=self.sampling_rng)
         return order[: spec.expected_sample_size].sort().values
 
-    def _local_work(self, clients: list[int], round_index: int) -> Tensor:
+    def _client_work(self, data: list[tuple[Tensor, Tensor]], seeds: list[int]) -> Tensor:
+        """What each of ``data``'s owners computes at the global model: trained states (E local
+        epochs) or one minibatch gradient, as the algorithm asks. Returns [len(data), d]."""
         spec = self.spec
-        data = [(self.client_x[c], self.client_y[c]) for c in clients]
-        seeds = [client_seed(spec.seed, round_index, c) for c in clients]
-        if not clients:
-            return self.params.new_zeros((0, self.params.numel()))
         if self.algorithm.trains_locally:
             return train_clients(self.model, self.params, data, epochs=spec.local_epochs,
                                  batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
@@ -138,19 +139,18 @@ class Simulation:
         return client_gradients(self.model, self.params, data, batch_size=spec.batch_size,
                                 seeds=seeds, strategy=self.trainer)
 
+    def _local_work(self, clients: list[int], round_index: int) -> Tensor:
+        if not clients:
+            return self.params.new_zeros((0, self.params.numel()))
+        data = [(self.client_x[c], self.client_y[c]) for c in clients]
+        return self._client_work(data, [client_seed(self.spec.seed, round_index, c) for c in clients])
+
     def _server_reference(self, round_index: int) -> Tensor | None:
         """FLTrust's server message: the server does the clients' work on its clean root set."""
         if self.spec.aggregator != "fltrust":
             return None
         root = [(self.data.root_x, self.data.root_y)]
-        seeds = [client_seed(self.spec.seed, round_index, -1)]
-        spec = self.spec
-        if self.algorithm.trains_locally:
-            return train_clients(self.model, self.params, root, epochs=spec.local_epochs,
-                                 batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
-                                 seeds=seeds, strategy=self.trainer)[0]
-        return client_gradients(self.model, self.params, root, batch_size=spec.batch_size,
-                                seeds=seeds, strategy=self.trainer)[0]
+        return self._client_work(root, [client_seed(self.spec.seed, round_index, -1)])[0]
 
     def step(self) -> RoundRecord:
         """Run the next round and return its record. Never raises on divergence: non-finite
@@ -178,7 +178,7 @@ class Simulation:
                     sampled, fresh, byzantine, self.params)
             malicious = self.attack(fresh[~byzantine], n_byzantine=n_byzantine,
                                     n_total=n_sampled, **context)
-            messages = fresh.clone()
+            # fresh is this round's own tensor and is not read again: overwrite in place
             messages[byzantine] = malicious.to(messages.dtype)
 
         aggregated = False
@@ -202,8 +202,8 @@ class Simulation:
         aggregate_seconds = time.perf_counter() - started
 
         nonfinite = int((~torch.isfinite(self.params)).sum())
-        majority = n_sampled > 0 and 2 * n_byzantine >= n_sampled
-        self.byzantine_majority_rounds += int(majority and n_byzantine > 0)
+        majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
+        self.byzantine_majority_rounds += int(majority)
         accuracy = loss = max_share = math.nan
         last = round_index == spec.rounds
         if nonfinite or last or round_index % spec.eval_every == 0:
@@ -216,7 +216,7 @@ class Simulation:
             round=round_index, accuracy=accuracy, loss=loss,
             param_norm=float(torch.linalg.vector_norm(self.params)), nonfinite_params=nonfinite,
             max_class_share=max_share, sampled=n_sampled, byzantine_sampled=n_byzantine,
-            byzantine_input_share=share, byzantine_majority=bool(majority and n_byzantine > 0),
+            byzantine_input_share=share, byzantine_majority=majority,
             f_assumed=f_assumed, precondition_held_assumed=bool(held_assumed),
             precondition_held_actual=bool(held_actual), aggregated=aggregated,
             collapsed=self.collapsed, train_seconds=train_seconds,

@@ -133,3 +133,14 @@ def test_missing_dataset_is_one_line_and_no_folder(tmp_path):
                                       f"data_root={tmp_path / 'nothing'}", "--out", str(out)])
     assert result.exit_code == 2 and "cifar-10-batches-py" in result.output
     assert not out.exists()
+
+
+def test_first_fixed_sample_is_not_the_byzantine_set():
+    # The Byzantine permutation has its own stream: seeded like the sampler, round 1 used to
+    # sample exactly the B Byzantine clients first (here 5 of 5 in every seed).
+    counts = []
+    for seed in range(6):
+        spec = RunSpec(**{**FAST, "clients": 20, "participation": 0.25, "rounds": 1, "seed": seed},
+                       byzantine_fraction=0.3, attack="sign_flip")
+        counts.append(Simulation(spec).step().byzantine_sampled)
+    assert counts != [5] * 6
