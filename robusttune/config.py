@@ -148,7 +148,7 @@ class RunSpec:
 
     @property
     def beta_assumed(self) -> float:
-        assert self.assumed_byzantine_fraction is not None  # resolved in __post_init__
+        assert self.assumed_byzantine_fraction is not None  # resolved in __init__
         return self.assumed_byzantine_fraction
 
     def assumed_f(self, n_inputs: int) -> int:
@@ -255,9 +255,15 @@ def _resolve(spec: RunSpec) -> None:
 
     presets = _method_presets()
     if spec.method is not None:
-        if spec.method not in presets:
-            raise SpecError(f"unknown method {spec.method!r}; allowed: {', '.join(sorted(presets))}")
-        algorithm, aggregator = presets[spec.method]
+        if spec.method in presets:
+            algorithm, aggregator = presets[spec.method]
+        elif spec.method.count("+") == 1:
+            # the label given to a combination no preset names ("state_cache+mean"): a resolved
+            # spec written to summary.json must read back (RunSpec.from_dict(spec.to_dict()))
+            algorithm, aggregator = spec.method.split("+")
+        else:
+            raise SpecError(f"unknown method {spec.method!r}; allowed: {', '.join(sorted(presets))}"
+                            f", or ALGORITHM+AGGREGATOR")
         if "algorithm" not in explicit:
             _set(spec, "algorithm", algorithm)
         if "aggregator" not in explicit:

@@ -107,3 +107,13 @@ def test_to_dict_round_trips_through_json():
     spec = RunSpec(dataset="digits", method="swb_dm", byzantine_fraction=0.2, attack="alie")
     again = RunSpec.from_dict(json.loads(spec.to_json()))
     assert again == spec
+
+
+def test_a_combination_no_preset_names_round_trips():
+    # method resolves to the label "state_cache+mean"; summary.json's spec must read back
+    spec = RunSpec(dataset="digits", algorithm="state_cache", aggregator="mean")
+    assert spec.method == "state_cache+mean"
+    assert RunSpec.from_dict(json.loads(spec.to_json())) == spec
+    assert RunSpec(dataset="digits", method="demoa+median").aggregator == "median"
+    with pytest.raises(SpecError, match="algorithm 'nope'"):
+        RunSpec(dataset="digits", method="nope+mean")
