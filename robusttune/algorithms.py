@@ -121,12 +121,13 @@ class StateCacheAlgorithm(_StateAlgorithm):
 
     def attack_view(self, clients: Tensor, fresh: Tensor, byzantine: Tensor, model: Tensor
                     ) -> tuple[Tensor, Tensor]:
-        view = self.cache.read()
+        # one new [N, d] tensor; read() is the cache itself for float32, so never write into it
+        view = self.cache.read() - model
         honest = clients[~byzantine]
-        view[honest] = model + fresh[~byzantine]
+        view[honest] = fresh[~byzantine]
         mask = self.cache.written_by_byzantine.clone()
         mask[honest] = False
-        return view - model, mask
+        return view, mask
 
     def inputs(self, clients: Tensor, messages: Tensor, byzantine: Tensor, model: Tensor
                ) -> AggregatorInput:

@@ -89,3 +89,18 @@ def test_bfloat16_cache_halves_memory_and_reads_float32():
     cache = StateCache(4, torch.randn(1000), "bfloat16")
     assert cache.slots.dtype == torch.bfloat16 and cache.read().dtype == torch.float32
     assert cache.slots.element_size() * cache.slots.numel() == 4 * 1000 * 2
+
+
+def test_state_cache_attack_view_leaves_the_cache_untouched():
+    spec = RunSpec(dataset="synthetic", method="swb_dm", clients=4, participation=0.5)
+    initial = torch.tensor([1.0, 2.0, 3.0])
+    algorithm = make_algorithm(spec, initial, torch.ones(4))
+    before = algorithm.cache.read().clone()
+    clients = torch.tensor([0, 2])
+    byzantine = torch.tensor([False, True])
+    fresh = torch.tensor([[1.0, 1.0, 1.0], [5.0, 5.0, 5.0]])
+    view, mask = algorithm.attack_view(clients, fresh, byzantine, initial)
+    assert torch.equal(algorithm.cache.read(), before)
+    assert torch.equal(view[0], fresh[0])            # the honest client's fresh update
+    assert torch.equal(view[1:], torch.zeros(3, 3))  # untouched slots: initial model - model
+    assert not mask.any()
