@@ -77,6 +77,20 @@ class RunWriter:
                 if math.isfinite(value):
                     self._tensorboard.add_scalar(f"round/{key}", value, record.round)
 
+    def flush(self) -> None:
+        """Put every row and scalar written so far on disk (e.g. before a checkpoint)."""
+        if self._tensorboard is not None:
+            self._tensorboard.flush()
+        if self._csv_file is not None:
+            self._csv_file.flush()
+
+    def abort(self) -> None:
+        """Close every file without a summary.json (a crashed run must not claim to have ended)."""
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        if self._csv_file is not None:
+            self._csv_file.close()
+
     def close(self, summary: dict[str, Any]) -> None:
         """Write summary.json and the HParams entry, then close every file."""
         write_json_atomic(self.folder / "summary.json", _clean(summary))

@@ -289,3 +289,16 @@ def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     assert proposals(3) == proposals(3)
     assert proposals(3) != proposals(4)
+
+
+def test_unreadable_stored_sweep_is_a_one_line_error(tmp_path):
+    from robusttune.sweep.runner import SWEEP_FILE, _write_text, stored_sweep
+
+    folder = tmp_path / "broken"
+    _write_text(str(folder), SWEEP_FILE, "run: [unclosed\n")
+    assert sorted(p.name for p in folder.iterdir()) == [SWEEP_FILE]  # no temporary left behind
+    with pytest.raises(SpecError, match=r"sweep.yaml: not valid YAML"):
+        stored_sweep(str(folder))
+    _write_text(str(folder), SWEEP_FILE, "- a list\n")
+    with pytest.raises(SpecError, match=r"sweep.yaml: a search space is a mapping"):
+        stored_sweep(str(folder))

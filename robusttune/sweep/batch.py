@@ -68,6 +68,10 @@ class TuneBatchRunner:
         label_of = {json.dumps(g, sort_keys=True, default=str): label for label, g in axis.groups.items()}
         outcome = run_sweep(sweep, storage=str(self.folder), address=self.address, verbose=0,
                             announce=self.announce)
+        if outcome.unfinished:
+            # Ctrl-C: Tune stopped the wave and returned. Its stopped runs have no final figures,
+            # and the caller must not go on to the next wave as if they had.
+            raise KeyboardInterrupt(f"{name}: {outcome.unfinished} runs interrupted ({outcome.path})")
         by_label: dict[str, dict] = {}
         for result in outcome.result_grid:
             label = result.config.get("trial")

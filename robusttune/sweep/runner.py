@@ -234,7 +234,12 @@ def ray_session(address: str | None, num_cpus: int | None) -> Iterator[bool]:
     # would drown the one line per trial that the command prints.
     quiet = ray.LoggingConfig(log_level="WARNING")
     if address:
-        ray.init(address=address, logging_config=quiet)
+        try:
+            ray.init(address=address, logging_config=quiet)
+        except ConnectionError as error:
+            raise SpecError(f"--address {address}: no Ray cluster reachable there "
+                            f"({str(error).splitlines()[0]}); allowed: auto on a cluster node, "
+                            f"or the head's HOST:PORT") from None
     else:
         # A laptop or CI machine has no cluster token: a local Ray needs no authentication.
         os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -273,9 +278,15 @@ def experiment_path(storage: str, name: str) -> str:
 
 
 def _write_text(folder: str, filename: str, text: str) -> None:
+    """Write a file beside the results; locally through a temporary file and a rename, so an
+    interrupted write never leaves half a sweep.yaml for ``--resume`` to misread (object stores
+    publish a file only when its upload completes)."""
     if is_local(folder):
         Path(folder).mkdir(parents=True, exist_ok=True)
-        (Path(folder) / filename).write_text(text)
+        target = Path(folder) / filename
+        temporary = target.with_name(filename + ".tmp")
+        temporary.write_text(text)
+        os.replace(temporary, target)
         return
     import pyarrow.fs
 
@@ -328,8 +339,13 @@ def stored_sweep(path: str) -> SweepSpec | None:
     text = _read_text(path, SWEEP_FILE)
     if text is None:
         return None
-    mapping = yaml.safe_load(text)
-    return parse_sweep(mapping, name=mapping.get("name", Path(path).name), source=f"{path}/{SWEEP_FILE}")
+    source = f"{path}/{SWEEP_FILE}"
+    try:
+        mapping = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SpecError(f"{source}: not valid YAML ({str(error).splitlines()[0]})") from None
+    name = mapping.get("name") if isinstance(mapping, dict) else None
+    return parse_sweep(mapping, name=name or Path(path).name, source=source)
 
 
 def _absolute_data_root(spec: SweepSpec) -> SweepSpec:
@@ -371,7 +387,7 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
                             f"the --name and --storage of an earlier sweep")
         spec = stored
     else:
-        if _read_text(path, "sweep.yaml") is not None and _restorable(path):
+        if _read_text(path, SWEEP_FILE) is not None and _restorable(path):
             raise SpecError(f"{path} already holds the sweep {spec.name!r}; use --resume to continue "
                             f"it, or --name for a new one")
         spec = _absolute_data_root(spec)
@@ -382,9 +398,10 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
         from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
         check_cluster(spec, joined=address is not None, announce=say)
-        if resume and not tune.Tuner.can_restore(path):
+        if resume and not _restorable(path):
             raise SpecError(f"--resume: {path} holds no Tune state yet; run it again without --resume")
-        _write_text(path, SWEEP_FILE, yaml.safe_dump({"name": spec.name, **spec.raw}, sort_keys=False))
+        if not resume:  # a resumed sweep runs what sweep.yaml already says
+            _write_text(path, SWEEP_FILE, yaml.safe_dump({"name": spec.name, **spec.raw}, sort_keys=False))
         extra = [*(callbacks or [])]
         if progress:
             extra.append(ProgressCallback(spec.search.metric,

@@ -442,14 +442,10 @@ class SweepSpec:
         return parse_sweep(raw, name=self.name, source=self.source)
 
     # -- validation helpers ------------------------------------------------------------------
-    def _build(self, values: Mapping[str, Any]) -> RunSpec:
-        return RunSpec.from_dict(values)
-
     def _check(self, point: Mapping[str, Any], random_values: Mapping[str, Any]) -> tuple[RunSpec | None, str | None]:
         """Build one configuration; return (spec, None) or (None, reason it is dropped)."""
-        values = self.resolve({**random_values, **point})
         try:
-            spec = self._build(values)
+            spec = self.run_spec({**random_values, **point})
         except SpecError as error:
             if self.constraints.invalid == "drop":
                 return None, f"invalid: {error}"
@@ -479,7 +475,7 @@ class SweepSpec:
     def _require_runnable(self, config: dict[str, Any], proposal: str, remedy: str) -> None:
         """One line naming the proposal when ``config`` is an invalid or excluded run."""
         try:
-            spec = self._build(self.resolve(config))
+            spec = self.run_spec(config)
         except SpecError as error:
             raise SpecError(f"{self.source}: {proposal}, which is invalid: {error}") from None
         reason = constraint_violation(spec, self.constraints)
@@ -560,7 +556,7 @@ def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>")
     for key in run:
         _runspec_key(key, where, "run")
 
-    axes = _parse_space(raw.get("space") or {}, run, where)
+    axes = _parse_space(raw.get("space") or {}, where)
     search = _parse_search(raw.get("search") or {}, where)
     scheduler = _parse_scheduler(raw.get("scheduler", "none"), search, where)
     resources = _parse_resources(raw.get("resources") or {}, where)
@@ -597,7 +593,7 @@ def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>")
     return spec
 
 
-def _parse_space(space: Any, run: Mapping[str, Any], where: str) -> tuple[Axis, ...]:
+def _parse_space(space: Any, where: str) -> tuple[Axis, ...]:
     if not isinstance(space, Mapping):
         raise SpecError(f"{where}: space must be a mapping of key -> domain "
                         f"({' | '.join(DOMAIN_KINDS)})")

@@ -66,13 +66,13 @@ def identity(spec: RunSpec, keys: tuple[str, ...]) -> dict[str, Any]:
     return columns
 
 
-def result_row(record_dict: Mapping[str, Any], config: Mapping[str, Any],
+def result_row(record_dict: Mapping[str, Any], columns: Mapping[str, Any],
                last_accuracy: float, last_loss: float) -> dict[str, Any]:
     """One Tune result: the record, the carried-forward figures and the identifying RunSpec keys."""
     row = dict(record_dict)
     row["last_accuracy"] = float(last_accuracy)
     row["last_loss"] = float(last_loss)
-    row.update(config)
+    row.update(columns)
     return row
 
 
@@ -121,7 +121,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
             if every and simulation.rounds_done % every == 0:
                 # Scalars up to a checkpoint must be on disk before the checkpoint exists: a
                 # resumed trial only writes the rounds after it.
-                flush_writer(writer)
+                writer.flush()
                 with tempfile.TemporaryDirectory(prefix="robusttune-ckpt-") as folder:
                     torch.save(simulation.state_dict(), Path(folder) / CHECKPOINT_FILE)
                     tune.report(row, checkpoint=tune.Checkpoint.from_directory(folder))
@@ -136,19 +136,9 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
         raise
     except BaseException:
         # A crash: keep what was written, but no summary.json (it would claim a finished run).
-        flush_writer(writer, close=True)
+        writer.abort()
         raise
     writer.close(simulation.summary(time.perf_counter() - started))
-
-
-def flush_writer(writer: Any, close: bool = False) -> None:
-    """Flush (and optionally close) a RunWriter's files without writing a summary."""
-    board = getattr(writer, "_tensorboard", None)
-    table = getattr(writer, "_csv_file", None)
-    if board is not None:
-        board.close() if close else board.flush()
-    if table is not None:
-        table.close() if close else table.flush()
 
 
 def trial_folder(context: Any) -> Path:
