@@ -325,9 +325,13 @@ class ALIE(Attack):
     """
 
     def craft(self, rnd: AttackRound) -> Tensor:
-        mu, sigma = mean_std(rnd.reference(self.name))
         f = rnd.n_byzantine if rnd.f is None else rnd.f
-        return rnd.repeat(mu - (self.strength * alie_z(rnd.n_total, f)) * sigma)
+        return self._message(rnd, rnd.reference(self.name), alie_z(rnd.n_total, f))
+
+    def _message(self, rnd: AttackRound, source: Tensor, z: float) -> Tensor:
+        """n_byzantine copies of mu - s * z * sigma, mu and sigma taken over the rows of source."""
+        mu, sigma = mean_std(source)
+        return rnd.repeat(mu - (self.strength * z) * sigma)
 
 
 @ATTACKS.register("ipm")
@@ -392,7 +396,7 @@ class Mimic(Attack):
 
 
 @ATTACKS.register("cache_alie")
-class CacheALIE(Attack):
+class CacheALIE(ALIE):
     """Cache-aware ALIE (adaptive; neither SWB-DM nor DeMoA evaluated it): ALIE computed over the
     aggregator's whole input, fresh and cached, which is what a delayed-cache rule actually sees:
 
@@ -412,15 +416,12 @@ class CacheALIE(Attack):
 
     def craft(self, rnd: AttackRound) -> Tensor:
         if rnd.cache is None:
-            mu, sigma = mean_std(rnd.reference(self.name))
-            f = rnd.n_byzantine if rnd.f is None else rnd.f
-            return rnd.repeat(mu - (self.strength * alie_z(rnd.n_total, f)) * sigma)
+            return super().craft(rnd)
         mask = rnd.cache_byzantine.to(device=rnd.cache.device, dtype=torch.bool)
         honest_rows = rnd.cache[~mask]
         source = honest_rows if honest_rows.shape[0] > 0 else rnd.reference(self.name)
-        mu, sigma = mean_std(source.to(rnd.honest.dtype))
         z = alie_z(rnd.cache.shape[0], int(mask.sum()))
-        return rnd.repeat(mu - (self.strength * z) * sigma)
+        return self._message(rnd, source.to(rnd.honest.dtype), z)
 
 
 @ATTACKS.register("strategic_skip")

@@ -92,10 +92,6 @@ def _check_args(start: Tensor, data: ClientData, seeds: Sequence[int], batch_siz
         raise SpecError(f"batch_size must be >= 1; got {batch_size}")
 
 
-def _strategy(strategy: str, start: Tensor) -> str:
-    return resolve_trainer(strategy, start.device)
-
-
 # --------------------------------------------------------------------------------------------
 # Local training
 
@@ -124,7 +120,7 @@ def train_clients(
         return start.new_empty((0, start.numel()))
     orders = [batch_orders(len(y), epochs=epochs, batch_size=batch_size, seed=s)
               for (_, y), s in zip(data, seeds)]
-    if _strategy(strategy, start) == "batched":
+    if resolve_trainer(strategy, start.device) == "batched":
         return _train_batched(model, start, data, orders, batch_size, lr, momentum)
     return _train_sequential(model, start, data, orders, batch_size, lr, momentum)
 
@@ -271,10 +267,9 @@ def client_gradients(
     start = start.detach()
     k = len(data)
     out = start.new_zeros((k, start.numel()))
-    batches = [torch.randperm(len(y), generator=torch.Generator().manual_seed(int(s)))[:batch_size]
-               for (_, y), s in zip(data, seeds)]
+    batches = [_first_batch(len(y), batch_size, s) for (_, y), s in zip(data, seeds)]
     layout = param_layout(model)
-    if _strategy(strategy, start) == "sequential":
+    if resolve_trainer(strategy, start.device) == "sequential":
         theta = {n: v.requires_grad_(True) for n, v in layout.views(start.clone()).items()}
         for i, ((x, y), b) in enumerate(zip(data, batches)):
             if len(b) == 0:
@@ -309,6 +304,12 @@ def client_gradients(
         return g
     out[torch.tensor(live, device=start.device)] = g
     return out
+
+
+def _first_batch(n: int, batch_size: int, seed: int) -> Tensor:
+    """The first minibatch of ``batch_orders(n, epochs=1, ...)`` (empty when n == 0)."""
+    batches = batch_orders(n, epochs=1, batch_size=batch_size, seed=seed)
+    return batches[0] if batches else torch.empty(0, dtype=torch.int64)
 
 
 # --------------------------------------------------------------------------------------------

@@ -189,6 +189,17 @@ def midpoint(low: Tensor, high: Tensor) -> Tensor:
     return 0.5 * low + 0.5 * high
 
 
+def sorted_median(ordered: Tensor, lower: bool = False) -> Tensor:
+    """Median along dim 0 of values already sorted along dim 0. Odd n: the middle row; even n:
+    the midpoint of the two middle rows, or the lower one with ``lower`` (torch.median's choice)."""
+    n = ordered.shape[0]
+    if n % 2 == 1:
+        return ordered[n // 2]
+    if lower:
+        return ordered[n // 2 - 1]
+    return midpoint(ordered[n // 2 - 1], ordered[n // 2])
+
+
 @functools.lru_cache(maxsize=8)
 def _direction(length: int, device: str, dtype: torch.dtype) -> Tensor:
     generator = torch.Generator().manual_seed(0x5EED)

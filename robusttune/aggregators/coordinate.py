@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, check_choice, check_float, midpoint, sort_values, trim_count,
+    AGGREGATORS, Aggregator, check_choice, check_float, sort_values, sorted_median, trim_count,
 )
 
 
@@ -40,13 +40,8 @@ class Median(Aggregator):
         return 2 * f < n
 
     def aggregate(self, x: Tensor, **context) -> Tensor:
-        n = x.shape[0]
-        ordered = sort_values(x, dim=0)
-        if n % 2 == 1:
-            return ordered[n // 2].clone()
-        if self.median_even == "lower":
-            return ordered[n // 2 - 1].clone()
-        return midpoint(ordered[n // 2 - 1], ordered[n // 2])
+        # clone: a row view would keep the whole sorted n x d copy alive
+        return sorted_median(sort_values(x, dim=0), self.median_even == "lower").clone()
 
 
 @AGGREGATORS.register("trimmed_mean")

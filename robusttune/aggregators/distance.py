@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, check_int, check_positive, combine_centred, distances_to, midpoint,
-    pairwise_sq_distances, rank_ascending, sort_values, tie_keys,
+    AGGREGATORS, Aggregator, check_int, check_positive, combine_centred, distances_to,
+    pairwise_sq_distances, rank_ascending, sort_values, sorted_median, tie_keys,
 )
 
 
@@ -96,10 +96,7 @@ class Bulyan(Aggregator):
             chosen.append(remaining[pick])
             remaining = torch.cat([remaining[:pick], remaining[pick + 1:]])
         selected = sort_values(x[torch.stack(chosen)], dim=0)  # sorted: ties resolve by rank
-        if theta % 2 == 1:
-            med = selected[theta // 2]
-        else:
-            med = midpoint(selected[theta // 2 - 1], selected[theta // 2])
+        med = sorted_median(selected)
         # In sorted order the beta values closest to med are a window [s, s + beta): slide right
         # while the value leaving on the left is farther from med than the one entering on the
         # right (distances to med fall on the left and grow on the right, so the test is
