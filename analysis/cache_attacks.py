@@ -51,7 +51,7 @@ from typing import Any, Sequence
 import torch
 
 from robusttune.config import RunSpec
-from robusttune.simulation import Simulation
+from robusttune.recording import run_to_folder
 
 ATTACKS = ("none", "alie", "cache_alie", "strategic_skip")
 CACHE_ATTACKS = ("cache_alie", "strategic_skip")
@@ -132,11 +132,7 @@ def run_one(keys: dict[str, Any]) -> dict[str, Any]:
     """Run one RunSpec to the end; its final accuracy, collapse flag and Byzantine-majority
     rounds. One torch thread: several runs side by side are what fills a CPU."""
     torch.set_num_threads(1)
-    started = time.perf_counter()
-    sim = Simulation(RunSpec(**keys))
-    for _ in sim:
-        pass
-    summary = sim.summary(time.perf_counter() - started)
+    summary = run_to_folder(RunSpec(**keys), None, tensorboard=False)
     return {"accuracy": float(summary["final_accuracy"]), "collapsed": bool(summary["collapsed"]),
             "majority_rounds": int(summary["byzantine_majority_rounds"]),
             "seconds": float(summary["seconds"]), "copied": False}

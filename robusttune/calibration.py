@@ -20,7 +20,7 @@ bounds, majority iff B >= 1 and 2B >= N, exceeds the trim iff B > floor(N r).
 
 The second half, `trim_sweep`, runs a short sweep over trim ratios through any *runner* (a
 callable from a list of RunSpec to their summary.json dicts: the Ray Tune sweep layer, or
-`robusttune.breakdown.run_specs_sequentially`) and recommends the smallest trim ratio that
+`robusttune.breakdown.SequentialRunner`) and recommends the smallest trim ratio that
 survives at the deployment's Byzantine fraction and at a margin above it.
 """
 

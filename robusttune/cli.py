@@ -56,9 +56,11 @@ def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[s
             loaded = yaml.safe_load(spec_file.read_text()) or {}
         except yaml.YAMLError as error:
             raise SpecError(f"{spec_file}: not valid YAML ({str(error).splitlines()[0]})") from None
+        if isinstance(loaded, dict) and "run" in loaded:
+            loaded = loaded["run"] or {}
         if not isinstance(loaded, dict):
             raise SpecError(f"{spec_file}: expected a mapping of RunSpec keys")
-        values.update(loaded.get("run", loaded) if "run" in loaded else loaded)
+        values.update(loaded)
     for text in assignments:
         key, value = parse_assignment(text)
         values[key] = value
