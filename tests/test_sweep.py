@@ -41,6 +41,8 @@ def test_device_follows_the_trials_resources_not_the_machine():
     assert trial_device("auto", []) == "cpu"
     assert trial_device("auto", ["0"]) == "cuda"
     assert trial_device("cuda:0", ["0"]) == "cuda:0"
+    assert trial_device("cuda:1", ["3"]) == "cuda"  # the trial sees its one GPU as cuda:0
+    assert trial_device("cuda:1", ["2", "3"]) == "cuda:1"
     assert trial_device("cpu", ["0"]) == "cpu"
     assert trial_threads({"CPU": 1.0}) == 1 and trial_threads({"CPU": 2.0}) == 2
     assert trial_threads({"CPU": 0.5}) == 1 and trial_threads({}) == 1

@@ -36,10 +36,13 @@ IDENTITY_KEYS = ("dataset", "method", "algorithm", "aggregator", "attack", "byza
 
 def trial_device(requested: str, gpu_ids: list[Any]) -> str:
     """The device a trial runs on, from the resources Ray gave it (not from whether this node has
-    a GPU: a CPU trial beside GPU trials must stay off the GPU). ``cpu`` stays cpu."""
+    a GPU: a CPU trial beside GPU trials must stay off the GPU). ``cpu`` stays cpu. Ray shows a
+    trial only its own GPUs, numbered from 0, so ``cuda:N`` beyond them means the trial's first."""
     if requested == "cpu" or not gpu_ids:
         return "cpu"
-    return requested if requested.startswith("cuda") else "cuda"
+    if requested.startswith("cuda:") and int(requested.split(":", 1)[1]) < len(gpu_ids):
+        return requested
+    return "cuda"
 
 
 def cuda_memory_fraction(resources: Mapping[str, float]) -> float | None:
