@@ -58,10 +58,12 @@ def _sort_methods(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- loading ---------------------------------------------------------------------------------
-def load_runs(results_dir: str | Path) -> pd.DataFrame:
+def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.DataFrame:
     """One row per run: ``run_id`` (the run folder relative to ``results_dir``), ``run_dir``, the
     summary figures (SUMMARY_KEYS) and every resolved RunSpec key under its own name.
-    ``collapsed`` is the summary's flag, or, when absent, final accuracy <= 1/classes + 0.005."""
+    ``collapsed`` is the summary's flag, or, when absent, final accuracy <= 1/classes + 0.005.
+    Runs a scheduler or an interruption stopped early (``stopped_early`` in their summary) are
+    left out unless ``include_partial``: their last accuracy is not a final one."""
     root = Path(results_dir)
     rows = []
     for path in sorted(root.rglob("summary.json")):
@@ -71,6 +73,8 @@ def load_runs(results_dir: str | Path) -> pd.DataFrame:
             continue                     # a run being written; summary.json is atomic otherwise
         if not isinstance(summary, dict) or not isinstance(summary.get("spec"), dict):
             continue                     # some other tool's summary.json
+        if summary.get("stopped_early") and not include_partial:
+            continue
         row: dict[str, Any] = {"run_id": path.parent.relative_to(root).as_posix() or ".",
                                "run_dir": str(path.parent)}
         for key in SUMMARY_KEYS:

@@ -86,6 +86,19 @@ def test_runs_table_matches_summaries(results):
         assert bool(row["collapsed"]) == summary["collapsed"]
 
 
+def test_runs_stopped_early_are_left_out_of_the_tables(results, tmp_path):
+    import shutil
+
+    root, written = results
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    stopped = next(copy.rglob("summary.json"))
+    summary = json.loads(stopped.read_text())
+    stopped.write_text(json.dumps({**summary, "stopped_early": True}))
+    assert len(load_runs(copy)) == len(written) - 1
+    assert len(load_runs(copy, include_partial=True)) == len(written)
+
+
 def test_table_one_is_mean_accuracy_by_beta_and_p(results):
     root, written = results
     table = accuracy_table(load_runs(root))
