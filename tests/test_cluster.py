@@ -208,7 +208,9 @@ def test_sweep_survives_losing_a_worker_node(failover):
             # restore follows the checkpoint (at least REMOVE_AFTER_ROUND rounds in), not round 1.
             assert len(restarts) == 2 and restarts[0] == 1
             assert restarts[1] > REMOVE_AFTER_ROUND, restarts
-            assert restarts[1] - 1 <= removed["rounds_at_removal"][trial["trial_id"]] + 1
+            # No upper bound from rounds_at_removal: the driver's view of a trial's progress lags
+            # its reports (seen: 2 at removal, checkpoint at 4), so it flaked. That the restored
+            # trial lost and repeated nothing is checked below: each round once, bit for bit.
         else:
             assert restarts == [1]
 

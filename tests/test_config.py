@@ -21,9 +21,14 @@ def test_every_design_key_exists():
 
 
 def test_global_defaults_are_the_swb_dm_cifar10_setup():
-    spec = RunSpec()
-    assert (spec.dataset, spec.clients, spec.rounds, spec.dirichlet_alpha) == ("cifar10", 20, 10, 0.5)
+    spec = RunSpec(dataset="cifar10")
+    assert (spec.clients, spec.rounds, spec.dirichlet_alpha) == (20, 10, 0.5)
     assert (spec.lr, spec.momentum, spec.local_epochs, spec.batch_size) == (0.01, 0.9, 2, 32)
+
+
+def test_the_default_dataset_is_the_embedded_digits_with_its_defaults():
+    spec = RunSpec()
+    assert (spec.dataset, spec.lr, spec.batch_size, spec.local_epochs) == ("digits", 0.05, 16, 5)
 
 
 def test_dataset_defaults_apply_unless_given():
