@@ -231,10 +231,24 @@ def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
     gpus = ray_session.cluster_resources().get("GPU", 0)
     spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="autoscale")
     notes: list[str] = []
-    check_cluster(spec, joined=True, announce=notes.append)
+    check_cluster(spec, joined=True, announce=notes.append)  # no cluster config: may autoscale
     assert len(notes) == 1 and "autoscaler" in notes[0]
     with pytest.raises(SpecError):
         check_cluster(spec, joined=False)
+
+
+def test_joined_cluster_whose_autoscaler_has_no_gpus_is_an_error(ray_session, monkeypatch):
+    from robusttune.sweep import runner
+
+    gpus = ray_session.cluster_resources().get("GPU", 0)
+    spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="no-gpu-nodes")
+    monkeypatch.setattr(runner, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus)})
+    with pytest.raises(SpecError, match="resources.gpu"):
+        runner.check_cluster(spec, joined=True, announce=lambda text: None)
+    monkeypatch.setattr(runner, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus) + 8})
+    notes: list[str] = []
+    runner.check_cluster(spec, joined=True, announce=notes.append)
+    assert len(notes) == 1
 
 
 def test_resume_without_a_sweep_is_an_error(ray_session, tmp_path):

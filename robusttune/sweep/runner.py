@@ -310,28 +310,42 @@ def _read_text(folder: str, filename: str) -> str | None:
         return None
 
 
+def autoscaling_ceiling() -> dict[str, float] | None:
+    """The most of each resource the autoscaler's cluster config could ever provide, or None when
+    Ray publishes no cluster config (a cluster started by hand, or a local Ray)."""
+    try:
+        from ray._private.state import state  # no public API for this in Ray 2.60
+
+        return state.get_max_resources_from_cluster_config()
+    except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
+        return None
+
+
 def check_cluster(spec: SweepSpec, *, joined: bool = False,
                   announce: Callable[[str], None] | None = None) -> None:
     """Fail with one line instead of leaving trials pending forever for resources that the
     cluster does not have. A joined cluster (``--address``) may autoscale from zero workers
-    (cluster.yaml's GPU nodes start at 0), so there a shortfall is announced, not an error."""
+    (cluster.yaml's GPU nodes start at 0): there the shortfall is an error only when the
+    autoscaler's config cannot cover it either, and otherwise a note."""
     import ray
 
     available = ray.cluster_resources()
-    gpus, cpus = available.get("GPU", 0.0), available.get("CPU", 0.0)
-    problem = None
-    if spec.resources.gpu > 0 and gpus < spec.resources.gpu:
-        problem = (f"resources.gpu {format_value(spec.resources.gpu)} per trial, but the Ray "
-                   f"cluster has {format_value(gpus)} GPU; allowed: gpu 0 (--gpus-per-trial 0) "
-                   f"or a cluster with GPUs (--address)")
-    elif spec.resources.cpu > cpus:
-        problem = (f"resources.cpu {format_value(spec.resources.cpu)} per trial, but the Ray "
-                   f"cluster has {format_value(cpus)} CPU; allowed: at most {format_value(cpus)}")
-    if problem is None:
+    wanted = {"GPU": spec.resources.gpu, "CPU": spec.resources.cpu}
+    for resource, amount in wanted.items():
+        have = available.get(resource, 0.0)
+        if amount <= 0 or amount <= have:
+            continue
+        key = resource.lower()
+        problem = (f"resources.{key} {format_value(amount)} per trial, but the Ray cluster has "
+                   f"{format_value(have)} {resource}; allowed: ")
+        problem += (f"gpu 0 (--gpus-per-trial 0) or a cluster with GPUs (--address)" if key == "gpu"
+                    else f"at most {format_value(have)}")
+        ceiling = autoscaling_ceiling() if joined else None
+        if not joined or (ceiling is not None and ceiling.get(resource, 0) < amount):
+            raise SpecError(problem)
+        (announce or print)(f"note: {problem} now; trials wait for the autoscaler to add nodes "
+                            f"(Ctrl-C if this cluster does not autoscale)")
         return
-    if not joined:
-        raise SpecError(problem)
-    (announce or print)(f"note: {problem} now; trials wait for the autoscaler to add nodes")
 
 
 def stored_sweep(path: str) -> SweepSpec | None:
