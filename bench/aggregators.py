@@ -23,6 +23,7 @@ import time
 import torch
 
 from robusttune.aggregators import AGGREGATORS, make_aggregator
+from robusttune.aggregators.swb import published_chunk_step
 
 D = 545_098  # cnn2, the SWB-DM model
 CHUNK = 512
@@ -41,13 +42,7 @@ def published_swb_loop(x: torch.Tensor, *, chunk: int, views: int, trim_ratio: f
             c = X.shape[1]
             q, r = torch.linalg.qr(torch.randn(c, c, generator=generator, dtype=x.dtype))
             q = q * torch.sign(torch.diagonal(r))
-            Y = X @ q
-            S = torch.sort(Y, dim=1).values
-            b = torch.sort(S, dim=0).values[k:n - k].mean(0)
-            m = torch.argmin(((S - b) ** 2).sum(1))
-            z = torch.empty_like(b)
-            z[torch.argsort(Y[m])] = b
-            out[start:start + c] += z @ q.T
+            out[start:start + c] += published_chunk_step(X, q, k)
     return out / views
 
 

@@ -15,7 +15,7 @@ from scipy import optimize, stats
 
 from robusttune.aggregators import AGGREGATORS, Aggregator, make_aggregator
 from robusttune.aggregators.base import tie_keys
-from robusttune.aggregators.swb import HouseholderRotation, barycenter_rows
+from robusttune.aggregators.swb import HouseholderRotation, barycenter_rows, published_chunk_step
 from robusttune.registry import SpecError
 
 # Small SWB chunks keep the tests fast; 37 = 4 full chunks of 8 + a last chunk of 5.
@@ -322,7 +322,7 @@ def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: i
     """The SWB-DM code's loop: per view, per chunk, Q from torch.linalg.qr with the sign fix, then
     rotate, sort, trim, medoid, place back, rotate back. Here each Q is re-derived by QR of
     G = Q_given R (R upper triangular, positive diagonal), whose sign-fixed Q factor is Q_given."""
-    n, d = x.shape
+    d = x.shape[1]
     out = torch.zeros(d, dtype=x.dtype)
     gen = torch.Generator().manual_seed(99)
     for qs in rotations:
@@ -333,14 +333,7 @@ def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: i
                 torch.rand(size, generator=gen, dtype=x.dtype) + 0.5)
             q, rr = torch.linalg.qr(q_given @ r)
             q = q * torch.sign(torch.diagonal(rr))  # the sign fix
-            X = x[:, start:start + size]
-            Y = X @ q
-            S = torch.sort(Y, dim=1).values
-            b = torch.sort(S, dim=0).values[k:n - k].mean(0)
-            m = torch.argmin(((S - b) ** 2).sum(1))
-            z = torch.empty_like(b)
-            z[torch.argsort(Y[m])] = b
-            out[start:start + size] += z @ q.T
+            out[start:start + size] += published_chunk_step(x[:, start:start + size], q, k)
     return out / len(rotations)
 
 

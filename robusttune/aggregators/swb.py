@@ -309,3 +309,18 @@ def barycenter_rows(y: Tensor, k: int) -> Tensor:
         medoid[which] = keys.argmin(dim=1)
     rank_to_coordinate = argsort_last(y[torch.arange(nb, device=y.device), medoid])
     return torch.empty_like(b).scatter_(1, rank_to_coordinate.to(y.device), b)
+
+
+def published_chunk_step(chunk: Tensor, q: Tensor, k: int) -> Tensor:
+    """One chunk of SWB exactly as the SWB-DM code loops over them (Section IV), kept as the
+    independent reference that tests and ``bench/aggregators.py`` hold the fast path against:
+    Y = X Q, S_i = sort(Y_i), b = per-rank mean of S without its k lowest and k highest,
+    m = argmin_i ||S_i - b||, z[argsort(Y_m)] = b, return z Q^T. ``chunk``: (n, c)."""
+    n = chunk.shape[0]
+    y = chunk @ q
+    ranked = torch.sort(y, dim=1).values
+    b = torch.sort(ranked, dim=0).values[k:n - k].mean(0)
+    medoid = torch.argmin(((ranked - b) ** 2).sum(1))
+    z = torch.empty_like(b)
+    z[torch.argsort(y[medoid])] = b
+    return z @ q.T
