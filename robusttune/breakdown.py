@@ -515,18 +515,11 @@ def load_plan(path: str | Path) -> BreakdownPlan:
     """Read a breakdown YAML. The cells come from the space's grid axes (every combination,
     expanded and validated by the sweep layer's parser); byzantine_fraction is the lattice's, so
     the space must not set it."""
-    import yaml
-
-    from robusttune.config import RunSpec
+    from robusttune.config import RunSpec, read_yaml
     from robusttune.sweep.space import parse_sweep
 
     path = Path(path)
-    if not path.exists():
-        raise SpecError(f"breakdown space {str(path)!r} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise SpecError(f"{path.name}: not valid YAML ({str(error).splitlines()[0]})") from None
+    raw = read_yaml(path, "breakdown space")
     if not isinstance(raw, dict):
         raise SpecError(f"{path.name}: a breakdown space is a mapping (run, space, breakdown ...)")
     section = raw.pop("breakdown", None) or {}

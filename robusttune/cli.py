@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-import yaml
 
 from robusttune.registry import SpecError
 
@@ -46,16 +45,11 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
 def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[str, Any]:
     """RunSpec values from an optional YAML file (a mapping of RunSpec keys, or a search space
     whose `run:` section is used) overridden by ``--set key=value`` pairs."""
-    from robusttune.config import parse_assignment
+    from robusttune.config import parse_assignment, read_yaml
 
     values: dict[str, Any] = {}
     if spec_file is not None:
-        if not spec_file.exists():
-            raise SpecError(f"spec file {str(spec_file)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(spec_file.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise SpecError(f"{spec_file}: not valid YAML ({str(error).splitlines()[0]})") from None
+        loaded = read_yaml(spec_file, "spec file") or {}
         if isinstance(loaded, dict) and "run" in loaded:
             loaded = loaded["run"] or {}
         if not isinstance(loaded, dict):

@@ -10,10 +10,10 @@ rounds, while lr 0.05, batch 16, 5 local epochs reached 93%.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -190,6 +190,23 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     return key, value
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text -> Python, or one SpecError line naming ``source`` and the parser's first line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        first = str(error).splitlines()[0] if str(error) else "parse error"
+        raise SpecError(f"{source}: not valid YAML ({first})") from None
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Read a YAML file the user named; ``what`` names it in the one-line error if it is missing."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(f"{what} {str(path)!r} does not exist")
+    return parse_yaml(path.read_text(), path.name)
 
 
 def _coerce(name: str, value: Any) -> Any:

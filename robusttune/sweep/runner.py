@@ -30,6 +30,7 @@ import yaml
 
 from ray.tune import Callback
 
+from robusttune.config import parse_yaml
 from robusttune.registry import SpecError
 from robusttune.sweep.space import SweepSpec, format_value, parse_sweep
 
@@ -338,7 +339,7 @@ def check_cluster(spec: SweepSpec, *, joined: bool = False,
         key = resource.lower()
         problem = (f"resources.{key} {format_value(amount)} per trial, but the Ray cluster has "
                    f"{format_value(have)} {resource}; allowed: ")
-        problem += (f"gpu 0 (--gpus-per-trial 0) or a cluster with GPUs (--address)" if key == "gpu"
+        problem += ("gpu 0 (--gpus-per-trial 0) or a cluster with GPUs (--address)" if key == "gpu"
                     else f"at most {format_value(have)}")
         ceiling = autoscaling_ceiling() if joined else None
         if not joined or (ceiling is not None and ceiling.get(resource, 0) < amount):
@@ -354,10 +355,7 @@ def stored_sweep(path: str) -> SweepSpec | None:
     if text is None:
         return None
     source = f"{path}/{SWEEP_FILE}"
-    try:
-        mapping = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise SpecError(f"{source}: not valid YAML ({str(error).splitlines()[0]})") from None
+    mapping = parse_yaml(text, source)
     name = mapping.get("name") if isinstance(mapping, dict) else None
     return parse_sweep(mapping, name=name or Path(path).name, source=source)
 

@@ -57,9 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import yaml
 
-from robusttune.config import RUNSPEC_KEYS, RunSpec
+from robusttune.config import RUNSPEC_KEYS, RunSpec, read_yaml
 from robusttune.registry import SpecError
 
 __all__ = [
@@ -528,14 +527,7 @@ def constraint_violation(spec: RunSpec, constraints: ConstraintSpec) -> str | No
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a search-space YAML file."""
     path = Path(path)
-    if not path.exists():
-        raise SpecError(f"search space {str(path)!r} does not exist")
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        first = str(error).splitlines()[0] if str(error) else "parse error"
-        raise SpecError(f"{path.name}: not valid YAML ({first})") from None
-    return parse_sweep(loaded, name=path.stem, source=path.name)
+    return parse_sweep(read_yaml(path, "search space"), name=path.stem, source=path.name)
 
 
 def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>") -> SweepSpec:
