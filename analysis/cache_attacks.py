@@ -13,6 +13,10 @@ parameters), as a markdown table, followed by one plain verdict line per method 
 "yes" iff the cache attack's mean accuracy is below ALIE's by more than ``--margin`` (accuracy as a
 fraction; 0.02 = 2 points); the numbers come from the runs, nothing is hard-coded.
 
+Every run takes ``attack_scope: sample``: ALIE as both papers ran it, from the round's sampled
+honest messages and its (n, f), against which a cache-aware attacker is the question (under the
+default ``inputs`` scope ALIE itself reads the whole cache and equals cache_alie).
+
 Methods (the papers' setups scaled to digits, where cnn2 at lr 0.05 learns in ~10 FedAvg rounds):
   swb_dm          state_cache + swb, N = 20, fixed participation p in {0.1, 0.5}, 5 local epochs
                   (the digits defaults: lr 0.05, batch 16); max(10, ceil(3 / p)) rounds, so that
@@ -115,9 +119,9 @@ def grid(method_list: Sequence[Method], fractions: Sequence[float], seeds: Seque
             for p, rounds in m.participations:
                 for attack in attacks:
                     for seed in seeds:
-                        keys = {**m.keys, "participation": p, "rounds": rounds,
-                                "eval_every": rounds, "byzantine_fraction": beta,
-                                "attack": attack, "seed": seed}
+                        keys = {**m.keys, "attack_scope": "sample", "participation": p,
+                                "rounds": rounds, "eval_every": rounds,
+                                "byzantine_fraction": beta, "attack": attack, "seed": seed}
                         cells.append(Cell(m.label, beta, p, attack, seed, keys))
     return cells
 

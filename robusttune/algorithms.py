@@ -3,7 +3,17 @@
 `fedavg` and `state_cache` aggregate trained model states (as the SWB-DM code does: SWB is not
 translation-equivariant, so states and deltas differ); `demoa` and `fedcm` aggregate client
 momenta built from one minibatch gradient per round. Attacks always see messages in update space
-(state - global model, or the momentum itself); `to_input` maps them back to what is aggregated.
+(state - global model, or the momentum itself); `inputs` maps them back to what is aggregated.
+
+A round has an explicit order and no state passes between calls through attributes:
+``state = begin_round(...)`` (what every sampled client would honestly send; changes nothing),
+``attack_view(state, model)`` (what an omniscient attacker sees of the aggregator's input;
+changes nothing), ``inputs(state, messages, model)`` (stores the round in the caches and returns
+the rule's input), ``step(model, aggregate)``.
+
+Byzantine clients are clients too: under the momentum algorithms each keeps the momentum it would
+honestly hold (`ByzantineMomenta`), apart from the server's copy of what it sent, so an attack's
+``own`` is its honest momentum and not a recursion over its own past malicious messages.
 """
 
 from __future__ import annotations
@@ -14,14 +24,35 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robusttune.caches import MomentumCache, StateCache
+from robusttune.caches import ByzantineMomenta, MomentumCache, StateCache
 from robusttune.config import RunSpec
 from robusttune.registry import Registry
 
 ALGORITHMS: Registry[type["ServerAlgorithm"]] = Registry("algorithm")
 
 
-@dataclass
+@dataclass(frozen=True)
+class RoundState:
+    """One round as the algorithm opened it (rows aligned with ``clients``)."""
+
+    clients: Tensor     # long[k] the sampled clients, on the run's device
+    byzantine: Tensor   # bool[k] which of them are Byzantine
+    honest: Tensor      # [k, d] what each would honestly send, in update space
+    decay: float = 1.0  # factor applied to every unsampled momentum this round (DeMoA's P)
+
+
+@dataclass(frozen=True)
+class AttackView:
+    """The aggregator's input as it will be once this round's messages land, in update space, as
+    an omniscient attacker sees it beforehand: the rows of the sampled Byzantine clients hold their
+    honest messages as placeholders and are marked Byzantine with every row a Byzantine client
+    wrote earlier and that stays in the input."""
+
+    rows: Tensor        # [n_in, d], a tensor of its own (never the live cache)
+    byzantine: Tensor   # bool[n_in]
+
+
+@dataclass(frozen=True)
 class AggregatorInput:
     """What the rule receives this round, and which of its rows come from Byzantine clients."""
 
@@ -35,14 +66,16 @@ class ServerAlgorithm:
 
     ``trains_locally``: clients run E local epochs and send trained states (FedAvg style);
     otherwise they compute one minibatch gradient and send a momentum (DeMoA style).
+    ``aggregates_cache``: the rule runs over all N cached rows, so it runs even in a round that
+    sampled nobody (Bernoulli), and the attacker's ``inputs`` scope differs from the sample.
     """
 
     name: str = "base"
     trains_locally: bool = True
-    # Cache algorithms aggregate every slot even in a round that sampled nobody (Bernoulli).
     aggregates_cache: bool = False
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor) -> None:
+    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+                 byzantine: Tensor) -> None:
         self.spec = spec
         self.num_clients = spec.clients
         self.sample_counts = sample_counts.to(initial.device, torch.float32)
@@ -53,20 +86,19 @@ class ServerAlgorithm:
             return self.spec.participation
         return sampled / self.num_clients
 
-    def fresh_messages(self, clients: Tensor, local: Tensor, model: Tensor) -> Tensor:
-        """Honest messages of the sampled clients in update space, from what they computed."""
+    def begin_round(self, clients: Tensor, byzantine: Tensor, local: Tensor, model: Tensor
+                    ) -> RoundState:
+        """The honest messages of the sampled clients (update space) from what they computed
+        (``local``: trained states or minibatch gradients, rows aligned with ``clients``)."""
         raise NotImplementedError
 
-    def attack_view(self, clients: Tensor, fresh: Tensor, byzantine: Tensor, model: Tensor
-                    ) -> tuple[Tensor, Tensor]:
-        """The aggregator's input as an omniscient attacker sees it before the Byzantine
-        messages land (update space), and its Byzantine-row mask (cache attacks use it)."""
-        return fresh[~byzantine], torch.zeros(int((~byzantine).sum()), dtype=torch.bool,
-                                              device=fresh.device)
+    def attack_view(self, state: RoundState, model: Tensor) -> AttackView:
+        """Without a cache the aggregator's input is the round's sample."""
+        return AttackView(state.honest, state.byzantine)
 
-    def inputs(self, clients: Tensor, messages: Tensor, byzantine: Tensor, model: Tensor
-               ) -> AggregatorInput:
-        """Store this round's messages where the algorithm keeps them; return the rule's input."""
+    def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
+        """Store this round's ``messages`` (what was sent, rows aligned with ``state.clients``)
+        where the algorithm keeps them; return the rule's input."""
         raise NotImplementedError
 
     def previous(self, model: Tensor) -> Tensor:
@@ -77,9 +109,6 @@ class ServerAlgorithm:
         """The new global model from the aggregate."""
         raise NotImplementedError
 
-    def end_round(self, clients: Tensor) -> None:
-        """Bookkeeping after the round (cache decay)."""
-
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -88,10 +117,12 @@ class ServerAlgorithm:
 
 
 class _StateAlgorithm(ServerAlgorithm):
-    """Messages are trained states; w <- w + eta (Agg - w), eta = server_lr (1: replace)."""
+    """Messages are trained states; w <- w + eta (Agg - w), eta = server_lr (1: replace). Clients
+    start every round from the global model, so they hold no state of their own."""
 
-    def fresh_messages(self, clients: Tensor, local: Tensor, model: Tensor) -> Tensor:
-        return local - model
+    def begin_round(self, clients: Tensor, byzantine: Tensor, local: Tensor, model: Tensor
+                    ) -> RoundState:
+        return RoundState(clients, byzantine, local - model)
 
     def step(self, model: Tensor, aggregate: Tensor) -> Tensor:
         if self.spec.server_lr == 1.0:
@@ -103,9 +134,9 @@ class _StateAlgorithm(ServerAlgorithm):
 class FedAvg(_StateAlgorithm):
     """FedAvg (McMahan et al., 2017): aggregate the sampled clients' trained states."""
 
-    def inputs(self, clients: Tensor, messages: Tensor, byzantine: Tensor, model: Tensor
-               ) -> AggregatorInput:
-        return AggregatorInput(model + messages, self.sample_counts[clients], byzantine.clone())
+    def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
+        return AggregatorInput(model + messages, self.sample_counts[state.clients],
+                               state.byzantine.clone())
 
 
 @ALGORITHMS.register("state_cache")
@@ -115,23 +146,21 @@ class StateCacheAlgorithm(_StateAlgorithm):
 
     aggregates_cache = True
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor) -> None:
-        super().__init__(spec, initial, sample_counts)
+    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+                 byzantine: Tensor) -> None:
+        super().__init__(spec, initial, sample_counts, byzantine)
         self.cache = StateCache(spec.clients, initial, spec.cache_dtype)
 
-    def attack_view(self, clients: Tensor, fresh: Tensor, byzantine: Tensor, model: Tensor
-                    ) -> tuple[Tensor, Tensor]:
-        # one new [N, d] tensor; read() is the cache itself for float32, so never write into it
-        view = self.cache.read() - model
-        honest = clients[~byzantine]
-        view[honest] = fresh[~byzantine]
-        mask = self.cache.written_by_byzantine.clone()
-        mask[honest] = False
-        return view, mask
+    def attack_view(self, state: RoundState, model: Tensor) -> AttackView:
+        # read() is the cache itself for float32: the subtraction makes the view's own tensor
+        rows = self.cache.read() - model
+        rows[state.clients] = state.honest
+        byzantine = self.cache.written_by_byzantine.clone()
+        byzantine[state.clients] = state.byzantine
+        return AttackView(rows, byzantine)
 
-    def inputs(self, clients: Tensor, messages: Tensor, byzantine: Tensor, model: Tensor
-               ) -> AggregatorInput:
-        self.cache.refresh(clients, model + messages, byzantine)
+    def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
+        self.cache.refresh(state.clients, model + messages, state.byzantine)
         return AggregatorInput(self.cache.read(), self.sample_counts,
                                self.cache.written_by_byzantine.clone())
 
@@ -143,22 +172,46 @@ class StateCacheAlgorithm(_StateAlgorithm):
 
 
 class _MomentumAlgorithm(ServerAlgorithm):
-    """Messages are client momenta; x <- x - eta * Agg(momenta)."""
+    """Messages are client momenta; x <- x - eta * Agg(momenta).
+
+    Per round with sampling rate p: a sampled client computes
+    m_i <- c(p) m_i + alpha g_i and sends it; every other momentum (the client's own and the
+    server's copy alike) becomes P(p) m_i. ``coefficient`` is c(p), ``unsampled_decay`` P(p).
+    An honest client's momentum is the server's copy of it; a Byzantine client's honest momentum
+    follows the same recursion in ``byzantine_momenta`` while the server's copy holds what it sent.
+    """
 
     trains_locally = False
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor) -> None:
-        super().__init__(spec, initial, sample_counts)
-        self.momenta = MomentumCache(spec.clients, torch.zeros_like(initial), spec.cache_dtype)
-        self.last_aggregate = torch.zeros_like(initial)
-        self._coefficient = 1.0
+    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+                 byzantine: Tensor) -> None:
+        super().__init__(spec, initial, sample_counts, byzantine)
+        zeros = torch.zeros_like(initial)
+        self.momenta = MomentumCache(spec.clients, zeros, spec.cache_dtype)
+        self.byzantine_momenta = ByzantineMomenta(byzantine, zeros, spec.cache_dtype)
+        self.last_aggregate = zeros.clone()
 
-    def coefficient(self, sampled: int) -> float:
+    def coefficient(self, p: float) -> float:
         raise NotImplementedError
 
-    def fresh_messages(self, clients: Tensor, local: Tensor, model: Tensor) -> Tensor:
-        self._coefficient = self.coefficient(len(clients))
-        return self.momenta.fresh(clients, local, self._coefficient, self.spec.demoa_alpha)
+    def unsampled_decay(self, p: float) -> float:
+        return 1.0
+
+    def begin_round(self, clients: Tensor, byzantine: Tensor, local: Tensor, model: Tensor
+                    ) -> RoundState:
+        p = self.participation_rate(len(clients))
+        held = self.momenta.slots[clients].float()  # advanced indexing: a copy
+        held[byzantine] = self.byzantine_momenta.read(clients[byzantine])
+        honest = self.coefficient(p) * held + self.spec.demoa_alpha * local
+        return RoundState(clients, byzantine, honest, self.unsampled_decay(p))
+
+    def _remember(self, state: RoundState, messages: Tensor) -> None:
+        """Every momentum moves one round: unsampled ones decay, sampled ones take what was sent
+        (server copy) and what the Byzantine clients honestly computed (their own)."""
+        self.momenta.decay(state.decay)
+        self.momenta.refresh(state.clients, messages, state.byzantine)
+        self.byzantine_momenta.decay(state.decay)
+        self.byzantine_momenta.refresh(state.clients[state.byzantine], state.honest[state.byzantine])
 
     def previous(self, model: Tensor) -> Tensor:
         return self.last_aggregate
@@ -168,60 +221,81 @@ class _MomentumAlgorithm(ServerAlgorithm):
         return model - self.spec.server_lr * aggregate
 
     def state_dict(self) -> dict[str, Any]:
-        return {"momenta": self.momenta.state_dict(), "last_aggregate": self.last_aggregate}
+        return {"momenta": self.momenta.state_dict(),
+                "byzantine_momenta": self.byzantine_momenta.state_dict(),
+                "last_aggregate": self.last_aggregate}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.momenta.load_state_dict(state["momenta"])
+        self.byzantine_momenta.load_state_dict(state["byzantine_momenta"])
         self.last_aggregate = state["last_aggregate"].to(self.last_aggregate.device).clone()
 
 
 @ALGORITHMS.register("demoa")
 class DeMoA(_MomentumAlgorithm):
-    """DeMoA (Otsuka, Takezawa, Yamada, ICML 2026): m_i <- (1 - alpha p) m_i + alpha g_i for
-    sampled i, m_i <- (1 - alpha p) m_i otherwise (the preprocessing P), m = Agg(all N momenta),
-    x <- x - eta m. Ablations: ``demoa_coefficient=alpha`` uses (1 - alpha); ``demoa_decay=False``
-    leaves unsampled slots undecayed (MIFA-like, P = id)."""
+    """DeMoA (Otsuka, Takezawa, Yamada, ICML 2026, Sec. 3): with p = p_t,
+
+        sampled i:      m_i <- (1 - alpha p) m_i + alpha g_i,   g_i one minibatch gradient at x
+        not sampled:    m_i <- (1 - alpha p) m_i                (the server decays its copy: after
+                        tau unsampled rounds the slot is P(m_i) = prod_s (1 - alpha_s p_s) m_i)
+        m = Agg(all N momenta, fresh and decayed),   x <- x - eta m.
+
+    ``demoa_ablation`` names the paper's ablations (Sec. 3, "ablations"):
+
+    - ``none``: DeMoA as above.
+    - ``coefficient_swap``: (1 - alpha p) -> (1 - alpha) for a sampled client and unsampled
+      momenta left as they are: the naive momentum the paper contrasts with its coefficient,
+      whose variance gains alpha^2 p (1 - p) ||m_i||^2.
+    - ``no_decay``: the preprocessing P dropped (P = id): unsampled momenta are aggregated as
+      they were last sent, and a client's momentum changes only in rounds it is sampled (a client
+      nobody contacts computes nothing). With alpha = 1 and ``aggregator: mean`` this is MIFA,
+      for which the paper's robustness constant is infinite.
+    """
 
     aggregates_cache = True
 
-    def coefficient(self, sampled: int) -> float:
+    def coefficient(self, p: float) -> float:
         alpha = self.spec.demoa_alpha
-        if self.spec.demoa_coefficient == "alpha":
+        if self.spec.demoa_ablation == "coefficient_swap":
             return 1.0 - alpha
-        return 1.0 - alpha * self.participation_rate(sampled)
+        return 1.0 - alpha * p
 
-    def attack_view(self, clients: Tensor, fresh: Tensor, byzantine: Tensor, model: Tensor
-                    ) -> tuple[Tensor, Tensor]:
-        decay = self._coefficient if self.spec.demoa_decay else 1.0
-        view = self.momenta.read() * decay
-        honest = clients[~byzantine]
-        view[honest] = fresh[~byzantine]
-        mask = self.momenta.written_by_byzantine.clone()
-        mask[honest] = False
-        return view, mask
+    def unsampled_decay(self, p: float) -> float:
+        if self.spec.demoa_ablation == "none":
+            return 1.0 - self.spec.demoa_alpha * p
+        return 1.0
 
-    def inputs(self, clients: Tensor, messages: Tensor, byzantine: Tensor, model: Tensor
-               ) -> AggregatorInput:
-        self.momenta.decay(self._coefficient if self.spec.demoa_decay else 1.0)
-        self.momenta.refresh(clients, messages, byzantine)
+    def attack_view(self, state: RoundState, model: Tensor) -> AttackView:
+        rows = self.momenta.read() * state.decay  # a new tensor even when decay is 1
+        rows[state.clients] = state.honest
+        byzantine = self.momenta.written_by_byzantine.clone()
+        byzantine[state.clients] = state.byzantine
+        return AttackView(rows, byzantine)
+
+    def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
+        self._remember(state, messages)
         return AggregatorInput(self.momenta.read(), self.sample_counts,
                                self.momenta.written_by_byzantine.clone())
 
 
 @ALGORITHMS.register("fedcm")
 class FedCM(_MomentumAlgorithm):
-    """FedCM-style baseline (Xu et al., 2021, as DeMoA compares against it): sampled clients
-    m_i <- (1 - alpha) m_i + alpha g_i, unsampled momenta untouched, m = Agg(sampled momenta)."""
+    """FedCM-style baseline (Xu et al., 2021, as DeMoA compares against it): a sampled client
+    computes m_i <- (1 - alpha) m_i + alpha g_i, unsampled momenta stay as they are, and
+    m = Agg(the sampled momenta), x <- x - eta m."""
 
-    def coefficient(self, sampled: int) -> float:
+    def coefficient(self, p: float) -> float:
         return 1.0 - self.spec.demoa_alpha
 
-    def inputs(self, clients: Tensor, messages: Tensor, byzantine: Tensor, model: Tensor
-               ) -> AggregatorInput:
-        self.momenta.refresh(clients, messages, byzantine)
-        return AggregatorInput(messages, self.sample_counts[clients], byzantine.clone())
+    def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
+        self._remember(state, messages)
+        return AggregatorInput(messages, self.sample_counts[state.clients], state.byzantine.clone())
 
 
-def make_algorithm(spec: RunSpec, initial: Tensor, sample_counts: Tensor) -> ServerAlgorithm:
-    """The server algorithm the spec names, holding its caches on ``initial``'s device."""
-    return ALGORITHMS[spec.algorithm](spec, initial, sample_counts)
+def make_algorithm(spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+                   byzantine: Tensor | None = None) -> ServerAlgorithm:
+    """The server algorithm the spec names, holding its caches on ``initial``'s device.
+    ``byzantine``: bool[N], which clients are Byzantine (None: nobody)."""
+    if byzantine is None:
+        byzantine = torch.zeros(spec.clients, dtype=torch.bool)
+    return ALGORITHMS[spec.algorithm](spec, initial, sample_counts, byzantine.to(initial.device))

@@ -1,22 +1,34 @@
 """Byzantine behaviours (registry). An attack is a small callable object:
 ``attack(honest, n_byzantine=..., n_total=..., **context) -> Tensor[n_byzantine, d]``.
 
-Attacks are omniscient: they see this round's honest messages. Messages are always in update
-space (a trained state minus the current global model, or a momentum), so formulas such as IPM's
--eps * mu mean what their papers say whatever the server algorithm aggregates.
+Attacks are omniscient. Messages are always in update space (a trained state minus the current
+global model, or a momentum), so formulas such as IPM's -eps * mu mean what their papers say
+whatever the server algorithm aggregates.
 
-Shared notation. ``honest`` is X in R^{h x d}, the messages of the h honest clients sampled this
-round; mu = (1/h) sum_i X_i and sigma = sqrt(sum_i (X_i - mu)^2 / (h - 1)) are their
-coordinate-wise mean and unbiased standard deviation (the ``torch.std`` default, as in the epfml
-code of Karimireddy et al. and the ALIE code it follows; sigma is defined as 0 when fewer than two
-rows are available, where the unbiased estimator is undefined). Every attack has ONE knob,
-``attack_strength`` (``None``: the attack's documented default), and returns exactly
-``n_byzantine`` rows on the input's device and dtype (``[0, d]`` when ``n_byzantine == 0``).
+Shared notation. ``honest`` is X in R^{h x d}, the honest rows the attacker computes its
+statistics over, and ``n_total`` is n, the number of rows that set is drawn from (honest and
+Byzantine). Which rows those are is the run's ``attack_scope``, chosen by the round loop:
 
-A round with no honest client sampled has a defined, documented behaviour (no silent fallback to
-honest training): when h == 0, attacks that need honest statistics estimate them from ``own``, the
-messages the Byzantine clients would honestly have sent (they are also clients with data), and
-raise ``ValueError`` if ``own`` is not given either.
+- ``inputs`` (default, the stronger, omniscient view): every row the rule aggregates, so under
+  ``state_cache`` and ``demoa`` the N cached rows with this round's messages in place; n = N and
+  f = the Byzantine rows among them (stale malicious slots and this round's Byzantine clients).
+- ``sample``: this round's sampled messages; n = the sample size, f = the Byzantine clients in it
+  (the SWB-DM grid: "ALIE's perturbation magnitude is computed analytically from the round's
+  (n, f) values", its attacker knowing "the benign updates in a round but not the cache state").
+
+Without a cache both scopes are the sample. mu = (1/h) sum_i X_i and
+sigma = sqrt(sum_i (X_i - mu)^2 / (h - 1)) are the coordinate-wise mean and unbiased standard
+deviation (the ``torch.std`` default, as in the epfml code of Karimireddy et al. and the ALIE
+code it follows; sigma is defined as 0 when fewer than two rows are available, where the unbiased
+estimator is undefined). Every attack has ONE knob, ``attack_strength`` (``None``: the attack's
+documented default), and returns exactly ``n_byzantine`` rows on the input's device and dtype
+(``[0, d]`` when ``n_byzantine == 0``).
+
+A round with no honest row has a defined, documented behaviour (no silent fallback to honest
+training): when h == 0, attacks that need honest statistics estimate them from ``own``, the
+messages the Byzantine clients would honestly have sent (they are also clients with data, and
+under the momentum algorithms they keep their own honest momentum), and raise ``ValueError`` if
+``own`` is not given either.
 
 Randomness comes only from the call-time ``generator`` (the run's ``torch.Generator``). An attack
 that needs random numbers and gets ``generator=None`` uses a fresh ``torch.Generator`` seeded 0 on
@@ -32,14 +44,14 @@ sign_flip       own (used when given, else -strength * mu)
 bit_flip        same as sign_flip
 gaussian        own (used when given, else mu), generator
 alie            n_total, f (optional; default n_byzantine); own only when h == 0
-ipm             own only when h == 0
+alie_swbdm      as alie
+ipm, ipm_swbdm  own only when h == 0
 mimic           own only when h == 0
 cache_alie      cache, cache_byzantine (``needs_cache``); without them plain ALIE
-strategic_skip  n_total = the number SAMPLED this round, own (required when honest-looking)
+strategic_skip  n_sampled (the number SAMPLED this round), own (required when honest-looking)
 =============== ============================================================================
 
-``needs_own`` says whether the attack's output depends on ``own`` when honest clients are
-sampled; when it is False the round loop may skip training the Byzantine clients unless h == 0.
+``needs_own`` says whether the attack's output depends on ``own`` when honest rows exist.
 """
 
 from __future__ import annotations
@@ -63,9 +75,10 @@ ATTACKS: Registry[type["Attack"]] = Registry("attack")
 class AttackRound:
     """One round's input to an attack, checked once by ``Attack.__call__``."""
 
-    honest: Tensor                     # [h, d] honest messages sampled this round
+    honest: Tensor                     # [h, d] the honest rows of the attacker's scope
     n_byzantine: int                   # rows to return
-    n_total: int                       # aggregator inputs this round (sampled count for strategic_skip)
+    n_total: int                       # n: rows of the attacker's scope, honest and Byzantine
+    n_sampled: int                     # clients sampled this round (n_total unless given)
     own: Tensor | None                 # [n_byzantine, d] what the Byzantine clients would honestly send
     f: int | None                      # the corruption count the attacker plans for (ALIE)
     cache: Tensor | None               # [N, d] the aggregator's whole input, fresh and cached
@@ -149,7 +162,7 @@ class Attack:
     def __call__(self, honest: Tensor, *, n_byzantine: int, n_total: int, own: Tensor | None = None,
                  f: int | None = None, cache: Tensor | None = None,
                  cache_byzantine: Tensor | None = None,
-                 generator: torch.Generator | None = None) -> Tensor:
+                 generator: torch.Generator | None = None, n_sampled: int | None = None) -> Tensor:
         if honest.ndim != 2:
             raise ValueError(f"attack {self.name!r}: honest must be [h, d]; got shape {tuple(honest.shape)}")
         d = honest.shape[1]
@@ -169,8 +182,9 @@ class Attack:
                                  f"shape [{cache.shape[0]}]")
         if n_byzantine == 0:
             return honest.new_empty((0, d))
-        out = self.craft(AttackRound(honest, n_byzantine, n_total, own, None if f is None else int(f),
-                                     cache, cache_byzantine, generator))
+        n_sampled = n_total if n_sampled is None else int(n_sampled)
+        out = self.craft(AttackRound(honest, n_byzantine, n_total, n_sampled, own,
+                                     None if f is None else int(f), cache, cache_byzantine, generator))
         return out.to(device=honest.device, dtype=honest.dtype)
 
     def craft(self, rnd: AttackRound) -> Tensor:
@@ -319,8 +333,8 @@ class ALIE(Attack):
         m = mu - s * z * sigma,   z = Phi^{-1}((n - f - S) / (n - f)),  S = floor(n/2 + 1) - f,
 
     mu, sigma the coordinate-wise mean and unbiased std of the honest messages (``torch.std``, as
-    in epfml's ``ALittleIsEnoughAttack``), n = ``n_total`` (aggregator inputs this round), f = the
-    ``f`` context if given else ``n_byzantine``; s = strength (default 1) multiplies z. Undefined
+    in epfml's ``ALittleIsEnoughAttack``), n = ``n_total`` (the rows of the attacker's scope: the
+    aggregator's inputs by default), f = the ``f`` context if given else ``n_byzantine``; s = strength (default 1) multiplies z. Undefined
     quantiles (Byzantine majority, n <= 2) are clamped as in ``alie_z``.
     """
 
@@ -348,6 +362,62 @@ class IPM(Attack):
 
     def craft(self, rnd: AttackRound) -> Tensor:
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
+
+
+def alie_z_swbdm(n: int, f: int) -> float:
+    """ALIE's z as the SWB-DM study's code computes it from the round's (n, f):
+
+        z = Phi^{-1}(clamp((n/2 - f) / max(n - f, 1), 1e-3, 1 - 1e-3)).
+
+    It differs from Baruch's ``alie_z``: at n = 10, f = 2 it is Phi^{-1}(0.375) = -0.319 where
+    Baruch's is Phi^{-1}(0.5) = 0, and a Byzantine half (f >= n/2) gives Phi^{-1}(1e-3) = -3.09,
+    a large step the other way, where Baruch's clamp gives the largest positive quantile.
+    """
+    if n < 1:
+        raise ValueError(f"ALIE needs n >= 1 aggregator inputs; got n={n}")
+    argument = (n / 2 - f) / max(n - f, 1)
+    return float(norm.ppf(min(max(argument, 1e-3), 1 - 1e-3)))
+
+
+@ATTACKS.register("alie_swbdm")
+class ALIESWBDM(ALIE):
+    """ALIE as the SWB-DM study ran it (the ``attacks.py`` of the repository its paper names):
+
+        m = mu - s * z * sigma_pop,   z = ``alie_z_swbdm(n, f)``,
+        sigma_pop = sqrt(sum_i (X_i - mu)^2 / h)   (the population std, 0 for one row),
+
+    n = ``n_total``, f = ``f`` if given else ``n_byzantine``, s = strength (default 1). The
+    paper grid (``search_spaces/paper_grid.yaml``) uses it with ``attack_scope: sample``;
+    ``alie`` (Baruch's z, unbiased std) stays the default ALIE, DeMoA's setting.
+    """
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        f = rnd.n_byzantine if rnd.f is None else rnd.f
+        source = rnd.reference(self.name)
+        mu, sigma = source.mean(dim=0), source.std(dim=0, correction=0)
+        return rnd.repeat(mu - (self.strength * alie_z_swbdm(rnd.n_total, f)) * sigma)
+
+
+@ATTACKS.register("ipm_swbdm")
+class IPMSWBDM(Attack):
+    """IPM as the SWB-DM study ran it ("negates the honest gradient direction and norm-matches"):
+    every Byzantine client sends
+
+        m = -s * eps_t * mu,   eps_t = ((1/h) sum_i ||X_i||) / ||mu||,
+
+    so ||m|| = s * the mean honest message norm, recomputed every round (s = strength, default 1).
+    Honest messages that cancel (mu = 0) have no direction to negate: m = 0. ``ipm`` with its
+    fixed eps = 0.1 stays the default IPM, DeMoA's setting. eps_t >= 1 always (the triangle
+    inequality bounds ||mu|| by the mean norm), and it grows as the honest messages disagree.
+    """
+
+    def craft(self, rnd: AttackRound) -> Tensor:
+        source = rnd.reference(self.name)
+        mu = source.mean(dim=0)
+        mu_norm = torch.linalg.vector_norm(mu)
+        mean_norm = torch.linalg.vector_norm(source, dim=1).mean()
+        eps = torch.where(mu_norm > 0, mean_norm / mu_norm.clamp_min(torch.finfo(mu.dtype).tiny), 0.0)
+        return rnd.repeat(-(self.strength * eps) * mu)
 
 
 @ATTACKS.register("mimic")
@@ -404,12 +474,15 @@ class CacheALIE(ALIE):
 
     mu_c, sigma_c the coordinate-wise mean and unbiased std of the honest cache rows
     ``cache[~cache_byzantine]``, N = number of cache rows, B = number of Byzantine rows
-    (``cache_byzantine.sum()``), z as in ``alie_z``, s = strength (default 1). Every Byzantine
-    client sends the same vector.
+    (``cache_byzantine.sum()``: the round loop marks the slots this round's Byzantine clients are
+    about to overwrite as Byzantine too), z as in ``alie_z``, s = strength (default 1). Every
+    Byzantine client sends the same vector. It reads the cache whatever ``attack_scope`` says, so
+    under the default ``inputs`` scope it equals ``alie``; with ``attack_scope: sample`` it is the
+    cache-aware attacker beside a sample-scope ALIE.
 
-    Without ``cache`` (an algorithm that has none) this is plain ``alie`` on this round's honest
-    messages with n = ``n_total`` and f = ``f`` or ``n_byzantine``. A cache with no honest row
-    takes mu, sigma from this round's honest messages (``own`` when h == 0), keeping z(N, B).
+    Without ``cache`` this is plain ``alie`` with n = ``n_total`` and f = ``f`` or
+    ``n_byzantine``. A cache with no honest row takes mu, sigma from ``honest`` (``own`` when
+    h == 0), keeping z(N, B).
     """
 
     needs_cache = True
@@ -430,12 +503,12 @@ class StrategicSkip(Attack):
     Byzantine clients behave honestly (send ``own``) unless they hold at least half of the sampled
     set,
 
-        2 * n_byzantine >= n_total,   n_total = the number of clients SAMPLED this round
+        2 * n_byzantine >= n_sampled,   n_sampled = the number of clients SAMPLED this round
 
-    (the round loop passes the sampled count as ``n_total`` even when the aggregator runs over a
-    cache of N rows). In such a round every Byzantine client sends
+    (the round loop passes it even when the aggregator runs over a cache of N rows; without it,
+    ``n_total``). In such a round every Byzantine client sends
 
-        m = -s * mu,   s = strength (default 10),
+        m = -s * mu,   s = strength (default 10), mu over the attacker's scope,
 
     the same vector from all of them, so that an order statistic (median, trimmed mean, Krum's
     neighbourhood) lands on it, and a large step against the honest direction (10x the honest mean,
@@ -447,7 +520,7 @@ class StrategicSkip(Attack):
     default_strength = 10.0
 
     def craft(self, rnd: AttackRound) -> Tensor:
-        if 2 * rnd.n_byzantine < rnd.n_total:
+        if 2 * rnd.n_byzantine < rnd.n_sampled:
             return rnd.require_own(self.name)
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
 

@@ -50,7 +50,8 @@ class MomentumCache(ClientCache):
     Sampled i:     m_i <- (1 - alpha p) m_i + alpha g_i
     Not sampled:   m_i <- (1 - alpha p) m_i   (the server applies the decay to its copy, so after
                    tau unsampled rounds the slot equals P(m_i) = prod (1 - alpha_s p_s) m_i)
-    ``coefficient`` is the decay factor (1 - alpha p), or (1 - alpha) for the FedCM-style ablation.
+    A slot holds what its client last sent, so a Byzantine client's slot holds its malicious
+    message; its honest momentum lives in `ByzantineMomenta`.
     """
 
     def decay(self, coefficient: float) -> None:
@@ -58,6 +59,34 @@ class MomentumCache(ClientCache):
         if coefficient != 1.0:
             self.slots.mul_(coefficient)
 
-    def fresh(self, clients: Tensor, gradients: Tensor, coefficient: float, alpha: float) -> Tensor:
-        """The momenta the sampled clients compute: coefficient * m_i + alpha * g_i (not stored)."""
-        return coefficient * self.slots[clients].float() + alpha * gradients
+
+class ByzantineMomenta:
+    """The momentum each Byzantine client would honestly hold, one row per Byzantine client (B rows,
+    not N), kept in the cache's dtype so that under ``attack: none`` it equals the server's copy
+    bit for bit. It follows the honest recursion (decay when unsampled, c m_i + alpha g_i when
+    sampled) whatever the client sends, and is what attacks get as ``own``."""
+
+    def __init__(self, byzantine: Tensor, initial: Tensor, dtype: str = "float32") -> None:
+        self.dtype = _DTYPES[dtype]
+        members = byzantine.nonzero().flatten()
+        self.row_of = torch.full((byzantine.numel(),), -1, dtype=torch.long, device=initial.device)
+        self.row_of[members] = torch.arange(len(members), device=initial.device)
+        self.slots = initial.detach().to(self.dtype).expand(len(members), -1).clone()
+
+    def read(self, clients: Tensor) -> Tensor:
+        """float32 rows of the given Byzantine ``clients``."""
+        return self.slots[self.row_of[clients]].float()
+
+    def decay(self, coefficient: float) -> None:
+        if coefficient != 1.0:
+            self.slots.mul_(coefficient)
+
+    def refresh(self, clients: Tensor, values: Tensor) -> None:
+        """Set the rows of the Byzantine ``clients`` to ``values`` (rows aligned)."""
+        self.slots[self.row_of[clients]] = values.to(self.dtype)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"slots": self.slots}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.slots = state["slots"].to(self.slots.device, self.dtype).clone()

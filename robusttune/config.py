@@ -47,7 +47,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "trainer": ("auto", "sequential", "batched"),
     "swb_rotation": ("haar", "shared", "hadamard"),
     "cache_dtype": ("float32", "bfloat16"),
-    "demoa_coefficient": ("alpha_p", "alpha"),
+    "demoa_ablation": ("none", "coefficient_swap", "no_decay"),
+    "attack_scope": ("inputs", "sample"),
 }
 
 
@@ -70,6 +71,10 @@ class RunSpec:
     assumed_byzantine_fraction: float | None = None
     attack: str = "none"
     attack_strength: float | None = None
+    # What the omniscient attacker computes its statistics over (mu, sigma, ALIE's n and f):
+    # `inputs` = every row the rule aggregates (all N cached rows under state_cache and demoa),
+    # `sample` = this round's sampled messages (how the SWB-DM grid ran ALIE and IPM).
+    attack_scope: str = "inputs"
     method: str | None = None
     algorithm: str = "fedavg"
     aggregator: str = "mean"
@@ -90,8 +95,7 @@ class RunSpec:
     momentum: float = 0.9
     trainer: str = "auto"
     demoa_alpha: float = 0.1
-    demoa_coefficient: str = "alpha_p"
-    demoa_decay: bool = True
+    demoa_ablation: str = "none"
     server_lr: float | None = None
     dirichlet_alpha: float = 0.5
     partition_seed: int = 1234

@@ -83,7 +83,8 @@ def fit_sqrt_bound(beta: np.ndarray, error: np.ndarray) -> tuple[float, float]:
 def error_vs_corruption(runs: pd.DataFrame, path: str | Path, attacks: Sequence[str] | None = None,
                         fit_method: str | None = None) -> Path | None:
     """Mean test error (1 - final accuracy, in %) per method against beta, one panel per attack
-    (default: alie and ipm when present, as the paper's Figure 2, else every attack). The clean runs
+    (default: ALIE and IPM, in Baruch's / fixed-eps form or the SWB-DM study's, when present, as
+    the paper's Figure 2, else every attack). The clean runs
     (beta = 0) are every panel's first point. A dashed E0 + C sqrt(beta) is fitted to
     ``fit_method`` (default swb if present, else the first method)."""
     if runs.empty or "attack" not in runs:
@@ -91,7 +92,7 @@ def error_vs_corruption(runs: pd.DataFrame, path: str | Path, attacks: Sequence[
     attacked = runs[runs["attack"] != "none"]
     present = list(dict.fromkeys(attacked["attack"]))
     if attacks is None:
-        attacks = [a for a in ("alie", "ipm") if a in present] or present
+        attacks = [a for a in ("alie", "alie_swbdm", "ipm", "ipm_swbdm") if a in present] or present
     attacks = [a for a in attacks if a in present]
     if not attacks:
         return None

@@ -16,7 +16,8 @@ from robusttune.config import RunSpec
 from robusttune.simulation import RoundRecord, Simulation
 
 # Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
-TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "max_class_share",
+TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",
+                       "max_class_share",
                        "byzantine_sampled", "byzantine_input_share", "train_seconds",
                        "aggregate_seconds")
 # Hyperparameters shown in the HParams view: the knobs a sweep varies, not paths.

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from robusttune.aggregators import make_aggregator
-from robusttune.algorithms import make_algorithm
-from robusttune.attacks import make_attack
+from robusttune.algorithms import RoundState, ServerAlgorithm, make_algorithm
+from robusttune.attacks import Attack, make_attack
 from robusttune.config import RunSpec
 from robusttune.data import load_federated
 from robusttune.models import flat_params, make_model
@@ -41,6 +41,7 @@ class RoundRecord:
     max_class_share: float
     sampled: int
     byzantine_sampled: int
+    nonfinite_messages: int  # messages sent this round with a NaN or infinite coordinate
     byzantine_input_share: float
     byzantine_majority: bool
     f_assumed: int
@@ -67,6 +68,36 @@ def client_seed(seed: int, round_index: int, client: int) -> int:
     """A per-(run, round, client) seed for batch order: no RNG state to carry between rounds, and
     both training strategies draw identical batches. ``client=-1`` is the server (FLTrust)."""
     return (seed * 1_000_003 + round_index * 10_007 + client + 1) % (2**63 - 1)
+
+
+def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundState,
+                       model: Tensor, *, scope: str, n_byzantine: int,
+                       generator: torch.Generator | None) -> Tensor:
+    """The round's messages: ``state.honest`` with the sampled Byzantine clients' rows replaced
+    by what ``attack`` crafts (a new tensor; ``state.honest`` stays what they honestly computed).
+
+    The attacker's statistics come from ``scope`` (RunSpec ``attack_scope``): ``inputs`` takes
+    the honest rows of the aggregator's input as it will be after this round (all N cached rows
+    under a cache algorithm), n = its row count and f = its Byzantine rows; ``sample`` takes the
+    round's honest messages, n = the sample size and f = the Byzantine clients sampled. Each
+    Byzantine client's ``own`` is its honest message, built from its own honest state."""
+    honest, byzantine = state.honest, state.byzantine
+    n_sampled = honest.shape[0]
+    view = None
+    if attack.needs_cache or (scope == "inputs" and algorithm.aggregates_cache):
+        view = algorithm.attack_view(state, model)
+    if scope == "inputs" and view is not None:
+        reference, n_total, f = view.rows[~view.byzantine], view.rows.shape[0], int(view.byzantine.sum())
+    else:
+        reference, n_total, f = honest[~byzantine], n_sampled, n_byzantine
+    context: dict[str, Any] = {}
+    if attack.needs_cache:
+        context = {"cache": view.rows, "cache_byzantine": view.byzantine}
+    malicious = attack(reference, n_byzantine=n_byzantine, n_total=n_total, f=f,
+                       n_sampled=n_sampled, own=honest[byzantine], generator=generator, **context)
+    messages = honest.clone()
+    messages[byzantine] = malicious.to(messages.dtype)
+    return messages
 
 
 def is_collapsed(accuracy: float, num_classes: int, nonfinite: bool) -> bool:
@@ -111,7 +142,7 @@ class Simulation:
             self.aggregator = make_aggregator("bucketing", inner=spec.aggregator, **params)
         else:
             self.aggregator = make_aggregator(spec.aggregator, **params)
-        self.algorithm = make_algorithm(spec, self.params, counts)
+        self.algorithm = make_algorithm(spec, self.params, counts, self.byzantine_device)
 
         self.rounds_done = 0
         self.last_accuracy = math.nan
@@ -169,21 +200,17 @@ class Simulation:
         train_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
-        fresh = self.algorithm.fresh_messages(sampled, local, self.params)
-        messages = fresh
+        state = self.algorithm.begin_round(sampled, byzantine, local, self.params)
+        messages = state.honest
         if n_byzantine and not self.attack.data_side and self.attack.name != "none":
-            context: dict[str, Any] = {"own": fresh[byzantine], "generator": self.noise_rng}
-            if self.attack.needs_cache:
-                context["cache"], context["cache_byzantine"] = self.algorithm.attack_view(
-                    sampled, fresh, byzantine, self.params)
-            malicious = self.attack(fresh[~byzantine], n_byzantine=n_byzantine,
-                                    n_total=n_sampled, **context)
-            # fresh is this round's own tensor and is not read again: overwrite in place
-            messages[byzantine] = malicious.to(messages.dtype)
+            messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
+                                          scope=spec.attack_scope, n_byzantine=n_byzantine,
+                                          generator=self.noise_rng)
+        nonfinite_messages = int((~torch.isfinite(messages)).any(dim=1).sum()) if n_sampled else 0
 
         aggregated = False
         if n_sampled or self.algorithm.aggregates_cache:
-            inputs = self.algorithm.inputs(sampled, messages, byzantine, self.params)
+            inputs = self.algorithm.inputs(state, messages, self.params)
             n_inputs = inputs.rows.shape[0]
             f_assumed = spec.assumed_f(n_inputs)
             byzantine_rows = int(inputs.byzantine_rows.sum())
@@ -216,6 +243,7 @@ class Simulation:
             round=round_index, accuracy=accuracy, loss=loss,
             param_norm=float(torch.linalg.vector_norm(self.params)), nonfinite_params=nonfinite,
             max_class_share=max_share, sampled=n_sampled, byzantine_sampled=n_byzantine,
+            nonfinite_messages=nonfinite_messages,
             byzantine_input_share=share, byzantine_majority=majority,
             f_assumed=f_assumed, precondition_held_assumed=bool(held_assumed),
             precondition_held_actual=bool(held_actual), aggregated=aggregated,

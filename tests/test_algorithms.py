@@ -16,11 +16,12 @@ def _demoa(**keys):
     return spec, make_algorithm(spec, torch.zeros(3), counts)
 
 
-def _round(algorithm, clients, gradients):
+def _round(algorithm, clients, gradients, byzantine=None):
     clients = torch.tensor(clients, dtype=torch.long)
-    byzantine = torch.zeros(len(clients), dtype=torch.bool)
-    fresh = algorithm.fresh_messages(clients, gradients, torch.zeros(3))
-    return algorithm.inputs(clients, fresh, byzantine, torch.zeros(3))
+    if byzantine is None:
+        byzantine = torch.zeros(len(clients), dtype=torch.bool)
+    state = algorithm.begin_round(clients, torch.as_tensor(byzantine), gradients, torch.zeros(3))
+    return algorithm.inputs(state, state.honest, torch.zeros(3))
 
 
 def test_demoa_decayed_cache_equals_the_closed_form_product():
@@ -48,15 +49,24 @@ def test_demoa_sampled_momentum_recursion():
     assert torch.allclose(inputs.rows[3], c * 0.3 * g1[0] + 0.3 * g2[0])
 
 
-def test_demoa_ablations_change_coefficient_and_decay():
-    _, plain = _demoa(demoa_coefficient="alpha")
-    _round(plain, [0], torch.tensor([[1.0, 1.0, 1.0]]))
-    inputs = _round(plain, [0], torch.tensor([[0.0, 0.0, 0.0]]))
-    assert torch.allclose(inputs.rows[0], torch.full((3,), (1 - 0.3) * 0.3))
-    _, no_decay = _demoa(demoa_decay=False)
-    _round(no_decay, [1], torch.tensor([[2.0, 2.0, 2.0]]))
+def test_demoa_ablations_are_the_papers():
+    """coefficient_swap: (1 - alpha p) -> (1 - alpha) for the sampled, unsampled momenta left as
+    they are; no_decay: the sampled keep (1 - alpha p), P = id for the unsampled."""
+    alpha, p = 0.3, 0.5
+    _, swap = _demoa(demoa_ablation="coefficient_swap")
+    _round(swap, [0, 1], torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]))
+    inputs = _round(swap, [0], torch.tensor([[0.0, 0.0, 0.0]]))
+    assert torch.allclose(inputs.rows[0], torch.full((3,), (1 - alpha) * alpha))
+    assert torch.allclose(inputs.rows[1], torch.full((3,), alpha * 2.0))  # untouched, not decayed
+    _, no_decay = _demoa(demoa_ablation="no_decay")
+    _round(no_decay, [0, 1], torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]))
     inputs = _round(no_decay, [0], torch.tensor([[0.0, 0.0, 0.0]]))
-    assert torch.allclose(inputs.rows[1], torch.full((3,), 0.6))
+    assert torch.allclose(inputs.rows[0], torch.full((3,), (1 - alpha * p) * alpha))
+    assert torch.allclose(inputs.rows[1], torch.full((3,), alpha * 2.0))
+    _, paper = _demoa()
+    _round(paper, [0, 1], torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]))
+    inputs = _round(paper, [0], torch.tensor([[0.0, 0.0, 0.0]]))
+    assert torch.allclose(inputs.rows[1], torch.full((3,), (1 - alpha * p) * alpha * 2.0))
 
 
 def test_demoa_server_step_is_minus_eta_times_aggregate():
@@ -80,7 +90,8 @@ def test_state_cache_slots_start_as_initial_model_and_sampled_overwrite():
     clients = torch.tensor([2])
     byzantine = torch.tensor([True])
     states = torch.tensor([[5.0, 5.0]])
-    inputs = algorithm.inputs(clients, algorithm.fresh_messages(clients, states, initial), byzantine, initial)
+    state = algorithm.begin_round(clients, byzantine, states, initial)
+    inputs = algorithm.inputs(state, state.honest, initial)
     assert torch.equal(inputs.rows, torch.tensor([[1.0, -1.0], [1.0, -1.0], [5.0, 5.0]]))
     assert inputs.byzantine_rows.tolist() == [False, False, True]
 
@@ -98,9 +109,11 @@ def test_state_cache_attack_view_leaves_the_cache_untouched():
     before = algorithm.cache.read().clone()
     clients = torch.tensor([0, 2])
     byzantine = torch.tensor([False, True])
-    fresh = torch.tensor([[1.0, 1.0, 1.0], [5.0, 5.0, 5.0]])
-    view, mask = algorithm.attack_view(clients, fresh, byzantine, initial)
+    states = initial + torch.tensor([[1.0, 1.0, 1.0], [5.0, 5.0, 5.0]])
+    state = algorithm.begin_round(clients, byzantine, states, initial)
+    view = algorithm.attack_view(state, initial)
     assert torch.equal(algorithm.cache.read(), before)
-    assert torch.equal(view[0], fresh[0])            # the honest client's fresh update
-    assert torch.equal(view[1:], torch.zeros(3, 3))  # untouched slots: initial model - model
-    assert not mask.any()
+    assert torch.equal(view.rows[0], state.honest[0])           # the honest client's fresh update
+    assert torch.equal(view.rows[[1, 3]], torch.zeros(2, 3))     # untouched: initial - model
+    # the slot the Byzantine client is about to overwrite counts as Byzantine
+    assert view.byzantine.tolist() == [False, False, True, False]

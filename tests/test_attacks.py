@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from robusttune.attacks import ATTACKS, alie_z, make_attack
+from robusttune.attacks import ATTACKS, alie_z, alie_z_swbdm, make_attack
 from robusttune.registry import SpecError
 
 ALL = ATTACKS.names()
@@ -136,6 +136,48 @@ def test_gaussian_without_own_adds_noise_to_the_honest_mean_and_strength_zero_is
 
 
 # --- data side, adaptive, mimic ------------------------------------------------------------------
+
+# --- the SWB-DM study's variants ------------------------------------------------------------------
+
+def test_alie_swbdm_z_and_vector_match_the_study_formula():
+    """z = Phi^-1(clamp((n/2 - f)/(n - f), 1e-3, 1 - 1e-3)) with the population std: at
+    n = 10, f = 2 it is Phi^-1(3/8) = -0.319 where Baruch's z is 0."""
+    assert round(alie_z_swbdm(10, 2), 3) == -0.319 and alie_z(10, 2) == pytest.approx(0.0, abs=1e-12)
+    assert alie_z_swbdm(4, 2) == pytest.approx(norm.ppf(1e-3))      # a Byzantine half
+    assert alie_z_swbdm(10, 0) == pytest.approx(norm.ppf(0.5))      # no corruption: z = 0
+    assert alie_z_swbdm(3, 3) == pytest.approx(norm.ppf(1e-3))      # n - f floored at 1
+    out = call("alie_swbdm", honest64(), n_byzantine=2, n_total=10)
+    expected = X.mean(axis=0) - norm.ppf(3 / 8) * X.std(axis=0, ddof=0)
+    np.testing.assert_allclose(out.numpy(), np.tile(expected, (2, 1)), rtol=1e-12)
+    strong = make_attack("alie_swbdm", attack_strength=3.0)(honest64(), n_byzantine=1, n_total=10, f=2)
+    np.testing.assert_allclose(strong[0].numpy(),
+                               X.mean(axis=0) - 3 * norm.ppf(3 / 8) * X.std(axis=0, ddof=0))
+    one = call("alie_swbdm", honest64()[:1], n_byzantine=1, n_total=10)  # population std of one: 0
+    np.testing.assert_allclose(one[0].numpy(), X[0])
+
+
+def test_ipm_swbdm_negates_the_mean_and_matches_the_mean_honest_norm():
+    out = call("ipm_swbdm", honest64(), n_byzantine=2, n_total=6)
+    mu = X.mean(axis=0)
+    eps = np.linalg.norm(X, axis=1).mean() / np.linalg.norm(mu)
+    np.testing.assert_allclose(out.numpy(), np.tile(-eps * mu, (2, 1)), rtol=1e-12)
+    assert np.linalg.norm(out[0].numpy()) == pytest.approx(np.linalg.norm(X, axis=1).mean())
+    double = make_attack("ipm_swbdm", attack_strength=2.0)(honest64(), n_byzantine=1, n_total=6)
+    np.testing.assert_allclose(double[0].numpy(), -2 * eps * mu, rtol=1e-12)
+    cancelling = torch.tensor([[1.0, -2.0], [-1.0, 2.0]], dtype=torch.float64)  # mu = 0
+    assert torch.equal(call("ipm_swbdm", cancelling, n_byzantine=1, n_total=3),
+                       torch.zeros(1, 2, dtype=torch.float64))
+
+
+def test_strategic_skip_decides_on_the_sampled_count_not_the_scope():
+    """Under the inputs scope n_total is the N aggregator inputs; the skip decision is the
+    sample's (2 Byzantine of 3 sampled is a majority even among 25 inputs)."""
+    atk = make_attack("strategic_skip")
+    own = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, -2.0]], dtype=torch.float64)
+    out = atk(honest64(), n_byzantine=2, n_total=25, n_sampled=3, own=own)
+    np.testing.assert_allclose(out.numpy(), np.tile(-10.0 * X.mean(axis=0), (2, 1)), rtol=1e-12)
+    assert torch.equal(atk(honest64(), n_byzantine=2, n_total=4, n_sampled=5, own=own), own)
+
 
 def test_label_flip_maps_y_to_k_minus_1_minus_y():
     atk = make_attack("label_flip")

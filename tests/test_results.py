@@ -26,6 +26,7 @@ METHODS = {"fedavg": dict(method="fedavg"), "fedcm": dict(method="fedcm"),
 def record(round_index: int, accuracy: float, norm: float) -> RoundRecord:
     return RoundRecord(round=round_index, accuracy=accuracy, loss=1.0, param_norm=norm,
                        nonfinite_params=0, max_class_share=0.2, sampled=5, byzantine_sampled=1,
+                       nonfinite_messages=0,
                        byzantine_input_share=0.2, byzantine_majority=False, f_assumed=1,
                        precondition_held_assumed=True, precondition_held_actual=True,
                        aggregated=True, collapsed=False, train_seconds=0.01, aggregate_seconds=0.001)

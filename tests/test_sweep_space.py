@@ -221,6 +221,9 @@ def test_paper_grid_is_448_trials():
                                                         ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm")}
     pairings = table[["attack", "byzantine_fraction"]].drop_duplicates()
     assert len(pairings) == 16 and set(pairings[pairings.attack == "none"].byzantine_fraction) == {0.0}
+    # ALIE and IPM as the study's code ran them, over the round's sample
+    assert set(table.attack) == {"none", "label_flip", "sign_flip", "gaussian", "alie_swbdm", "ipm_swbdm"}
+    assert {spec.run_spec(p).attack_scope for p in expansion.points} == {"sample"}
     bulyan = table[(table.method == "bulyan") & (table.participation == 0.5)]
     assert set(bulyan.sample_size) == {11} and len(bulyan) == 32
     assert table[table.method != "bulyan"].sample_size.isna().all()
