@@ -137,9 +137,9 @@ def run_one(keys: dict[str, Any]) -> dict[str, Any]:
     rounds. One torch thread: several runs side by side are what fills a CPU."""
     torch.set_num_threads(1)
     summary = run_to_folder(RunSpec(**keys), None, tensorboard=False)
-    return {"accuracy": float(summary["final_accuracy"]), "collapsed": bool(summary["collapsed"]),
-            "majority_rounds": int(summary["byzantine_majority_rounds"]),
-            "seconds": float(summary["seconds"]), "copied": False}
+    return {"accuracy": summary.final_accuracy, "collapsed": summary.collapsed,
+            "majority_rounds": summary.byzantine_majority_rounds,
+            "seconds": summary.seconds, "copied": False}
 
 
 def run_grid(cells: Sequence[Cell], jobs: int = 1, log=None) -> dict[Cell, dict[str, Any]]:

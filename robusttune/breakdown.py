@@ -18,9 +18,8 @@ survivor above it) marks the cell ``non_monotone``; it is reported, not hidden.
 The core (`bisect_breakdown`) knows nothing of runs: an evaluator maps a batch of `Point` to
 `Outcome` (or plain survival booleans). `spec_evaluator` turns a base RunSpec, seeds, optional
 defence knobs tuned by Optuna (ask/tell, one batch per trial across all points) and an optional
-adversarial attack-strength list into such an evaluator on top of any *runner*: a callable from
-a list of RunSpec to their summary.json dicts (the Ray Tune sweep layer, or the in-process
-`SequentialRunner`).
+adversarial attack-strength list into such an evaluator on top of any `robusttune.runners.Runner`
+(the Ray Tune sweep layer, or the in-process `InProcessRunner`).
 """
 
 from __future__ import annotations
@@ -28,13 +27,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, Sequence
 
+from robusttune.records import RunSummary, mean_accuracy, survives
 from robusttune.registry import SpecError
+
+if TYPE_CHECKING:  # the runners import torch; breakdown's core needs only their protocol
+    from robusttune.runners import Runner
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "spec_evaluator", "SequentialRunner", "BreakdownPlan", "load_plan", "write_breakdown",
+    "spec_evaluator", "BreakdownPlan", "load_plan", "write_breakdown",
 ]
 
 EPS = 1e-9
@@ -88,25 +91,16 @@ class Outcome:
     detail: tuple[Any, ...] = ()
 
     @classmethod
-    def from_summaries(cls, summaries: Sequence[Mapping[str, Any]], **extra: Any) -> "Outcome":
+    def from_summaries(cls, summaries: Sequence[RunSummary], **extra: Any) -> "Outcome":
         """Mean final accuracy (a non-finite one counts as 0) and collapse in any run."""
-        accuracies = [_finite_or_zero(s.get("final_accuracy")) for s in summaries]
-        detail = tuple(s.get("run_dir") for s in summaries if s.get("run_dir"))
+        detail = tuple(s.run_dir for s in summaries if s.run_dir)
         detail += tuple(f"{k}={v}" for k, v in extra.items())
-        return cls(sum(accuracies) / len(accuracies) if accuracies else 0.0,
-                   any(bool(s.get("collapsed")) for s in summaries), len(summaries), detail)
+        accuracy = mean_accuracy(s.final_accuracy for s in summaries) if summaries else 0.0
+        return cls(accuracy, any(s.collapsed for s in summaries), len(summaries), detail)
 
 
 Verdict = Outcome | bool
 Evaluator = Callable[[Sequence[Point]], Sequence[Verdict]]
-
-
-def _finite_or_zero(value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return number if math.isfinite(number) else 0.0
 
 
 def lattice_top(clients: int, max_fraction: float) -> int:
@@ -154,11 +148,10 @@ class CellResult:
         verdict = self.outcomes[k]
         if isinstance(verdict, bool):
             return verdict
-        if verdict.collapsed or not math.isfinite(verdict.accuracy):
-            return False
         if k == 0 and self.threshold is None:
-            return True               # the relative bar is always met by the clean run itself
-        return verdict.accuracy >= self.bar
+            # the relative bar is always met by the clean run itself
+            return survives(verdict.accuracy, verdict.collapsed, -math.inf)
+        return survives(verdict.accuracy, verdict.collapsed, self.bar)
 
     # the state machine ---------------------------------------------------------------------
     def requests(self) -> list[int]:
@@ -349,7 +342,6 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
 
 
 # -- evaluating points with runs ---------------------------------------------------------------
-Runner = Callable[[Sequence[Any]], list[dict]]   # list[RunSpec] -> summary.json dicts, same order
 
 
 def _optuna_distribution(domain: Any) -> Any:
@@ -400,7 +392,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                  for variant in variants for seed in seeds]
         return specs, variants
 
-    def judge(point: Point, knobs: Mapping[str, Any], summaries: list[dict], variants: list[dict]) -> Outcome:
+    def judge(point: Point, knobs: Mapping[str, Any], summaries: list[RunSummary],
+              variants: list[dict]) -> Outcome:
         per_variant = [Outcome.from_summaries(summaries[i * len(seeds):(i + 1) * len(seeds)],
                                               **knobs, **variant)
                        for i, variant in enumerate(variants)]
@@ -442,46 +435,6 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail) for b in best]  # type: ignore[union-attr]
 
     return tuned
-
-
-class SequentialRunner:
-    """Runs RunSpecs one after another in this process (no Ray): the fallback runner, and what
-    the tests use. With ``out_dir`` each run writes a run folder ``out_dir/trials/NNNNN-...``
-    (rounds.csv, summary.json) whose path comes back in the summary's ``run_dir``."""
-
-    def __init__(self, out_dir: str | Path | None = None, tensorboard: bool = False,
-                 threads: int | None = None) -> None:
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.tensorboard = tensorboard
-        # torch threads while running, like a Tune trial's (its CPUs): on a busy 2-core machine
-        # the default of one thread per core ran a 13-run breakdown 10x slower than 1 thread
-        self.threads = threads
-        # a rerun into the same folder numbers on: RunWriter appends to an existing rounds.csv
-        trials = self.out_dir / "trials" if self.out_dir is not None else None
-        self.count = len(list(trials.iterdir())) if trials is not None and trials.is_dir() else 0
-
-    def __call__(self, specs: Sequence[Any]) -> list[dict]:
-        import torch
-
-        saved = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            return [self._run(spec) for spec in specs]
-        finally:
-            torch.set_num_threads(saved)
-
-    def _run(self, spec: Any) -> dict:
-        from robusttune.recording import run_to_folder
-
-        folder = None
-        if self.out_dir is not None:
-            folder = self.out_dir / "trials" / (
-                f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
-                f"-p{spec.participation:g}-s{spec.seed}")
-        self.count += 1
-        summary = run_to_folder(spec, folder, tensorboard=self.tensorboard)
-        return summary if folder is None else {**summary, "run_dir": str(folder)}
 
 
 # -- the breakdown YAML ------------------------------------------------------------------------

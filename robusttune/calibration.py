@@ -18,22 +18,26 @@ With a cache (SWB-DM's state cache, DeMoA's momenta) the aggregator's input is a
 which at most B are Byzantine whatever the sample: the per-round quantities become deterministic
 bounds, majority iff B >= 1 and 2B >= N, exceeds the trim iff B > floor(N r).
 
-The second half, `trim_sweep`, runs a short sweep over trim ratios through any *runner* (a
-callable from a list of RunSpec to their summary.json dicts: the Ray Tune sweep layer, or
-`robusttune.breakdown.SequentialRunner`) and recommends the smallest trim ratio that
-survives at the deployment's Byzantine fraction and at a margin above it.
+The second half, `trim_sweep`, runs a short sweep over trim ratios through any
+`robusttune.runners.Runner` (the Ray Tune sweep layer, or `robusttune.runners.InProcessRunner`)
+and recommends the smallest trim ratio that survives at the deployment's Byzantine fraction and
+at a margin above it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from scipy import stats
 
+from robusttune.records import RunSummary, mean_accuracy, survives
 from robusttune.registry import SpecError
+
+if TYPE_CHECKING:  # the runners import torch; the calibration law needs only their protocol
+    from robusttune.runners import Runner
 
 __all__ = [
     "Deployment", "byzantine_law", "p_majority_round", "p_exceeds_trim_round", "p_any_round",
@@ -236,9 +240,6 @@ def analyze(d: Deployment, trim_ratios: Sequence[float] = (), risk: float = 0.05
 
 
 # -- the trim sweep ---------------------------------------------------------------------------
-Runner = Callable[[Sequence[Any]], list[dict]]   # list[RunSpec] -> summary.json dicts, same order
-
-
 @dataclass
 class TrimSweep:
     """Outcome of `trim_sweep`. ``table`` has one row per (trim ratio, Byzantine fraction) with
@@ -290,20 +291,20 @@ def trim_sweep(base: Any, trims: Sequence[float], byzantine_fractions: Sequence[
                 specs.append(base.updated(trim_ratio=r, byzantine_fraction=beta, seed=seed))
                 keys.append(("point", (r, beta), seed))
     summaries = runner(specs)
-    clean = [s["final_accuracy"] for (kind, _, _), s in zip(keys, summaries) if kind == "clean"]
-    clean_accuracy = _mean(clean)
+    clean = [s.final_accuracy for (kind, _, _), s in zip(keys, summaries) if kind == "clean"]
+    clean_accuracy = mean_accuracy(clean)
     bar = threshold if threshold is not None else relative_threshold * clean_accuracy
-    grouped: dict[tuple[float, float], list[dict]] = {}
+    grouped: dict[tuple[float, float], list[RunSummary]] = {}
     for (kind, point, _), summary in zip(keys, summaries):
         if kind == "point":
             grouped.setdefault(point, []).append(summary)
     result = TrimSweep(clean_accuracy=clean_accuracy, threshold=bar)
     for (r, beta), runs in grouped.items():
-        accuracy = _mean([s["final_accuracy"] for s in runs])
-        collapsed = sum(bool(s.get("collapsed")) for s in runs)
+        accuracy = mean_accuracy(s.final_accuracy for s in runs)
+        collapsed = sum(s.collapsed for s in runs)
         result.rows.append({"trim_ratio": r, "byzantine_fraction": beta, "accuracy": accuracy,
                             "collapsed_seeds": collapsed, "seeds": len(runs),
-                            "survived": collapsed == 0 and accuracy >= bar})
+                            "survived": survives(accuracy, collapsed > 0, bar)})
     surviving = [r for r in trims
                  if all(row["survived"] for row in result.rows if row["trim_ratio"] == r)]
     result.recommended = min(surviving) if surviving else None
@@ -314,10 +315,3 @@ def trim_sweep(base: Any, trims: Sequence[float], byzantine_fractions: Sequence[
         result.cost = {r: 100 * (acc[result.recommended] - acc[r])
                        for r in sorted(acc) if r > result.recommended}
     return result
-
-
-def _mean(values: Sequence[Any]) -> float:
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    # a run without a finite accuracy (diverged) counts as 0, not as missing
-    padded = finite + [0.0] * (len(values) - len(finite))
-    return float(np.mean(padded)) if padded else float("nan")

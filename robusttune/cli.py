@@ -103,7 +103,7 @@ def run(
     table = Table(title=f"{spec.method} on {spec.dataset}", show_header=False)
     for key in ("final_accuracy", "final_loss", "collapsed", "rounds_run",
                 "byzantine_majority_rounds", "seconds"):
-        value = summary[key]
+        value = getattr(summary, key)
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     table.add_row("folder", str(folder))
     Console().print(table)
@@ -146,10 +146,10 @@ def sweep(
 def _choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str]) -> Any:
     """The runner trials go through: Ray Tune (robusttune.sweep.batch; one sweep folder per wave
     under OUT) or, with --local, one run after another in this process (no Ray)."""
-    from robusttune.breakdown import SequentialRunner
+    from robusttune.runners import InProcessRunner
 
     if local:
-        return SequentialRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
+        return InProcessRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
     from robusttune.sweep.batch import TuneBatchRunner
 
     return TuneBatchRunner(out, resources=resources, address=address,

@@ -1,6 +1,7 @@
-"""The run folder: rounds.csv (one row per RoundRecord), summary.json (final figures and the
-resolved RunSpec) and TensorBoard event files (per-round scalars and the run's hyperparameters
-for the HParams view). Used by the `run` command and by every sweep trial alike."""
+"""The run folder: rounds.csv (one row per RoundRecord), summary.json (the RunSummary: final
+figures and the resolved RunSpec) and TensorBoard event files (per-round scalars and the run's
+hyperparameters for the HParams view). Used by the `run` command and by every sweep trial alike;
+a trial restored from a checkpoint reopens its folder with ``RunWriter(..., resume_at=k)``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from robusttune.config import RunSpec
-from robusttune.simulation import RoundRecord, Simulation
+from robusttune.records import RoundRecord, RunSummary
+from robusttune.simulation import Simulation
 
 # Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
 TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",
@@ -37,19 +39,16 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN: missing figures become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
-
-
 class RunWriter:
-    """Writes one run folder as records arrive. Append-safe: a resumed run continues its CSV."""
+    """Writes one run folder as records arrive. Append-safe: a resumed run continues its CSV.
 
-    def __init__(self, folder: str | Path, spec: RunSpec, tensorboard: bool = True) -> None:
+    ``resume_at=k`` reopens the folder of a run restored after round k: rounds.csv keeps only its
+    rows up to k (the rounds after the checkpoint run again), a summary.json from an earlier end
+    is removed (rewritten when the run ends), and TensorBoard hides the old scalars from step
+    k + 1 on (``SummaryWriter(purge_step=k + 1)``), so no round appears twice."""
+
+    def __init__(self, folder: str | Path, spec: RunSpec, tensorboard: bool = True,
+                 resume_at: int | None = None) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.spec = spec
@@ -57,10 +56,32 @@ class RunWriter:
         self._csv_file = None
         self._csv: csv.DictWriter | None = None
         self._tensorboard = None
+        purge_step = None
+        if resume_at is not None:
+            self._cut(resume_at)
+            if any(self.folder.glob("events.out.tfevents.*")):
+                purge_step = resume_at + 1
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tensorboard = SummaryWriter(log_dir=str(self.folder))
+            self._tensorboard = SummaryWriter(log_dir=str(self.folder), purge_step=purge_step)
+
+    def _cut(self, rounds_done: int) -> None:
+        if self.csv_path.exists():
+            with self.csv_path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                names = reader.fieldnames
+                rows = [row for row in reader if int(row["round"]) <= rounds_done]
+            if names and rows:
+                temporary = self.csv_path.with_suffix(".csv.tmp")
+                with temporary.open("w", newline="") as handle:
+                    out = csv.DictWriter(handle, fieldnames=names)
+                    out.writeheader()
+                    out.writerows(rows)
+                os.replace(temporary, self.csv_path)
+            else:
+                self.csv_path.unlink()
+        (self.folder / "summary.json").unlink(missing_ok=True)
 
     def write(self, record: RoundRecord) -> None:
         row = record.to_dict()
@@ -92,44 +113,34 @@ class RunWriter:
         if self._csv_file is not None:
             self._csv_file.close()
 
-    def close(self, summary: dict[str, Any]) -> None:
+    def close(self, summary: RunSummary) -> None:
         """Write summary.json and the HParams entry, then close every file."""
-        write_json_atomic(self.folder / "summary.json", _clean(summary))
+        write_json_atomic(self.folder / "summary.json", summary.to_dict())
         if self._tensorboard is not None:
             self._write_hparams(summary)
             self._tensorboard.close()
         if self._csv_file is not None:
             self._csv_file.close()
 
-    def _write_hparams(self, summary: dict[str, Any]) -> None:
+    def _write_hparams(self, summary: RunSummary) -> None:
         from torch.utils.tensorboard.summary import hparams
 
         params = {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
                   for k, v in self.spec.to_dict().items() if k not in HPARAM_EXCLUDE}
-        metrics = {"final/accuracy": _finite(summary.get("final_accuracy")),
-                   "final/loss": _finite(summary.get("final_loss")),
-                   "final/collapsed": float(bool(summary.get("collapsed")))}
+        metrics = {"final/accuracy": summary.final_accuracy, "final/loss": summary.final_loss,
+                   "final/collapsed": float(summary.collapsed)}
         experiment, session_start, session_end = hparams(params, metrics)
-        writer = self._tensorboard._get_file_writer()
         for entry in (experiment, session_start, session_end):
-            writer.add_summary(entry)
+            self._tensorboard.file_writer.add_summary(entry)
         for key, value in metrics.items():
-            self._tensorboard.add_scalar(key, value, summary.get("rounds_run", 0))
-
-
-def _finite(value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-    return number
+            self._tensorboard.add_scalar(key, value, summary.rounds_run)
 
 
 def run_to_folder(spec: RunSpec, folder: str | Path | None, *, tensorboard: bool = True,
-                  on_record: Callable[[RoundRecord], None] | None = None) -> dict[str, Any]:
-    """Run ``spec`` to the end, writing its run folder when ``folder`` is given, and return the
-    summary. The simulation is built (data loaded, spec checked) before the folder is created, so
-    bad input never leaves a half-written folder behind."""
+                  on_record: Callable[[RoundRecord], None] | None = None) -> RunSummary:
+    """Run ``spec`` to the end, writing its run folder when ``folder`` is given, and return its
+    summary (pointing at ``folder``). The simulation is built (data loaded, spec checked) before
+    the folder is created, so bad input never leaves a half-written folder behind."""
     started = time.perf_counter()
     simulation = Simulation(spec)
     writer = RunWriter(folder, spec, tensorboard=tensorboard) if folder is not None else None
@@ -139,6 +150,7 @@ def run_to_folder(spec: RunSpec, folder: str | Path | None, *, tensorboard: bool
         if on_record is not None:
             on_record(record)
     summary = simulation.summary(time.perf_counter() - started)
-    if writer is not None:
-        writer.close(summary)
-    return summary
+    if writer is None:
+        return summary
+    writer.close(summary)  # summary.json does not name its own folder: folders get moved
+    return summary.at(str(folder))

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from robusttune.config import RUNSPEC_KEYS
+from robusttune.records import RunSummary
 
 __all__ = [
     "load_runs", "load_rounds", "accuracy_table", "collapse_table", "gain_table", "round_value",
@@ -36,9 +37,6 @@ SUMMARY_KEYS = ("final_accuracy", "final_loss", "collapsed", "rounds_run",
 METHOD_ORDER = ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm",
                 "delayed_momentum", "demoa", "fedcm")
 IDENTITY = ("dataset", "method", "attack", "byzantine_fraction", "participation", "seed")
-# Collapse = accuracy <= chance + 0.5 points (simulation.COLLAPSE_MARGIN; duplicated so that
-# reading results never imports torch).
-COLLAPSE_MARGIN = 0.005
 
 
 def _sort_methods(frame: pd.DataFrame) -> pd.DataFrame:
@@ -73,27 +71,21 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
             continue                     # a run being written; summary.json is atomic otherwise
         if not isinstance(summary, dict) or not isinstance(summary.get("spec"), dict):
             continue                     # some other tool's summary.json
-        if summary.get("stopped_early") and not include_partial:
+        run = RunSummary.from_dict(summary)
+        if run.stopped_early and not include_partial:
             continue
         row: dict[str, Any] = {"run_id": path.parent.relative_to(root).as_posix() or ".",
                                "run_dir": str(path.parent)}
-        for key in SUMMARY_KEYS:
-            row[key] = summary.get(key)
-        row.update({k: v for k, v in summary["spec"].items() if k in RUNSPEC_KEYS})
+        row.update({key: getattr(run, key) for key in SUMMARY_KEYS})
+        row.update({k: v for k, v in run.spec.items() if k in RUNSPEC_KEYS})
         rows.append(row)
     columns = ["run_id", "run_dir", *SUMMARY_KEYS]
     frame = pd.DataFrame(rows, columns=None if rows else columns)
     if frame.empty:
         return pd.DataFrame(columns=columns + list(IDENTITY))
-    frame["final_accuracy"] = pd.to_numeric(frame["final_accuracy"], errors="coerce").astype(float)
-    frame["final_loss"] = pd.to_numeric(frame["final_loss"], errors="coerce").astype(float)
-    fallback = frame["final_accuracy"].isna()
-    if "num_classes" in frame:
-        chance = 1.0 / pd.to_numeric(frame["num_classes"], errors="coerce")
-        fallback |= frame["final_accuracy"] <= chance + COLLAPSE_MARGIN
-    given = frame["collapsed"]
-    frame["collapsed"] = [bool(g) if g is not None and not (isinstance(g, float) and math.isnan(g))
-                          else bool(f) for g, f in zip(given, fallback)]
+    frame["final_accuracy"] = frame["final_accuracy"].astype(float)
+    frame["final_loss"] = frame["final_loss"].astype(float)
+    frame["collapsed"] = frame["collapsed"].astype(bool)
     ordered = ["run_id"] + [c for c in IDENTITY if c in frame] + list(SUMMARY_KEYS)
     rest = [c for c in frame.columns if c not in ordered]
     return frame[ordered + rest].reset_index(drop=True)

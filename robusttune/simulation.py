@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -22,38 +22,8 @@ from robusttune.attacks import Attack, make_attack
 from robusttune.config import RunSpec
 from robusttune.data import load_federated
 from robusttune.models import flat_params, make_model
+from robusttune.records import RoundRecord, RunSummary, is_collapsed
 from robusttune.training import client_gradients, evaluate, resolve_trainer, train_clients
-
-# Collapse = final accuracy <= chance + 0.5 points (the SWB-DM paper's <= 10.5% on 10 classes).
-COLLAPSE_MARGIN = 0.005
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """What one round leaves behind. Accuracy is a fraction in [0, 1]; accuracy and loss are NaN
-    in rounds that were not evaluated (every ``eval_every`` rounds, and the last)."""
-
-    round: int
-    accuracy: float
-    loss: float
-    param_norm: float
-    nonfinite_params: int
-    max_class_share: float
-    sampled: int
-    byzantine_sampled: int
-    nonfinite_messages: int  # messages sent this round with a NaN or infinite coordinate
-    byzantine_input_share: float
-    byzantine_majority: bool
-    f_assumed: int
-    precondition_held_assumed: bool
-    precondition_held_actual: bool
-    aggregated: bool
-    collapsed: bool
-    train_seconds: float
-    aggregate_seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -98,11 +68,6 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     messages = honest.clone()
     messages[byzantine] = malicious.to(messages.dtype)
     return messages
-
-
-def is_collapsed(accuracy: float, num_classes: int, nonfinite: bool) -> bool:
-    """Non-finite parameters, or accuracy at most chance + 0.5 points."""
-    return nonfinite or not math.isfinite(accuracy) or accuracy <= 1.0 / num_classes + COLLAPSE_MARGIN
 
 
 class Simulation:
@@ -292,18 +257,22 @@ class Simulation:
         self.byzantine_majority_rounds = state["byzantine_majority_rounds"]
         self.collapsed = state["collapsed"]
 
-    def summary(self, seconds: float) -> dict[str, Any]:
-        """summary.json content: final figures and the resolved RunSpec."""
-        return {
-            "final_accuracy": self.last_accuracy,
-            "final_loss": self.last_loss,
-            "collapsed": is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
-            "rounds_run": self.rounds_done,
-            "byzantine_majority_rounds": self.byzantine_majority_rounds,
-            "seconds": seconds,
-            "num_classes": self.num_classes,
-            "spec": self.spec.to_dict(),
-        }
+    def summary(self, seconds: float) -> RunSummary:
+        """The run's final figures and its resolved RunSpec (summary.json)."""
+        return RunSummary(
+            final_accuracy=self.last_accuracy, final_loss=self.last_loss,
+            collapsed=is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
+            rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
+            seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
+        )
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A ``Simulation.state_dict()`` saved with ``torch.save``, read with ``weights_only=True``:
+    checkpoints come back from shared storage, so nothing in them may run code when loaded. They
+    hold only tensors (RNG states are uint8 tensors), numbers, strings, None and dicts, all of
+    which the safe unpickler accepts as they are."""
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _to_cpu(tree: Any) -> Any:

@@ -172,7 +172,7 @@ def test_demoa_mean_under_a_bit_flip_majority_does_not_learn():
                    model="mlp", eval_every=50)
     sim = Simulation(spec)
     records = list(sim)
-    assert sim.summary(0.0)["collapsed"]
+    assert sim.summary(0.0).collapsed
     assert records[-1].accuracy < 0.2 or records[-1].nonfinite_params > 0
 
 

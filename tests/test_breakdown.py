@@ -10,6 +10,7 @@ import pytest
 
 from robusttune.breakdown import (Cell, Outcome, Point, bisect_breakdown, lattice_top,
                                   spec_evaluator, write_breakdown)
+from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
 
@@ -131,8 +132,9 @@ def fake_runner(log):
             strength = s.attack_strength or 1.0
             damage = max(0.0, s.byzantine_fraction * strength - 0.4 * (s.trim_ratio or 0.0))
             accuracy = max(0.05, 0.9 - 2 * damage)
-            out.append({"final_accuracy": accuracy, "collapsed": accuracy <= 0.105,
-                        "run_dir": f"runs/{len(out)}"})
+            out.append(RunSummary.from_dict({"final_accuracy": accuracy,
+                                             "collapsed": accuracy <= 0.105,
+                                             "run_dir": f"runs/{len(out)}"}))
         return out
 
     return run

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from robusttune.calibration import (Deployment, analyze, byzantine_law, p_any_round,
                                     p_exceeds_trim_round, p_majority_round, smallest_safe_trim,
                                     trim_sweep)
+from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
 CASES = [
@@ -135,7 +136,8 @@ def test_trim_sweep_recommends_smallest_surviving_trim():
             v = s.values
             beta, r = v["byzantine_fraction"], v.get("trim_ratio", 0.0)
             ok = beta == 0 or r >= beta + 0.05 - 1e-9
-            out.append({"final_accuracy": (0.9 - r) if ok else 0.1, "collapsed": not ok})
+            out.append(RunSummary.from_dict({"final_accuracy": (0.9 - r) if ok else 0.1,
+                                             "collapsed": not ok}))
         return out
 
     sweep = trim_sweep(FakeSpec(), [0.0, 0.1, 0.2, 0.3, 0.4], [0.1, 0.2], runner, seeds=[1, 2])

@@ -126,12 +126,14 @@ def test_storage_paths_and_uris():
 def test_a_trial_restored_elsewhere_gets_its_run_files_back(tmp_path):
     """Remote storage (s3://): the run folder is the trial's working directory, new and empty on
     the node that takes over a lost trial. Its uploaded rounds.csv and event files come back, so
-    the rounds before the checkpoint are kept (prepare_resumed_folder then cuts the rest)."""
+    the rounds before the checkpoint are kept (RunWriter(..., resume_at=k) then cuts the rest)."""
     from types import SimpleNamespace
 
     import pyarrow.fs
 
-    from robusttune.sweep.trainable import fetch_run_files, prepare_resumed_folder
+    from robusttune.config import RunSpec
+    from robusttune.recording import RunWriter
+    from robusttune.sweep.trainable import fetch_run_files
 
     stored = tmp_path / "bucket" / "sweep" / "00000_trial"  # stands in for s3://bucket/sweep/...
     stored.mkdir(parents=True)
@@ -145,7 +147,7 @@ def test_a_trial_restored_elsewhere_gets_its_run_files_back(tmp_path):
     working.mkdir(parents=True)
     fetch_run_files(storage, working)
     assert sorted(p.name for p in working.iterdir()) == ["events.out.tfevents.1.node-a.1.0", "rounds.csv"]
-    prepare_resumed_folder(working, rounds_done=2)
+    RunWriter(working, RunSpec(), tensorboard=False, resume_at=2).abort()
     assert [r["round"] for r in rows(working / "rounds.csv")] == ["1", "2"]
     # Shared or local storage: the run folder is the trial folder; nothing is copied.
     fetch_run_files(storage, stored)

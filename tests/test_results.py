@@ -17,7 +17,7 @@ from robusttune.config import RunSpec
 from robusttune.recording import RunWriter
 from robusttune.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
                                 markdown_table, report)
-from robusttune.simulation import RoundRecord
+from robusttune.records import RoundRecord, RunSummary
 
 METHODS = {"fedavg": dict(method="fedavg"), "fedcm": dict(method="fedcm"),
            "state_cache+mean": dict(algorithm="state_cache", aggregator="mean")}
@@ -58,11 +58,10 @@ def write_fake_results(root: Path, rounds: int = 3, eval_every: int = 1) -> list
                     for r in range(1, rounds + 1):
                         evaluated = r % eval_every == 0 or r == rounds
                         writer.write(record(r, final * r / rounds if evaluated else math.nan, 10.0 + r))
-                    summary = {"final_accuracy": final, "final_loss": 1.0,
-                               "collapsed": final <= 0.105, "rounds_run": rounds,
-                               "byzantine_majority_rounds": 0, "seconds": 0.1, "num_classes": 10,
-                               "spec": spec.to_dict()}
-                    writer.close(summary)
+                    writer.close(RunSummary(final_accuracy=final, final_loss=1.0,
+                                            collapsed=final <= 0.105, rounds_run=rounds,
+                                            byzantine_majority_rounds=0, seconds=0.1,
+                                            num_classes=10, spec=spec.to_dict()))
                     written.append({"method": spec.method, "attack": attack, "beta": beta, "p": p,
                                     "seed": seed, "final": final})
     return written
@@ -146,14 +145,14 @@ def test_report_writes_tables_and_figures(results, tmp_path):
 
 
 def test_real_run_folder_and_cli(tmp_path):
-    from robusttune.breakdown import SequentialRunner
+    from robusttune.runners import InProcessRunner
     from robusttune.cli import app
 
     spec = RunSpec(dataset="synthetic", model="mlp", clients=4, rounds=2, participation=0.5,
                    synthetic_samples=200, local_epochs=1)
-    (summary,) = SequentialRunner(tmp_path / "real")([spec])
+    (summary,) = InProcessRunner(tmp_path / "real")([spec])
     runs = load_runs(tmp_path / "real")
-    assert len(runs) == 1 and runs.loc[0, "final_accuracy"] == pytest.approx(summary["final_accuracy"])
+    assert len(runs) == 1 and runs.loc[0, "final_accuracy"] == pytest.approx(summary.final_accuracy)
     assert len(load_rounds(tmp_path / "real", runs)) == 2
 
     cli = CliRunner()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from typer.testing import CliRunner
 
 from robusttune.cli import app
 from robusttune.config import RunSpec
-from robusttune.simulation import Simulation, simulate
+from robusttune.simulation import Simulation, load_checkpoint, simulate
 
 FAST = dict(dataset="synthetic", model="mlp", clients=8, rounds=3, participation=0.5,
             local_epochs=1, synthetic_samples=400)
@@ -48,20 +49,33 @@ def test_different_seed_differs():
 
 
 @pytest.mark.parametrize("method", ["fedavg", "swb_dm", "demoa"])
-def test_restored_simulation_continues_bit_for_bit(method):
+def test_restored_simulation_continues_bit_for_bit(method, tmp_path):
     spec = RunSpec(**{**FAST, "rounds": 4}, method=method, attack="gaussian", byzantine_fraction=0.25)
     whole = Simulation(spec)
     reference = [whole.step() for _ in range(4)]
 
     first = Simulation(spec)
     first.step(), first.step()
-    state = first.state_dict()
-    torch.save(state, "/dev/null")  # the state must be torch.save-able
+    path = tmp_path / "simulation.pt"
+    torch.save(first.state_dict(), path)
     resumed = Simulation(spec)
-    resumed.load_state_dict(state)
+    resumed.load_state_dict(load_checkpoint(path))  # weights_only: no unpickling of code
     rest = [resumed.step(), resumed.step()]
     _same([r.to_dict() for r in reference[2:]], [r.to_dict() for r in rest])
     assert torch.equal(resumed.params, whole.params)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("a checkpoint ran code",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys):
+    path = tmp_path / "simulation.pt"
+    torch.save({"rounds_done": 1, "payload": _RunsCode()}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(path)
+    assert "ran code" not in capsys.readouterr().out
 
 
 def test_divergence_is_a_collapsed_result_not_a_crash():

@@ -276,14 +276,14 @@ def test_param_space_maps_domains_to_tune(ray_session):
 def test_breakdown_waves_run_as_tune_trials_with_the_same_results(ray_session, tmp_path):
     """breakdown and calibrate hand each wave of lattice points to Ray Tune (TuneBatchRunner): the
     trials must give the figures an in-process run of the same RunSpecs gives."""
-    from robusttune.breakdown import SequentialRunner
+    from robusttune.runners import InProcessRunner
     from robusttune.sweep.batch import TuneBatchRunner
 
     specs = [RunSpec.from_dict({**TINY, **threat}) for threat in THREATS["grid"]]
     through_tune = TuneBatchRunner(tmp_path / "tune")(specs)
-    in_process = SequentialRunner(tmp_path / "local")(specs)
-    assert [s["final_accuracy"] for s in through_tune] == [s["final_accuracy"] for s in in_process]
-    assert [s["spec"]["attack"] for s in through_tune] == ["none", "sign_flip"]
+    in_process = InProcessRunner(tmp_path / "local")(specs)
+    assert [s.final_accuracy for s in through_tune] == [s.final_accuracy for s in in_process]
+    assert [s.spec["attack"] for s in through_tune] == ["none", "sign_flip"]
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "gp", "nsga2", "cmaes"])

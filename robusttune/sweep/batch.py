@@ -1,5 +1,6 @@
-"""Run a list of RunSpecs as the trials of one Ray Tune sweep and return their summaries: the
-runner that breakdown bisection and the calibrate trim sweep hand each wave of points to.
+"""Run a list of RunSpecs as the trials of one Ray Tune sweep and return their RunSummaries: the
+`robusttune.runners.Runner` that breakdown bisection and the calibrate trim sweep hand each wave
+of points to on Ray.
 
 Each call is one grid sweep (`run_sweep`) whose single joint axis ``trial`` lists, per RunSpec,
 the keys that differ between the RunSpecs of the batch (the shared ones go to ``run:``), so trial
@@ -12,22 +13,22 @@ around all of them (`ray_session`) so Ray starts once.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from robusttune.config import RunSpec
+from robusttune.records import RunSummary
 from robusttune.sweep.space import parse_sweep
 
 __all__ = ["TuneBatchRunner"]
 
 
 class TuneBatchRunner:
-    """``runner(specs) -> [summary.json dict, ...]`` (same order) through Ray Tune.
+    """``runner(specs) -> [RunSummary, ...]`` (same order) through Ray Tune.
 
     ``folder`` holds one sweep folder per call; ``resources`` is the per-trial {cpu, gpu};
     ``address`` joins a running cluster (else the caller's or a local Ray). A trial that errored
-    comes back as ``{"final_accuracy": nan, "collapsed": True, "error": ...}``."""
+    comes back as ``RunSummary.failed(reason)`` (collapsed, NaN accuracy)."""
 
     def __init__(self, folder: str | Path, resources: dict[str, float] | None = None,
                  address: str | None = None, max_concurrent: int = 0, prefix: str = "wave",
@@ -41,7 +42,7 @@ class TuneBatchRunner:
         existing = sorted(self.folder.glob(f"{prefix}[0-9][0-9][0-9]")) if self.folder.exists() else []
         self.calls = len(existing)    # a rerun into the same folder appends waves, never reuses one
 
-    def __call__(self, specs: Sequence[RunSpec]) -> list[dict]:
+    def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]:
         from robusttune.sweep.runner import run_sweep
 
         if not specs:
@@ -72,14 +73,14 @@ class TuneBatchRunner:
             # Ctrl-C: Tune stopped the wave and returned. Its stopped runs have no final figures,
             # and the caller must not go on to the next wave as if they had.
             raise KeyboardInterrupt(f"{name}: {outcome.unfinished} runs interrupted ({outcome.path})")
-        by_label: dict[str, dict] = {}
+        by_label: dict[str, RunSummary] = {}
         for result in outcome.result_grid:
             label = result.config.get("trial")
             by_label[label] = _read_summary(result)
         summaries = []
         for group in groups:
             label = label_of[json.dumps(group, sort_keys=True, default=str)]
-            summaries.append(by_label.get(label, _missing("trial did not run")))
+            summaries.append(by_label.get(label, RunSummary.failed("trial did not run")))
         return [summaries[i] for i in order]
 
 
@@ -93,16 +94,9 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _missing(reason: str) -> dict[str, Any]:
-    return {"final_accuracy": math.nan, "collapsed": True, "error": reason}
-
-
-def _read_summary(result: Any) -> dict[str, Any]:
+def _read_summary(result: Any) -> RunSummary:
     path = Path(result.path) / "summary.json" if result.path else None
     if result.error is not None or path is None or not path.exists():
         reason = str(result.error).splitlines()[0] if result.error is not None else "no summary.json"
-        return {**_missing(reason), "run_dir": str(result.path)}
-    summary = json.loads(path.read_text())
-    if summary.get("final_accuracy") is None:
-        summary["final_accuracy"] = math.nan
-    return {**summary, "run_dir": str(result.path)}
+        return RunSummary.failed(reason, run_dir=str(result.path))
+    return RunSummary.from_dict(json.loads(path.read_text())).at(str(result.path))

@@ -57,8 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-
 from robusttune.config import RUNSPEC_KEYS, RunSpec, read_yaml
+from robusttune.records import RoundRecord
 from robusttune.registry import SpecError
 
 __all__ = [
@@ -87,8 +87,6 @@ OPTUNA_CHECK_LIMIT = 4096
 
 def report_metrics() -> tuple[str, ...]:
     """Every metric a trial reports: the numeric RoundRecord fields plus EXTRA_METRICS."""
-    from robusttune.simulation import RoundRecord
-
     return tuple(f.name for f in dataclasses.fields(RoundRecord)) + EXTRA_METRICS
 
 

@@ -14,7 +14,6 @@ A trial given a fraction of a GPU may allocate only that fraction of its memory
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import tempfile
@@ -86,7 +85,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     from ray import tune
 
     from robusttune.recording import RunWriter
-    from robusttune.simulation import Simulation
+    from robusttune.simulation import Simulation, load_checkpoint
 
     started = time.perf_counter()
     context = tune.get_context()
@@ -104,17 +103,14 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
 
     simulation = Simulation(spec)
     checkpoint = tune.get_checkpoint()
+    run_folder = trial_folder(context)
+    resume_at = None
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            # Our own file written by this trial; it holds RNG states and plain Python values.
-            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
-        simulation.load_state_dict(state)
-
-    run_folder = trial_folder(context)
-    if checkpoint is not None:
+            simulation.load_state_dict(load_checkpoint(Path(folder) / CHECKPOINT_FILE))
         fetch_run_files(context.get_storage(), run_folder)
-    prepare_resumed_folder(run_folder, simulation.rounds_done)
-    writer = RunWriter(run_folder, spec)
+        resume_at = simulation.rounds_done
+    writer = RunWriter(run_folder, spec, resume_at=resume_at)
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
     every = spec.checkpoint_every
     try:
@@ -133,9 +129,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     except SystemExit:
         # Tune stopped the trial (a scheduler such as ASHA, or the sweep being interrupted): the
         # summary says so; a resumed trial replaces it.
-        summary = simulation.summary(time.perf_counter() - started)
-        summary["stopped_early"] = True
-        writer.close(summary)
+        writer.close(simulation.summary(time.perf_counter() - started).stopped())
         raise
     except BaseException:
         # A crash: keep what was written, but no summary.json (it would claim a finished run).
@@ -161,8 +155,8 @@ def trial_folder(context: Any) -> Path:
 def fetch_run_files(storage: Any, folder: Path) -> None:
     """Remote storage: a restored trial (its node lost, or the sweep resumed) starts in a new,
     empty working directory, on whichever node runs it. Bring back the run folder files it had
-    uploaded (rounds.csv, TensorBoard event files), so `prepare_resumed_folder` cuts them at the
-    checkpoint and the next upload does not replace rounds.csv by only the rounds after it.
+    uploaded (rounds.csv, TensorBoard event files), so ``RunWriter(..., resume_at=k)`` cuts them
+    at the checkpoint and the next upload does not replace rounds.csv by only the rounds after it.
     Nothing to do when the folder is the trial folder itself (local or shared storage)."""
     import pyarrow.fs
 
@@ -176,35 +170,3 @@ def fetch_run_files(storage: Any, folder: Path) -> None:
         if info.type == pyarrow.fs.FileType.File and wanted and not (folder / name).exists():
             pyarrow.fs.copy_files(info.path, str(folder / name), source_filesystem=source,
                                   destination_filesystem=pyarrow.fs.LocalFileSystem())
-
-
-def prepare_resumed_folder(folder: Path, rounds_done: int) -> None:
-    """Make a run folder consistent with a restored simulation: rounds.csv keeps only rows up to
-    ``rounds_done`` (the rounds after the checkpoint are run again), and TensorBoard is told to
-    hide scalars from step ``rounds_done + 1`` on (a SessionLog START event, the mechanism behind
-    SummaryWriter's ``purge_step``), so no round appears twice."""
-    csv_path = folder / "rounds.csv"
-    if csv_path.exists():
-        with csv_path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            fields = reader.fieldnames
-            rows = [row for row in reader if int(row["round"]) <= rounds_done]
-        if fields:
-            temporary = csv_path.with_suffix(".csv.tmp")
-            with temporary.open("w", newline="") as handle:
-                out = csv.DictWriter(handle, fieldnames=fields)
-                out.writeheader()
-                out.writerows(rows)
-            os.replace(temporary, csv_path)
-        if rows == [] and rounds_done == 0:
-            csv_path.unlink()
-    summary = folder / "summary.json"
-    if summary.exists():
-        summary.unlink()  # rewritten when the resumed run ends
-    if any(folder.glob("events.out.tfevents.*")):
-        from torch.utils.tensorboard import SummaryWriter
-
-        SummaryWriter(log_dir=str(folder), purge_step=rounds_done + 1).close()
-        # Event files are read in name order and the name holds the creation second: make sure
-        # the RunWriter's next file is named after this marker.
-        time.sleep(1.01 - time.time() % 1)

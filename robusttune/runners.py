@@ -1,0 +1,58 @@
+"""The Runner protocol: a list of RunSpecs in, their RunSummaries out, in the same order. Breakdown
+maps and the calibration trim sweep know only this; the in-process runner below and the Ray Tune
+runner (`robusttune.sweep.batch.TuneBatchRunner`) stand behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import torch
+
+from robusttune.config import RunSpec
+from robusttune.records import RunSummary
+from robusttune.recording import run_to_folder
+
+__all__ = ["Runner", "InProcessRunner"]
+
+
+class Runner(Protocol):
+    """``runner(specs) -> [RunSummary, ...]``, one per spec, same order. A run that could not
+    finish comes back as ``RunSummary.failed(reason)`` (collapsed, NaN accuracy), not raised."""
+
+    def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]: ...
+
+
+class InProcessRunner:
+    """Runs RunSpecs one after another in this process (no Ray): the fallback runner, and what
+    the tests use. With ``out_dir`` each run writes a run folder ``out_dir/trials/NNNNN-...``
+    (rounds.csv, summary.json) that its summary's ``run_dir`` names."""
+
+    def __init__(self, out_dir: str | Path | None = None, tensorboard: bool = False,
+                 threads: int | None = None) -> None:
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.tensorboard = tensorboard
+        # torch threads while running, like a Tune trial's (its CPUs): on a busy 2-core machine
+        # the default of one thread per core ran a 13-run breakdown 10x slower than 1 thread
+        self.threads = threads
+        # a rerun into the same folder numbers on: RunWriter appends to an existing rounds.csv
+        trials = self.out_dir / "trials" if self.out_dir is not None else None
+        self.count = len(list(trials.iterdir())) if trials is not None and trials.is_dir() else 0
+
+    def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]:
+        saved = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            return [self._run(spec) for spec in specs]
+        finally:
+            torch.set_num_threads(saved)
+
+    def _run(self, spec: RunSpec) -> RunSummary:
+        folder = None
+        if self.out_dir is not None:
+            folder = self.out_dir / "trials" / (
+                f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
+                f"-p{spec.participation:g}-s{spec.seed}")
+        self.count += 1
+        return run_to_folder(spec, folder, tensorboard=self.tensorboard)
