@@ -143,14 +143,15 @@ def test_a_trial_restored_elsewhere_gets_its_run_files_back(tmp_path):
     (stored / "checkpoint_000001").mkdir()
     storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(),
                               trial_fs_path=str(stored))
+    context = SimpleNamespace(get_storage=lambda: storage)  # what tune.get_context() gives
     working = tmp_path / "node-b" / "working_dir"
     working.mkdir(parents=True)
-    fetch_run_files(storage, working)
+    fetch_run_files(context, working)
     assert sorted(p.name for p in working.iterdir()) == ["events.out.tfevents.1.node-a.1.0", "rounds.csv"]
     RunWriter(working, RunSpec(), tensorboard=False, resume_at=2).abort()
     assert [r["round"] for r in rows(working / "rounds.csv")] == ["1", "2"]
     # Shared or local storage: the run folder is the trial folder; nothing is copied.
-    fetch_run_files(storage, stored)
+    fetch_run_files(context, stored)
     assert (stored / "rounds.csv").read_text().count("\n") == 4
 
 

@@ -32,6 +32,8 @@ from ray.tune import Callback
 
 from robusttune.config import parse_yaml
 from robusttune.registry import SpecError
+from robusttune.sweep.ray_compat import (autoscaling_ceiling, grid_trials,
+                                         restored_run_config)
 from robusttune.sweep.space import SweepSpec, format_value, parse_sweep
 
 SWEEP_FILE = "sweep.yaml"
@@ -311,17 +313,6 @@ def _read_text(folder: str, filename: str) -> str | None:
         return None
 
 
-def autoscaling_ceiling() -> dict[str, float] | None:
-    """The most of each resource the autoscaler's cluster config could ever provide, or None when
-    Ray publishes no cluster config (a cluster started by hand, or a local Ray)."""
-    try:
-        from ray._private.state import state  # no public API for this in Ray 2.60
-
-        return state.get_max_resources_from_cluster_config()
-    except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
-        return None
-
-
 def check_cluster(spec: SweepSpec, *, joined: bool = False,
                   announce: Callable[[str], None] | None = None) -> None:
     """Fail with one line instead of leaving trials pending forever for resources that the
@@ -463,7 +454,7 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
             if resume:
                 # Tuner.restore brings back the stored run config and its callbacks: replace the
                 # stored timeline by this run's, and add this run's extra callbacks.
-                run_config = tuner._local_tuner.get_run_config()
+                run_config = restored_run_config(tuner)
                 run_config.callbacks = [c for c in (run_config.callbacks or [])
                                         if not isinstance(c, (TimelineCallback, ProgressCallback))]
                 run_config.callbacks += [TimelineCallback(timeline), *extra]
@@ -488,7 +479,7 @@ def saved_statuses(path: str, grid: Any) -> dict[str, str]:
     but the saved state (written before that) keeps them RUNNING: unfinished."""
     from ray.tune import ExperimentAnalysis
 
-    statuses = {trial.trial_id: trial.status for trial in grid._experiment_analysis.trials}
+    statuses = {trial.trial_id: trial.status for trial in grid_trials(grid)}
     try:
         saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
     except Exception:  # noqa: BLE001 - unreadable state: keep what the driver saw
@@ -508,7 +499,7 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
     import pandas as pd
 
     rows = []
-    for trial in grid._experiment_analysis.trials:
+    for trial in grid_trials(grid):
         metrics = trial.last_result or {}
         status = (statuses or {}).get(trial.trial_id, trial.status)
         row: dict[str, Any] = {"trial": Path(trial.path).name if trial.path else trial.trial_id,

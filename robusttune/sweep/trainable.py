@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import torch
 
 from robusttune.config import RunSpec
+from robusttune.sweep.ray_compat import TrialStopped, trial_storage
 from robusttune.sweep.space import SweepSpec
 
 CHECKPOINT_FILE = "simulation.pt"
@@ -108,7 +109,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             simulation.load_state_dict(load_checkpoint(Path(folder) / CHECKPOINT_FILE))
-        fetch_run_files(context.get_storage(), run_folder)
+        fetch_run_files(context, run_folder)
         resume_at = simulation.rounds_done
     writer = RunWriter(run_folder, spec, resume_at=resume_at)
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
@@ -126,7 +127,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
                     tune.report(row, checkpoint=tune.Checkpoint.from_directory(folder))
             else:
                 tune.report(row)
-    except SystemExit:
+    except TrialStopped:
         # Tune stopped the trial (a scheduler such as ASHA, or the sweep being interrupted): the
         # summary says so; a resumed trial replaces it.
         writer.close(simulation.summary(time.perf_counter() - started).stopped())
@@ -146,13 +147,13 @@ def trial_folder(context: Any) -> Path:
     actor is reused.)"""
     import pyarrow.fs
 
-    storage = context.get_storage()
-    if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
-        return Path(storage.trial_fs_path)
+    filesystem, path = trial_storage(context)
+    if isinstance(filesystem, pyarrow.fs.LocalFileSystem):
+        return Path(path)
     return Path(os.getcwd())
 
 
-def fetch_run_files(storage: Any, folder: Path) -> None:
+def fetch_run_files(context: Any, folder: Path) -> None:
     """Remote storage: a restored trial (its node lost, or the sweep resumed) starts in a new,
     empty working directory, on whichever node runs it. Bring back the run folder files it had
     uploaded (rounds.csv, TensorBoard event files), so ``RunWriter(..., resume_at=k)`` cuts them
@@ -160,10 +161,10 @@ def fetch_run_files(storage: Any, folder: Path) -> None:
     Nothing to do when the folder is the trial folder itself (local or shared storage)."""
     import pyarrow.fs
 
-    source = storage.storage_filesystem
-    if Path(storage.trial_fs_path) == folder and isinstance(source, pyarrow.fs.LocalFileSystem):
+    source, stored = trial_storage(context)
+    if Path(stored) == folder and isinstance(source, pyarrow.fs.LocalFileSystem):
         return
-    selector = pyarrow.fs.FileSelector(storage.trial_fs_path, allow_not_found=True)
+    selector = pyarrow.fs.FileSelector(stored, allow_not_found=True)
     for info in source.get_file_info(selector):
         name = info.base_name
         wanted = name == "rounds.csv" or name.startswith("events.out.tfevents.")
