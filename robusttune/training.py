@@ -46,13 +46,20 @@ defaults, a repeated run may differ in the last bits:
 - outside this module: ``index_add_`` (bucketing) and any ``scatter_add_``/``index_put_(...,
   accumulate=True)`` add floats with atomics in an unspecified order.
 
+Precision, not determinism: cuDNN convolutions default to TF32 on Ampere and later GPUs
+(``torch.backends.cudnn.allow_tf32``), so there the two strategies agree less closely than the
+CPU's 1e-5; ``batched_vs_sequential_max_abs_diff_cnn2_10_clients`` in ``bench/gpu.py`` says how
+closely.
+
 Not on PyTorch's list of non-deterministic CUDA operations: the gathers ``x[idx]`` (no gradient
 flows to the data), 2-D max-pool backward, cross-entropy on [B, K] logits (PyTorch flags only the
-spatial ``nll_loss2d``), the foreach SGD updates, and ``evaluate`` (an integer ``bincount``). ``torch.use_deterministic_algorithms(True)`` (with the two settings above)
-makes all of these repeatable at a cost that ``bench/gpu.py`` measures
-(``deterministic_vs_default_batched_cnn2_10_clients``, run in a child process because the
-cuBLAS setting must precede CUDA's start); with it, an operation that has no deterministic
-CUDA kernel raises, so it is a per-process switch, not a per-call one.
+spatial ``nll_loss2d``), the foreach SGD updates, and ``evaluate`` (an integer ``bincount``).
+
+``torch.use_deterministic_algorithms(True)``, with the cuDNN and cuBLAS settings above, makes
+the listed operations repeatable, at a cost ``bench/gpu.py`` measures
+(``deterministic_vs_default_batched_cnn2_10_clients``, in a child process because the cuBLAS
+setting must precede CUDA's start). It is a per-process switch, not a per-call one, and with it
+an operation that has no deterministic CUDA kernel raises (``bench/gpu.py`` lists any it meets).
 """
 
 from __future__ import annotations
