@@ -35,12 +35,13 @@ def published_swb_loop(x: torch.Tensor, *, chunk: int, views: int, trim_ratio: f
     signs, rotate, sort, trim, pick the medoid, place back, rotate back."""
     n, d = x.shape
     k = int(math.floor(n * trim_ratio + 1e-9))
-    out = torch.zeros(d, dtype=x.dtype)
+    out = torch.zeros(d, dtype=x.dtype, device=x.device)
     for _ in range(views):
         for start in range(0, d, chunk):
             X = x[:, start:start + chunk]
             c = X.shape[1]
-            q, r = torch.linalg.qr(torch.randn(c, c, generator=generator, dtype=x.dtype))
+            gaussian = torch.randn(c, c, generator=generator, dtype=x.dtype, device=generator.device)
+            q, r = torch.linalg.qr(gaussian.to(x.device))
             q = q * torch.sign(torch.diagonal(r))
             out[start:start + c] += published_chunk_step(X, q, k)
     return out / views
@@ -55,13 +56,15 @@ def timed(fn, reps: int) -> tuple[float, torch.Tensor]:
     return statistics.median(times), out
 
 
-def messages(n: int, f: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """n trained-state-like messages: a shared model (norm ~30) plus client noise; the first f
-    are outliers that shift every coordinate by 10 client standard deviations (an attacker
-    pushing one way). Returns (messages, honest mean)."""
-    gen = torch.Generator().manual_seed(seed)
-    model = torch.randn(D, generator=gen) * (30 / math.sqrt(D))
-    x = model + 0.01 * torch.randn(n, D, generator=gen)
+def messages(n: int, f: int, seed: int, d: int = D,
+             device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """n trained-state-like messages of d values: a shared model (norm ~30) plus client noise;
+    the first f are outliers that shift every coordinate by 10 client standard deviations (an
+    attacker pushing one way). Drawn on ``device`` (no 1 GB host-to-device copy at n = 500).
+    Returns (messages, honest mean)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    model = torch.randn(d, generator=gen, device=device) * (30 / math.sqrt(d))
+    x = model + 0.01 * torch.randn(n, d, generator=gen, device=device)
     honest = x[f:].mean(0)
     x[:f] += 0.1
     return x, honest

@@ -25,6 +25,41 @@ batches, so they agree up to floating-point summation order.
   no gather or scatter of parameters). Short last batches are padded to B with copies of a real
   sample of the same batch and weight 0, the loss being sum_j w_j CE_j / sum_j w_j: one vmap call
   per step, and the padded samples are real data, so they are finite whenever the batch is.
+
+Devices. Batch orders are drawn on the CPU on purpose (the same batches on every device and
+strategy); each round moves them to the run's device once, with ``non_blocking=True`` (a copy
+from pageable host memory returns once staged and waits for no queued GPU work, where a plain
+``.to(device)`` ends in a stream synchronisation). Every other tensor is made on ``start``'s
+device, and no step reads a value back to the host: ``bench/gpu.py`` counts the synchronising
+CUDA calls of a training call (``torch.cuda.set_sync_debug_mode``) so a regression shows there.
+
+Determinism. On the CPU both strategies are bit for bit repeatable. On CUDA, with PyTorch's
+defaults, a repeated run may differ in the last bits:
+
+- convolution backward (cuDNN): the heuristics may pick algorithms that accumulate with float
+  atomics, for the ordinary convolutions of ``sequential`` and for the grouped convolutions that
+  per-client weights become under ``vmap`` in ``batched``; ``torch.backends.cudnn.deterministic
+  = True`` restricts cuDNN to deterministic algorithms;
+- cuBLAS (the linear layers, and the batched matmuls they become under ``vmap``) is
+  deterministic on one stream only with a fixed workspace: ``CUBLAS_WORKSPACE_CONFIG=:4096:8``
+  set before CUDA starts;
+- outside this module: ``index_add_`` (bucketing) and any ``scatter_add_``/``index_put_(...,
+  accumulate=True)`` add floats with atomics in an unspecified order.
+
+Precision, not determinism: cuDNN convolutions default to TF32 on Ampere and later GPUs
+(``torch.backends.cudnn.allow_tf32``), so there the two strategies agree less closely than the
+CPU's 1e-5; ``batched_vs_sequential_max_abs_diff_cnn2_10_clients`` in ``bench/gpu.py`` says how
+closely.
+
+Not on PyTorch's list of non-deterministic CUDA operations: the gathers ``x[idx]`` (no gradient
+flows to the data), 2-D max-pool backward, cross-entropy on [B, K] logits (PyTorch flags only the
+spatial ``nll_loss2d``), the foreach SGD updates, and ``evaluate`` (an integer ``bincount``).
+
+``torch.use_deterministic_algorithms(True)``, with the cuDNN and cuBLAS settings above, makes
+the listed operations repeatable, at a cost ``bench/gpu.py`` measures
+(``deterministic_vs_default_batched_cnn2_10_clients``, in a child process because the cuBLAS
+setting must precede CUDA's start). It is a per-process switch, not a per-call one, and with it
+an operation that has no deterministic CUDA kernel raises (``bench/gpu.py`` lists any it meets).
 """
 
 from __future__ import annotations
@@ -62,7 +97,20 @@ class Evaluation:
 
 
 def resolve_trainer(trainer: str, device: torch.device | str) -> str:
-    """``auto`` -> ``batched`` on CUDA, ``sequential`` elsewhere; explicit names pass through."""
+    """``auto`` -> ``batched`` on CUDA, ``sequential`` elsewhere; explicit names pass through.
+
+    The rule follows what was measured, by device type:
+
+    - CPU (``bench/training.py``, cnn2, 10 clients of 300-900 CIFAR-shaped images, 2 epochs, on
+      the 2-core development machine; README, Performance): sequential is the faster strategy,
+      1.00 against 0.73 for batched at 2 threads and 0.59 against 0.45 at 1 thread (under vmap a
+      convolution with per-client weights becomes a grouped convolution, slower on the CPU).
+    - CUDA: batched, on the expectation that stacking the clients fills a GPU that one client's
+      batch of 32 leaves mostly idle (the issue's target is at least 5x over sequential). This
+      is not measured yet: ``bench/gpu.sh`` prints ``batched_vs_sequential_cnn2_10_clients`` and
+      ``..._50_clients``; if either is below 1, this rule is wrong there and must change.
+    - Anything else (e.g. ``mps``): sequential, since nothing was measured there.
+    """
     if trainer == "auto":
         return "batched" if torch.device(device).type == "cuda" else "sequential"
     if trainer not in STRATEGIES:
@@ -218,11 +266,13 @@ def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: li
     offsets = [0]
     for y in ys[:-1]:
         offsets.append(offsets[-1] + len(y))
-    x_all = torch.cat(xs).to(device)
-    y_all = torch.cat(ys).to(device)
+    # non_blocking: host-to-device copies from pageable memory then wait for no queued GPU work
+    # (no-ops when the data already lives on the device, as in the simulation)
+    x_all = torch.cat(xs).to(device, non_blocking=True)
+    y_all = torch.cat(ys).to(device, non_blocking=True)
     index, weight = _padded_index([orders[i] for i in rank], offsets, batch_size, len(active))
-    index = index.to(device)
-    weight = weight.to(device=device, dtype=start.dtype)
+    index = index.to(device, non_blocking=True)
+    weight = weight.to(dtype=start.dtype).to(device, non_blocking=True)
     buf = torch.zeros_like(theta) if momentum != 0 else None
     layout = param_layout(model)
     step = vmap(grad(_weighted_loss(model)))
@@ -241,7 +291,8 @@ def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: li
                 torch._foreach_add_(bufs, grads)
                 torch._foreach_add_(params, bufs, alpha=-lr)
     out = torch.empty_like(theta)
-    out[torch.tensor(rank, device=device)] = theta
+    # torch.tensor(..., device=cuda) would copy and then synchronise the stream
+    out[torch.tensor(rank).to(device, non_blocking=True)] = theta
     return out
 
 
@@ -267,14 +318,18 @@ def client_gradients(
     start = start.detach()
     k = len(data)
     out = start.new_zeros((k, start.numel()))
+    if k == 0:
+        return out
     batches = [_first_batch(len(y), batch_size, s) for (_, y), s in zip(data, seeds)]
     layout = param_layout(model)
     if resolve_trainer(strategy, start.device) == "sequential":
         theta = {n: v.requires_grad_(True) for n, v in layout.views(start.clone()).items()}
-        for i, ((x, y), b) in enumerate(zip(data, batches)):
+        # one host-to-device copy of every client's batch per round, not one per client (a
+        # DeMoA round is milliseconds, so per-client transfers show)
+        on_device = _to_data_device(torch.cat(batches), data).split([len(b) for b in batches])
+        for i, ((x, y), b) in enumerate(zip(data, on_device)):
             if len(b) == 0:
                 continue
-            b = b.to(x.device)
             loss = F.cross_entropy(functional_call(model, theta, (x[b],)), y[b])
             grads = torch.autograd.grad(loss, list(theta.values()))
             torch._foreach_copy_(list(layout.views(out[i]).values()), grads)
@@ -282,18 +337,18 @@ def client_gradients(
     live = [i for i in range(k) if len(batches[i]) > 0]
     if not live:
         return out
-    # one gather per client of just its batch, padded to B with its first sample at weight 0
-    xs, ys, ws = [], [], []
-    for i in live:
-        b = batches[i]
-        m = len(b)
-        idx = torch.cat([b, b[:1].expand(batch_size - m)]).to(data[i][0].device)
-        xs.append(data[i][0][idx])
-        ys.append(data[i][1][idx])
-        ws.append(torch.cat([torch.ones(m), torch.zeros(batch_size - m)]))
-    x = torch.stack(xs).to(start.device)
-    y = torch.stack(ys).to(start.device)
-    w = torch.stack(ws).to(device=start.device, dtype=start.dtype)
+    # one gather per client of just its batch, padded to B with its first sample at weight 0;
+    # the index table and the weights are built on the host and copied once
+    sizes = torch.tensor([len(batches[i]) for i in live])
+    table = torch.stack([torch.cat([batches[i], batches[i][:1].expand(batch_size - len(batches[i]))])
+                         for i in live])
+    table = _to_data_device(table, [data[i] for i in live])
+    xs = [data[i][0][table[j]] for j, i in enumerate(live)]
+    ys = [data[i][1][table[j]] for j, i in enumerate(live)]
+    x = torch.stack(xs).to(start.device, non_blocking=True)
+    y = torch.stack(ys).to(start.device, non_blocking=True)
+    w = (torch.arange(batch_size)[None, :] < sizes[:, None]).to(start.dtype)
+    w = w.to(start.device, non_blocking=True)
     # in_dims None for the parameters: every client shares `start`, so the convolutions stay
     # ordinary batched ones (per-sample-gradient style), not grouped ones
     per_client = vmap(grad(_weighted_loss(model)), in_dims=(None, 0, 0, 0))
@@ -302,8 +357,17 @@ def client_gradients(
     g = torch.cat([v.reshape(len(live), -1) for v in grads.values()], dim=1)
     if len(live) == k:
         return g
-    out[torch.tensor(live, device=start.device)] = g
+    out[torch.tensor(live).to(start.device, non_blocking=True)] = g
     return out
+
+
+def _to_data_device(index: Tensor, data: ClientData) -> Tensor:
+    """``index`` (CPU) on the device of the clients' data, copied without a stream sync. All
+    clients of one call hold their data on one device (the run's)."""
+    devices = {x.device for x, _ in data}
+    if len(devices) > 1:
+        raise ValueError(f"client data must share one device; got {sorted(map(str, devices))}")
+    return index.to(devices.pop(), non_blocking=True) if devices else index
 
 
 def _first_batch(n: int, batch_size: int, seed: int) -> Tensor:
@@ -341,7 +405,10 @@ def evaluate(model: nn.Module, params: Tensor, x: Tensor, y: Tensor, *,
             loss_sum += F.cross_entropy(logits, yc, reduction="sum").double()
             c = torch.bincount(pred, minlength=logits.shape[1])
             counts = c if counts is None else counts + c
-        finite = bool(torch.isfinite(params).all())
-    assert counts is not None
-    loss = loss_sum.item() / n if finite else math.nan
-    return Evaluation(accuracy=correct.item() / n, loss=loss, max_class_share=counts.max().item() / n)
+        assert counts is not None
+        # one device-to-host read for the four figures (each .item() is a stream sync)
+        read = torch.stack([correct.double(), loss_sum, counts.max().double(),
+                            torch.isfinite(params).all().double()]).tolist()
+    n_correct, total_loss, top_count, finite = read
+    loss = total_loss / n if finite else math.nan
+    return Evaluation(accuracy=n_correct / n, loss=loss, max_class_share=top_count / n)

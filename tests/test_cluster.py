@@ -32,7 +32,7 @@ import pytest
 import torch
 import yaml
 
-from robusttune.sweep.trainable import cuda_memory_fraction
+from robusttune.sweep.trainable import cuda_memory_fraction, place_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
@@ -108,6 +108,42 @@ def test_cuda_memory_cap_matches_the_gpu_fraction():
     assert cuda_memory_fraction({"CPU": 1, "GPU": 1.0}) is None  # a whole GPU: no cap
     assert cuda_memory_fraction({"CPU": 1, "GPU": 2.0}) is None
     assert cuda_memory_fraction({"CPU": 1}) is None and cuda_memory_fraction({"GPU": 0}) is None
+
+
+def test_trial_device_and_memory_cap_on_a_fake_gpu(monkeypatch):
+    """On this CPU machine: torch is made to see one CUDA device, as a trial does once Ray has set
+    CUDA_VISIBLE_DEVICES to its GPU, and the cap call is recorded (and checked against the device
+    count, as torch does) instead of made."""
+    import torch
+
+    from robusttune.simulation import resolve_device
+    from robusttune.training import resolve_trainer
+
+    caps: list[tuple[float, int]] = []
+
+    def cap(fraction: float, device: int) -> None:
+        assert 0 <= device < torch.cuda.device_count(), f"no CUDA device {device}"
+        caps.append((fraction, device))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", cap)
+
+    assert place_trial("auto", {"CPU": 1, "GPU": 0.25}, ["3"]) == "cuda"  # Ray's id 3 is cuda:0 here
+    assert caps == [(0.25, 0)]
+    assert place_trial("cuda:1", {"CPU": 1, "GPU": 0.5}, ["3"]) == "cuda"  # only one GPU visible
+    assert caps[-1] == (0.5, 0)
+    caps.clear()
+    assert place_trial("auto", {"CPU": 1, "GPU": 1}, ["0"]) == "cuda"  # a whole GPU: no cap
+    assert place_trial("auto", {"CPU": 2}, []) == "cpu"  # a CPU trial on a GPU node stays off it
+    assert place_trial("cpu", {"CPU": 1, "GPU": 0.5}, ["0"]) == "cpu"
+    assert caps == []
+    # a run told device=auto outside Ray takes the (fake) GPU and trains batched there
+    assert resolve_device("auto").type == "cuda"
+    assert resolve_trainer("auto", resolve_device("auto")) == "batched"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto").type == "cpu"
+    assert resolve_trainer("auto", resolve_device("auto")) == "sequential"
 
 
 # -- storage --------------------------------------------------------------------------------------

@@ -113,6 +113,9 @@ def test_client_gradients_batched_equals_sequential_and_reference(cnn):
     bat = client_gradients(cnn, start, data, batch_size=8, seeds=seeds, strategy="batched")
     torch.testing.assert_close(bat, seq, atol=1e-6, rtol=0)
     assert torch.equal(seq[2], torch.zeros_like(start))
+    for strategy in ("sequential", "batched"):  # a round that sampled nobody
+        assert client_gradients(cnn, start, [], batch_size=8, seeds=[],
+                                strategy=strategy).shape == (0, start.numel())
     (x, y), seed = data[0], seeds[0]
     b = batch_orders(len(y), epochs=1, batch_size=8, seed=seed)[0]  # the first local step's batch
     ref = copy.deepcopy(cnn)
@@ -158,6 +161,7 @@ def test_resolve_trainer():
     assert resolve_trainer("auto", torch.device("cuda")) == "batched"
     assert resolve_trainer("auto", "cuda:1") == "batched"
     assert resolve_trainer("batched", torch.device("cpu")) == "batched"
+    assert resolve_trainer("auto", "mps") == "sequential"  # nothing measured there: the safe one
     with pytest.raises(ValueError, match="allowed"):
         resolve_trainer("parallel", torch.device("cpu"))
 

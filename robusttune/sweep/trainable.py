@@ -53,6 +53,19 @@ def cuda_memory_fraction(resources: Mapping[str, float]) -> float | None:
     return gpu if 0.0 < gpu < 1.0 else None
 
 
+def place_trial(requested: str, resources: Mapping[str, float], gpu_ids: list[Any]) -> str:
+    """The trial's device (``trial_device`` of the GPUs Ray gave it, none when it asked for no
+    GPU), with its share of that GPU's memory capped at its GPU fraction
+    (``torch.cuda.set_per_process_memory_fraction``, process-wide, so once per trial process
+    before anything is allocated). Ray makes the trial's GPUs the only visible ones
+    (CUDA_VISIBLE_DEVICES), so the index is within what torch sees."""
+    device = trial_device(requested, list(gpu_ids) if float(resources.get("GPU", 0.0)) > 0 else [])
+    fraction = cuda_memory_fraction(resources)
+    if fraction is not None and device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(fraction, torch.device(device).index or 0)
+    return device
+
+
 def trial_threads(resources: Mapping[str, float]) -> int:
     """Torch threads = the trial's whole CPUs (at least one): trials side by side with one thread
     each fill a CPU machine better than one trial with many (DESIGN.md, local training)."""
@@ -95,12 +108,8 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
 
     values = sweep.resolve(config)
     requested = str(values.get("device", "auto"))
-    device = trial_device(requested, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
+    device = place_trial(requested, resources, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
     spec = RunSpec.from_dict({**values, "device": device})
-    fraction = cuda_memory_fraction(resources)
-    if fraction is not None and device.startswith("cuda") and torch.cuda.is_available():
-        # Ray makes the trial's GPU the only visible one (CUDA_VISIBLE_DEVICES).
-        torch.cuda.set_per_process_memory_fraction(fraction, torch.device(device).index or 0)
 
     simulation = Simulation(spec)
     checkpoint = tune.get_checkpoint()

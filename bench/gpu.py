@@ -1,0 +1,472 @@
+"""Every GPU figure of the project in one short run: batched against sequential client training,
+exact SWB and its fast rotations, every rule at n = 500, a DeMoA and an SWB-DM round, and the
+peak GPU memory of each.
+
+    PYTHONPATH=. bash bench/gpu.sh                 # a CUDA machine, full sizes (estimated 3-5 min)
+    PYTHONPATH=. bash bench/gpu.sh --cpu --tiny    # every figure at toy sizes on the CPU (the
+                                                   # test suite runs this, so it cannot rot)
+
+Runs on a bare CUDA machine with only torch, numpy and scipy: it reaches ``robusttune.models``,
+``training``, ``aggregators``, ``attacks``, ``algorithms``, ``caches``, ``data`` and
+``simulation`` (none imports Ray or Optuna) and the helpers of ``bench/training.py`` and
+``bench/aggregators.py``. PyYAML is only needed to read files, so when it is missing a stand-in
+module lets ``robusttune.config`` import. Every API it calls exists in torch 2.11 as in 2.14.
+
+Output: lines starting with ``#`` are notes; every other line is ``<figure>: <number>``, and the
+last one is the headline, ``batched_vs_sequential_cnn2_50_clients``. Figure names are those of
+the full sizes in both modes (``--tiny`` shrinks d, n, clients and images; the header says to
+what). Timing: ``torch.cuda.synchronize()`` around every timed call (``perf_counter`` alone on
+the CPU), one untimed warm-up call (cuDNN's algorithm choice, vmap tracing, allocator growth),
+then the median of up to ``--repeats`` calls, fewer once a figure has used ``--figure-budget-s``
+(the exact SWB at n = 500, d = 545,098 is the heaviest). A figure reached after ``--budget-s``
+prints ``nan`` and a note saying it was skipped, so the whole run stays under 8 minutes; a
+figure that raises prints ``nan`` and the run exits with status 1 after printing the rest.
+``*_peak_mib`` is ``torch.cuda.max_memory_allocated`` over the timed calls, the figure's inputs
+included (0 on the CPU). The ``deterministic_*`` figures come from a child process started with
+``CUBLAS_WORKSPACE_CONFIG=:4096:8`` and ``torch.use_deterministic_algorithms(True,
+warn_only=True)``, since the cuBLAS setting must precede CUDA's start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+for _path in (str(HERE.parent), str(HERE)):  # robusttune, and the other bench scripts' helpers
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+try:
+    import yaml  # noqa: F401
+except ImportError:
+    # The GPU machine's python3 has no PyYAML; robusttune.config uses it only to read YAML text,
+    # which this script never does.
+    sys.modules["yaml"] = types.ModuleType("yaml")
+
+import torch
+
+import aggregators as bench_aggregators  # bench/aggregators.py
+import training as bench_training  # bench/training.py
+from robusttune.aggregators import AGGREGATORS, make_aggregator
+from robusttune.aggregators.swb import ROTATIONS
+from robusttune.config import RunSpec
+from robusttune.models import flat_params, make_model
+from robusttune.simulation import Simulation
+from robusttune.training import client_gradients, train_clients
+
+# SWB-DM paper, Table V (N = 500, p = 0.1): aggregation seconds per round of SWB over the 50
+# sampled states and of SWB-DM over the 500 cached ones. The issue's target: divide by >= 50.
+PAPER_SWB_N50_S = 6.18
+PAPER_SWB_DM_N500_S = 13.35
+HEADLINE = "batched_vs_sequential_cnn2_50_clients"
+NONDETERMINISTIC = "does not have a deterministic implementation"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The workload of one mode. Figure names always use the full sizes."""
+
+    image_shape: tuple[int, int, int]
+    train_clients: tuple[int, int]   # named 10 and 50
+    train_images: int                # mean images per client (spread over [0.5, 1.5] x mean)
+    epochs: int
+    batch_size: int
+    d: int                           # message length of the aggregation figures
+    swb_n: tuple[int, int, int]      # named 20, 50, 500
+    demoa_clients: int               # named 25
+    swb_dm_clients: int              # named 500
+    samples: int                     # synthetic training set of the two simulated rounds
+    rounds: int                      # timed DeMoA rounds (a round is milliseconds)
+
+    @property
+    def shape_text(self) -> str:
+        return "x".join(map(str, self.image_shape))
+
+
+# Full: the SWB-DM setup (cnn2 on CIFAR-shaped data, d = 545,098, 2 local epochs, batch 32,
+# N = 500 with p = 0.1, a CIFAR-sized training set) and bench/training.py's ~600 images a client.
+FULL = Sizes((3, 32, 32), (10, 50), 600, 2, 32, bench_aggregators.D, (20, 50, 500), 25, 500,
+             50_000, 30)
+TINY = Sizes((3, 8, 8), (3, 5), 24, 1, 8, 8192, (6, 10, 20), 5, 20, 400, 5)
+FULL_NAMES = {"clients": (10, 50), "n": (20, 50, 500)}
+
+
+def rule_names() -> list[str]:
+    """Every registered rule but swb, whose n = 500 figure is ``swb_haar_n500``."""
+    return [name for name in AGGREGATORS.names() if name != "swb"]
+
+
+def figure_names() -> list[str]:
+    """Every figure line the script prints, in order (the test checks each appears once)."""
+    names: list[str] = []
+    timed = lambda base: [f"{base}_seconds", f"{base}_peak_mib"]  # noqa: E731
+    for c in FULL_NAMES["clients"]:
+        names += timed(f"train_sequential_cnn2_{c}_clients") + timed(f"train_batched_cnn2_{c}_clients")
+        if c == 10:  # the 50-client ratio is the headline, printed last
+            names += ["batched_vs_sequential_cnn2_10_clients",
+                      "batched_vs_sequential_max_abs_diff_cnn2_10_clients",
+                      "batched_repeat_max_abs_diff_cnn2_10_clients",
+                      "sync_calls_train_sequential_cnn2_10_clients",
+                      "sync_calls_train_batched_cnn2_10_clients"]
+    names.append("sync_calls_client_gradients_batched_25_clients")
+    for n in FULL_NAMES["n"]:
+        for rotation in ROTATIONS:
+            names += timed(f"swb_{rotation}_n{n}")
+        if n == 50:
+            names += timed("swb_published_loop_n50") + ["swb_published_loop_over_haar_n50",
+                                                        "swb_paper_n50_over_haar"]
+    names.append("swb_paper_n500_over_haar")
+    for name in rule_names():
+        names += timed(f"rule_{name}_n500")
+    names += timed("demoa_round_n25")
+    for dtype in ("float32", "bfloat16"):
+        names += timed(f"swb_dm_round_n500_{dtype}") + [f"swb_dm_cache_n500_{dtype}_mib"]
+    names += ["deterministic_train_batched_cnn2_10_clients_seconds",
+              "deterministic_batched_repeat_max_abs_diff_cnn2_10_clients",
+              "deterministic_nondeterministic_op_warnings",
+              "deterministic_vs_default_batched_cnn2_10_clients",
+              "gpu_bench_seconds", HEADLINE]
+    return names
+
+
+class Bench:
+    """Timing on one device, the run's time budget, and the figure lines."""
+
+    def __init__(self, device: torch.device, repeats: int, budget_s: float, figure_budget_s: float
+                 ) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.repeats = repeats
+        self.started = time.perf_counter()
+        self.deadline = self.started + budget_s
+        self.figure_budget_s = figure_budget_s
+        self.failed: list[str] = []
+        self.values: dict[str, float] = {}
+
+    # -- output ------------------------------------------------------------------------------
+    def figure(self, name: str, value: float) -> float:
+        self.values[name] = value
+        print(f"{name}: {value:.6g}", flush=True)
+        return value
+
+    @staticmethod
+    def note(text: str) -> None:
+        print(f"# {text}", flush=True)
+
+    def ratio(self, name: str, numerator: float, denominator: float) -> float:
+        value = numerator / denominator if denominator > 0 else math.nan
+        return self.figure(name, value)
+
+    # -- timing ------------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def expired(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+    def timed(self, base: str, fn: Callable[[], Any], *, repeats: int | None = None,
+              warmup: Callable[[], Any] | None = None) -> tuple[float, Any]:
+        """Print ``<base>_seconds`` (median of the timed calls) and ``<base>_peak_mib``; return
+        (seconds, the last call's result). ``warmup`` (default: ``fn``) runs once untimed."""
+        seconds, peak, out = math.nan, math.nan, None
+        if self.expired():
+            self.note(f"{base}: skipped, the run's time budget is spent")
+        else:
+            try:
+                seconds, peak, out = self._measure(fn, repeats or self.repeats, warmup or fn)
+            except Exception as error:  # one broken figure must not hide the others
+                self.failed.append(base)
+                self.note(f"{base} failed: {type(error).__name__}: {str(error)[:300]}")
+                self.free()
+        self.figure(f"{base}_seconds", seconds)
+        self.figure(f"{base}_peak_mib", peak)
+        return seconds, out
+
+    def _measure(self, fn: Callable[[], Any], repeats: int, warmup: Callable[[], Any]
+                 ) -> tuple[float, float, Any]:
+        began = time.perf_counter()
+        warmup()
+        self.sync()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        times, out = [], None
+        for _ in range(repeats):
+            self.sync()
+            t0 = time.perf_counter()
+            out = fn()
+            self.sync()
+            times.append(time.perf_counter() - t0)
+            if time.perf_counter() - began > self.figure_budget_s or self.expired():
+                break
+        if len(times) < repeats:
+            self.note(f"  {len(times)} of {repeats} timed calls (figure budget "
+                      f"{self.figure_budget_s:g} s, warm-up included)")
+        peak = torch.cuda.max_memory_allocated(self.device) / 2**20 if self.cuda else 0.0
+        return statistics.median(times), peak, out
+
+    def sync_calls(self, fn: Callable[[], Any]) -> int:
+        """Synchronising CUDA calls made by one call of ``fn`` (``set_sync_debug_mode`` warns at
+        each); 0 on the CPU, where nothing waits for a device."""
+        if not self.cuda:
+            fn()
+            return 0
+        self.sync()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                fn()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        self.sync()
+        return sum("synchroniz" in str(w.message) for w in caught)
+
+    def free(self) -> None:
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def client_data(sizes: Sizes, clients: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """bench/training.py's unequal CIFAR-shaped clients, on the device (as the simulation holds
+    them), so the figures time training and not host-to-device copies."""
+    data = bench_training.synthetic_clients(clients, sizes.train_images, sizes.image_shape, 10, seed=0)
+    return [(x.to(device), y.to(device)) for x, y in data]
+
+
+def training_figures(bench: Bench, sizes: Sizes) -> None:
+    model = make_model("cnn2", sizes.image_shape, 10, seed=0).to(bench.device)
+    start = flat_params(model)
+    for clients, named in zip(sizes.train_clients, FULL_NAMES["clients"]):
+        data = client_data(sizes, clients, bench.device)
+
+        def train(strategy: str, data=data) -> torch.Tensor:
+            return train_clients(model, start, data, epochs=sizes.epochs, batch_size=sizes.batch_size,
+                                 lr=0.01, momentum=0.9, seeds=list(range(len(data))), strategy=strategy)
+
+        seq_s, seq = bench.timed(f"train_sequential_cnn2_{named}_clients", lambda: train("sequential"))
+        bat_s, bat = bench.timed(f"train_batched_cnn2_{named}_clients", lambda: train("batched"))
+        if named == 50:  # the headline, printed last
+            bench.values[HEADLINE] = seq_s / bat_s if bat_s > 0 else math.nan
+            continue
+        bench.ratio(f"batched_vs_sequential_cnn2_{named}_clients", seq_s, bat_s)
+        # the device's batched path against its sequential one (the CPU test holds 1e-5)
+        diff = (bat - seq).abs().max().item() if bat is not None and seq is not None else math.nan
+        bench.figure("batched_vs_sequential_max_abs_diff_cnn2_10_clients", diff)
+        again = train("batched") if bat is not None else None
+        diff = (again - bat).abs().max().item() if again is not None else math.nan
+        bench.figure("batched_repeat_max_abs_diff_cnn2_10_clients", diff)
+        bench.figure("sync_calls_train_sequential_cnn2_10_clients",
+                     bench.sync_calls(lambda: train("sequential")))
+        bench.figure("sync_calls_train_batched_cnn2_10_clients",
+                     bench.sync_calls(lambda: train("batched")))
+    # a DeMoA round's client work: one minibatch gradient each for N = 25 clients
+    data = client_data(sizes, sizes.demoa_clients, bench.device)
+    bench.figure("sync_calls_client_gradients_batched_25_clients", bench.sync_calls(
+        lambda: client_gradients(model, start, data, batch_size=sizes.batch_size,
+                                 seeds=list(range(len(data))), strategy="batched")))
+    del data
+    bench.free()
+
+
+def aggregation_figures(bench: Bench, sizes: Sizes) -> None:
+    haar: dict[int, float] = {}
+    for n, named in zip(sizes.swb_n, FULL_NAMES["n"]):
+        f = n // 5
+        x, honest = bench_aggregators.messages(n, f, seed=n, d=sizes.d, device=bench.device)
+        for rotation in ROTATIONS:
+            agg = make_aggregator("swb", trim_ratio=0.25, swb_rotation=rotation)
+            gen = torch.Generator(device=bench.device).manual_seed(2)
+            seconds, _ = bench.timed(f"swb_{rotation}_n{named}", lambda: agg(x, generator=gen),
+                                     repeats=min(bench.repeats, 2) if named == 500 else None)
+            if rotation == "haar":
+                haar[named] = seconds
+        if named == 50:
+            gen = torch.Generator(device=bench.device).manual_seed(1)
+            loop = lambda y=x: bench_aggregators.published_swb_loop(  # noqa: E731
+                y, chunk=bench_aggregators.CHUNK, views=2, trim_ratio=0.25, generator=gen)
+            # one call: 2 x 1,065 QR factorisations; warmed up on one chunk
+            loop_s, _ = bench.timed("swb_published_loop_n50", loop, repeats=1,
+                                    warmup=lambda: loop(x[:, :bench_aggregators.CHUNK]))
+            bench.ratio("swb_published_loop_over_haar_n50", loop_s, haar[50])
+            bench.ratio("swb_paper_n50_over_haar", PAPER_SWB_N50_S, haar[50])
+        if named == 500:
+            bench.ratio("swb_paper_n500_over_haar", PAPER_SWB_DM_N500_S, haar[500])
+            reference = honest + 0.001  # FLTrust's server message: near the honest mean
+            for name in rule_names():
+                agg = bench_aggregators.rule(name, f)
+                gen = torch.Generator(device=bench.device).manual_seed(0)
+                bench.timed(f"rule_{name}_n500", lambda: agg(x, reference=reference, previous=None,
+                                                               generator=gen), repeats=2)
+        del x, honest
+        bench.free()
+
+
+def round_spec(sizes: Sizes, device: torch.device, **keys: Any) -> RunSpec:
+    """A run on the synthetic CIFAR-shaped set (no files needed), never evaluated or
+    checkpointed, so a step is one round's training, attack and aggregation."""
+    return RunSpec(dataset="synthetic", synthetic_shape=sizes.shape_text, synthetic_classes=10,
+                   synthetic_samples=sizes.samples, model="cnn2", byzantine_fraction=0.2,
+                   rounds=10**6, eval_every=10**6, checkpoint_every=0, device=str(device), seed=0,
+                   **keys)
+
+
+def round_figures(bench: Bench, sizes: Sizes) -> None:
+    d = flat_params(make_model("cnn2", sizes.image_shape, 10, seed=0)).numel()
+    # DeMoA's setting (N = 25, Bernoulli p = 0.1, CCLIP), under ALIE: one minibatch step a round
+    if bench.expired():
+        bench.timed("demoa_round_n25", lambda: None)
+    else:
+        sim = Simulation(round_spec(sizes, bench.device, clients=sizes.demoa_clients,
+                                    participation=0.1, participation_mode="bernoulli",
+                                    method="demoa", attack="alie"))
+        bench.timed("demoa_round_n25", sim.step, repeats=sizes.rounds,
+                    warmup=lambda: [sim.step() for _ in range(3)])
+        del sim
+    # SWB-DM at the paper's scale: N = 500 cached states, p = 0.1 (50 trained a round), IPM
+    for dtype in ("float32", "bfloat16"):
+        base = f"swb_dm_round_n500_{dtype}"
+        if bench.expired():
+            bench.timed(base, lambda: None)
+        else:
+            sim = Simulation(round_spec(sizes, bench.device, clients=sizes.swb_dm_clients,
+                                        participation=0.1, method="swb_dm", attack="ipm",
+                                        cache_dtype=dtype))
+            bench.timed(base, sim.step, repeats=min(bench.repeats, 3))
+            del sim
+        # the slots at rest; a round also holds a float32 copy of them while SWB reads it
+        bench.figure(f"swb_dm_cache_n500_{dtype}_mib",
+                     sizes.swb_dm_clients * d * (4 if dtype == "float32" else 2) / 2**20)
+        bench.free()
+
+
+def deterministic_child(bench: Bench, sizes: Sizes) -> None:
+    """In the child process: batched training under deterministic algorithms, and how many
+    operations of the training, DeMoA and aggregation paths have no deterministic kernel."""
+    model = make_model("cnn2", sizes.image_shape, 10, seed=0).to(bench.device)
+    start = flat_params(model)
+    data = client_data(sizes, sizes.train_clients[0], bench.device)
+
+    def train() -> torch.Tensor:
+        return train_clients(model, start, data, epochs=sizes.epochs, batch_size=sizes.batch_size,
+                             lr=0.01, momentum=0.9, seeds=list(range(len(data))), strategy="batched")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seconds, _, out = bench._measure(train, bench.repeats, train)
+        again = train()
+        train_clients(model, start, data, epochs=1, batch_size=sizes.batch_size, lr=0.01,
+                      momentum=0.9, seeds=list(range(len(data))), strategy="sequential")
+        client_gradients(model, start, data, batch_size=sizes.batch_size,
+                         seeds=list(range(len(data))), strategy="batched")
+        x, _ = bench_aggregators.messages(20, 4, seed=0, d=8192, device=bench.device)
+        gen = torch.Generator(device=bench.device).manual_seed(0)
+        for name in AGGREGATORS.names():
+            bench_aggregators.rule(name, 4)(x, reference=x[0], previous=None, generator=gen)
+    ops = sorted({str(w.message).split(" does not")[0] for w in caught if NONDETERMINISTIC in str(w.message)})
+    for op in ops:
+        bench.note(f"no deterministic kernel: {op}")
+    bench.figure("deterministic_train_batched_cnn2_10_clients_seconds", seconds)
+    bench.figure("deterministic_batched_repeat_max_abs_diff_cnn2_10_clients",
+                 (again - out).abs().max().item())
+    bench.figure("deterministic_nondeterministic_op_warnings",
+                 sum(NONDETERMINISTIC in str(w.message) for w in caught))
+
+
+def deterministic_figures(bench: Bench, argv: list[str]) -> None:
+    names = ["deterministic_train_batched_cnn2_10_clients_seconds",
+             "deterministic_batched_repeat_max_abs_diff_cnn2_10_clients",
+             "deterministic_nondeterministic_op_warnings"]
+    left = bench.deadline - time.perf_counter()
+    values: dict[str, float] = {}
+    if left < 30:
+        bench.note("deterministic figures: skipped, the run's time budget is spent")
+    else:
+        env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+        try:
+            child = subprocess.run([sys.executable, __file__, *argv, "--deterministic-child"],
+                                   env=env, capture_output=True, text=True, timeout=left)
+            for line in child.stdout.splitlines():
+                if line.startswith("#"):
+                    print(line, flush=True)
+                elif ":" in line:
+                    key, value = line.rsplit(":", 1)
+                    values[key.strip()] = float(value)
+            if child.returncode != 0:
+                bench.failed.append("deterministic")
+                bench.note(f"deterministic child exited {child.returncode}: {child.stderr[-300:]}")
+        except subprocess.TimeoutExpired:
+            bench.failed.append("deterministic")
+            bench.note("deterministic child ran past the run's time budget")
+    for name in names:
+        bench.figure(name, values.get(name, math.nan))
+    bench.ratio("deterministic_vs_default_batched_cnn2_10_clients",
+                values.get(names[0], math.nan), bench.values.get("train_batched_cnn2_10_clients_seconds", math.nan))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is there")
+    parser.add_argument("--tiny", action="store_true", help="toy sizes: a smoke run, not a measurement")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per figure (median kept)")
+    parser.add_argument("--budget-s", type=float, default=420.0,
+                        help="figures reached after this many seconds print nan (default 7 min)")
+    parser.add_argument("--figure-budget-s", type=float, default=30.0,
+                        help="a figure stops repeating once it has used this long")
+    parser.add_argument("--deterministic-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    passthrough = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--deterministic-child"]
+
+    if not args.cpu and not torch.cuda.is_available():
+        print("# no CUDA device visible: run with --cpu (and --tiny for a smoke run)", file=sys.stderr)
+        return 2
+    device = torch.device("cpu" if args.cpu else "cuda")
+    sizes = TINY if args.tiny else FULL
+    if args.tiny:
+        torch.set_num_threads(1)  # a smoke run on a shared machine: predictable, not fast
+    bench = Bench(device, args.repeats, args.budget_s, args.figure_budget_s)
+
+    if args.deterministic_child:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        deterministic_child(bench, sizes)
+        return 0
+
+    name = torch.cuda.get_device_name(device) if bench.cuda else "cpu"
+    bench.note(f"torch {torch.__version__}, device {name}, {torch.get_num_threads()} CPU threads, "
+               f"{time.strftime('%Y-%m-%d')}")
+    bench.note(f"{'tiny' if args.tiny else 'full'} sizes: images {sizes.shape_text}, training "
+               f"clients {sizes.train_clients} (named 10, 50) of ~{sizes.train_images} images, "
+               f"{sizes.epochs} epoch(s), batch {sizes.batch_size}; aggregation d = {sizes.d:,}, "
+               f"n = {sizes.swb_n} (named 20, 50, 500); DeMoA N = {sizes.demoa_clients} (named 25); "
+               f"SWB-DM N = {sizes.swb_dm_clients} (named 500); {sizes.samples:,} synthetic images")
+    bench.note("seconds are medians of timed calls after a warm-up; ratios > 1 favour the named "
+               "first; peak_mib includes each figure's inputs")
+    training_figures(bench, sizes)
+    aggregation_figures(bench, sizes)
+    round_figures(bench, sizes)
+    deterministic_figures(bench, passthrough)
+    bench.figure("gpu_bench_seconds", time.perf_counter() - bench.started)
+    if bench.failed:
+        bench.note(f"failed: {', '.join(bench.failed)}")
+    bench.figure(HEADLINE, bench.values.get(HEADLINE, math.nan))
+    return 1 if bench.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""bench/gpu.sh, the one command a GPU machine runs, kept working between the rare times one is
+at hand: its tiny CPU mode prints every figure once with a number, and what it imports runs on a
+machine without Ray, Optuna or PyYAML (the GPU machine's python3 has none of them)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What the issue asks the GPU run to show, by name; bench/gpu.py's own list must contain these.
+PROMISED = [
+    "batched_vs_sequential_cnn2_10_clients", "train_batched_cnn2_50_clients_peak_mib",
+    "swb_haar_n500_seconds", "swb_shared_n20_seconds", "swb_hadamard_n50_peak_mib",
+    "swb_paper_n500_over_haar", "rule_krum_n500_seconds", "rule_bulyan_n500_peak_mib",
+    "demoa_round_n25_seconds", "swb_dm_round_n500_float32_peak_mib",
+    "swb_dm_round_n500_bfloat16_seconds", "deterministic_vs_default_batched_cnn2_10_clients",
+]
+
+# Modules are blocked by a None entry in sys.modules: importing them then raises ImportError.
+ISOLATED_IMPORT = """
+import json, sys
+for name in ("ray", "optuna", "yaml"):
+    sys.modules[name] = None
+sys.path.insert(0, "bench")
+import gpu
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("ray", "optuna") and sys.modules[m])
+print(json.dumps({"loaded": loaded, "names": gpu.figure_names(), "rules": gpu.rule_names()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def declared():
+    out = subprocess.run([sys.executable, "-c", ISOLATED_IMPORT], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_gpu_bench_imports_without_ray_optuna_or_yaml(declared):
+    assert declared["loaded"] == []
+    assert set(PROMISED) <= set(declared["names"])
+    assert len(declared["names"]) == len(set(declared["names"]))
+    assert declared["names"][-1] == "batched_vs_sequential_cnn2_50_clients"  # the headline
+    assert {"krum", "bulyan", "geometric_median", "fltrust", "bucketing"} <= set(declared["rules"])
+
+
+def test_tiny_cpu_mode_prints_every_figure_once(declared):
+    started = time.perf_counter()
+    out = subprocess.run(["bash", "bench/gpu.sh", "--cpu", "--tiny"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=180)
+    seconds = time.perf_counter() - started
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = [line for line in out.stdout.splitlines() if line and not line.startswith("#")]
+    figures = [line.split(": ", 1) for line in lines]
+    assert all(len(f) == 2 for f in figures), lines
+    names = [name for name, _ in figures]
+    assert names == declared["names"]  # each once, in the declared order, the headline last
+    values = {name: float(value) for name, value in figures}
+    assert all(math.isfinite(v) for v in values.values()), values
+    assert all(values[n] == 0 for n in names if n.endswith("_peak_mib"))  # no GPU memory on a CPU
+    # on the CPU the two strategies agree to float rounding and repeat exactly
+    assert values["batched_vs_sequential_max_abs_diff_cnn2_10_clients"] < 1e-5
+    assert values["batched_repeat_max_abs_diff_cnn2_10_clients"] == 0
+    assert values["swb_dm_cache_n500_bfloat16_mib"] * 2 == values["swb_dm_cache_n500_float32_mib"]
+    assert seconds < 60, f"the tiny mode took {seconds:.0f} s; the budget is 60"
