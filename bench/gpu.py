@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +45,6 @@ HERE = Path(__file__).resolve().parent
 for _path in (str(HERE.parent), str(HERE)):  # robusttune, and the other bench scripts' helpers
     if _path not in sys.path:
         sys.path.insert(0, _path)
-
-try:
-    import yaml  # noqa: F401
-except ImportError:
-    # The GPU machine's python3 has no PyYAML; robusttune.config uses it only to read YAML text,
-    # which this script never does.
-    sys.modules["yaml"] = types.ModuleType("yaml")
 
 import torch
 

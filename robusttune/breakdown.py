@@ -468,7 +468,8 @@ def load_plan(path: str | Path) -> BreakdownPlan:
     """Read a breakdown YAML. The cells come from the space's grid axes (every combination,
     expanded and validated by the sweep layer's parser); byzantine_fraction is the lattice's, so
     the space must not set it."""
-    from robusttune.config import RunSpec, read_yaml
+    from robusttune.config import RunSpec
+    from robusttune.yaml_input import read_yaml
     from robusttune.sweep.space import parse_sweep
 
     path = Path(path)

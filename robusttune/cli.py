@@ -45,7 +45,7 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
 def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[str, Any]:
     """RunSpec values from an optional YAML file (a mapping of RunSpec keys, or a search space
     whose `run:` section is used) overridden by ``--set key=value`` pairs."""
-    from robusttune.config import parse_assignment, read_yaml
+    from robusttune.yaml_input import parse_assignment, read_yaml
 
     values: dict[str, Any] = {}
     if spec_file is not None:
@@ -211,7 +211,8 @@ def calibrate(
     recommends the smallest surviving trim and shows the accuracy cost of larger ones."""
     from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
                                         trim_sweep)
-    from robusttune.config import RunSpec, parse_assignment
+    from robusttune.config import RunSpec
+    from robusttune.yaml_input import parse_assignment
 
     deployment = Deployment(clients=clients, participation=participation, byzantine_fraction=byzantine,
                             rounds=rounds, sample_size=sample_size, mode=mode)

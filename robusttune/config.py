@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Mapping
-
-import yaml
 
 from robusttune.registry import SpecError
 
-__all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "METHOD_PRESETS", "parse_assignment"]
+__all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "METHOD_PRESETS"]
 
 # method preset -> (algorithm, aggregator). Every aggregator name is also a preset of plain FedAvg
 # with that rule (filled in lazily in `_method_presets`), as in the SWB-DM study.
@@ -179,38 +176,6 @@ class RunSpec:
 RUNSPEC_KEYS: frozenset[str] = frozenset(f.name for f in fields(RunSpec) if f.name != "explicit")
 
 _FIELD_TYPES = {f.name: f.type for f in fields(RunSpec)}
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """Parse one ``key=value`` from ``--set``; the value is read as a YAML scalar."""
-    if "=" not in text:
-        raise SpecError(f"--set expects key=value, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if key not in RUNSPEC_KEYS:
-        raise SpecError(f"unknown RunSpec key {key!r}; allowed keys: {', '.join(sorted(RUNSPEC_KEYS))}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        value = raw
-    return key, value
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """YAML text -> Python, or one SpecError line naming ``source`` and the parser's first line."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        first = str(error).splitlines()[0] if str(error) else "parse error"
-        raise SpecError(f"{source}: not valid YAML ({first})") from None
-
-
-def read_yaml(path: str | Path, what: str) -> Any:
-    """Read a YAML file the user named; ``what`` names it in the one-line error if it is missing."""
-    path = Path(path)
-    if not path.exists():
-        raise SpecError(f"{what} {str(path)!r} does not exist")
-    return parse_yaml(path.read_text(), path.name)
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from robusttune.config import RUNSPEC_KEYS, RunSpec, parse_assignment
+from robusttune.config import RUNSPEC_KEYS, RunSpec
+from robusttune.yaml_input import parse_assignment
 from robusttune.registry import SpecError
 
 DESIGN_KEYS = """dataset data_root model clients rounds participation participation_mode sample_size

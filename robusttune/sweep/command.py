@@ -70,7 +70,7 @@ def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int]
                  max_concurrent: Optional[int], cpus_per_trial: Optional[float],
                  gpus_per_trial: Optional[float], assignments: list[str]) -> SweepSpec:
     """Load SPACE and apply the command-line overrides (validated like the file)."""
-    from robusttune.config import parse_assignment
+    from robusttune.yaml_input import parse_assignment
 
     spec = load_sweep(space)
     run = dict(parse_assignment(text) for text in assignments)

@@ -30,11 +30,11 @@ import yaml
 
 from ray.tune import Callback
 
-from robusttune.config import parse_yaml
 from robusttune.registry import SpecError
 from robusttune.sweep.ray_compat import (autoscaling_ceiling, grid_trials,
                                          restored_run_config)
 from robusttune.sweep.space import SweepSpec, format_value, parse_sweep
+from robusttune.yaml_input import parse_yaml
 
 SWEEP_FILE = "sweep.yaml"
 TRIALS_FILE = "trials.csv"

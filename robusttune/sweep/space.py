@@ -57,9 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from robusttune.config import RUNSPEC_KEYS, RunSpec, read_yaml
+from robusttune.config import RUNSPEC_KEYS, RunSpec
 from robusttune.records import RoundRecord
 from robusttune.registry import SpecError
+from robusttune.yaml_input import read_yaml
 
 __all__ = [
     "Domain", "Axis", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec", "SweepSpec",
