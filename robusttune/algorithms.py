@@ -6,7 +6,8 @@ momenta built from one minibatch gradient per round. Attacks always see messages
 (state - global model, or the momentum itself); `inputs` maps them back to what is aggregated.
 
 A round has an explicit order and no state passes between calls through attributes:
-``state = begin_round(...)`` (what every sampled client would honestly send; changes nothing),
+``state = begin_round(sample, local, model)`` (what every sampled client would honestly send;
+changes nothing),
 ``attack_view(state, model)`` (what an omniscient attacker sees of the aggregator's input;
 changes nothing), ``inputs(state, messages, model)`` (stores the round in the caches and returns
 the rule's input), ``step(model, aggregate)``.
@@ -27,17 +28,17 @@ from torch import Tensor
 from robusttune.caches import ByzantineMomenta, MomentumCache, StateCache
 from robusttune.config import RunSpec
 from robusttune.registry import Registry
+from robusttune.sampling import Sample
 
 ALGORITHMS: Registry[type["ServerAlgorithm"]] = Registry("algorithm")
 
 
 @dataclass(frozen=True)
 class RoundState:
-    """One round as the algorithm opened it (rows aligned with ``clients``)."""
+    """One round as the algorithm opened it (rows aligned with ``sample.clients``)."""
 
-    clients: Tensor     # long[k] the sampled clients, on the run's device
-    byzantine: Tensor   # bool[k] which of them are Byzantine
-    honest: Tensor      # [k, d] what each would honestly send, in update space
+    sample: Sample
+    honest: Tensor      # [k, d] what each sampled client would honestly send, in update space
     decay: float = 1.0  # factor applied to every unsampled momentum this round (DeMoA's P)
 
 
@@ -49,7 +50,7 @@ class AttackView:
     wrote earlier and that stays in the input."""
 
     rows: Tensor        # [n_in, d], a tensor of its own (never the live cache)
-    byzantine: Tensor   # bool[n_in]
+    byzantine: Tensor   # bool[n_in], on the host
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class AggregatorInput:
 
     rows: Tensor
     weights: Tensor
-    byzantine_rows: Tensor  # bool[n_in]
+    byzantine_rows: Tensor  # bool[n_in], on the host
 
 
 class ServerAlgorithm:
@@ -86,19 +87,18 @@ class ServerAlgorithm:
             return self.spec.participation
         return sampled / self.num_clients
 
-    def begin_round(self, clients: Tensor, byzantine: Tensor, local: Tensor, model: Tensor
-                    ) -> RoundState:
+    def begin_round(self, sample: Sample, local: Tensor, model: Tensor) -> RoundState:
         """The honest messages of the sampled clients (update space) from what they computed
-        (``local``: trained states or minibatch gradients, rows aligned with ``clients``)."""
+        (``local``: trained states or minibatch gradients, rows aligned with the sample)."""
         raise NotImplementedError
 
     def attack_view(self, state: RoundState, model: Tensor) -> AttackView:
         """Without a cache the aggregator's input is the round's sample."""
-        return AttackView(state.honest, state.byzantine)
+        return AttackView(state.honest, state.sample.byzantine_cpu)
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
-        """Store this round's ``messages`` (what was sent, rows aligned with ``state.clients``)
-        where the algorithm keeps them; return the rule's input."""
+        """Store this round's ``messages`` (what was sent, rows aligned with the sample) where
+        the algorithm keeps them; return the rule's input."""
         raise NotImplementedError
 
     def previous(self, model: Tensor) -> Tensor:
@@ -120,9 +120,8 @@ class _StateAlgorithm(ServerAlgorithm):
     """Messages are trained states; w <- w + eta (Agg - w), eta = server_lr (1: replace). Clients
     start every round from the global model, so they hold no state of their own."""
 
-    def begin_round(self, clients: Tensor, byzantine: Tensor, local: Tensor, model: Tensor
-                    ) -> RoundState:
-        return RoundState(clients, byzantine, local - model)
+    def begin_round(self, sample: Sample, local: Tensor, model: Tensor) -> RoundState:
+        return RoundState(sample, local - model)
 
     def step(self, model: Tensor, aggregate: Tensor) -> Tensor:
         if self.spec.server_lr == 1.0:
@@ -135,8 +134,9 @@ class FedAvg(_StateAlgorithm):
     """FedAvg (McMahan et al., 2017): aggregate the sampled clients' trained states."""
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
-        return AggregatorInput(model + messages, self.sample_counts[state.clients],
-                               state.byzantine.clone())
+        return AggregatorInput(model + messages,
+                               self.sample_counts.index_select(0, state.sample.clients),
+                               state.sample.byzantine_cpu.clone())
 
 
 @ALGORITHMS.register("state_cache")
@@ -154,13 +154,10 @@ class StateCacheAlgorithm(_StateAlgorithm):
     def attack_view(self, state: RoundState, model: Tensor) -> AttackView:
         # read() is the cache itself for float32: the subtraction makes the view's own tensor
         rows = self.cache.read() - model
-        rows[state.clients] = state.honest
-        byzantine = self.cache.written_by_byzantine.clone()
-        byzantine[state.clients] = state.byzantine
-        return AttackView(rows, byzantine)
+        return _with_round(rows, self.cache.written_by_byzantine, state)
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
-        self.cache.refresh(state.clients, model + messages, state.byzantine)
+        self.cache.refresh(state.sample, model + messages)
         return AggregatorInput(self.cache.read(), self.sample_counts,
                                self.cache.written_by_byzantine.clone())
 
@@ -197,21 +194,23 @@ class _MomentumAlgorithm(ServerAlgorithm):
     def unsampled_decay(self, p: float) -> float:
         return 1.0
 
-    def begin_round(self, clients: Tensor, byzantine: Tensor, local: Tensor, model: Tensor
-                    ) -> RoundState:
-        p = self.participation_rate(len(clients))
-        held = self.momenta.slots[clients].float()  # advanced indexing: a copy
-        held[byzantine] = self.byzantine_momenta.read(clients[byzantine])
+    def begin_round(self, sample: Sample, local: Tensor, model: Tensor) -> RoundState:
+        p = self.participation_rate(sample.size)
+        held = self.momenta.slots.index_select(0, sample.clients).float()
+        byzantine = sample.clients.index_select(0, sample.byzantine_rows)
+        held.index_copy_(0, sample.byzantine_rows, self.byzantine_momenta.read(byzantine))
         honest = self.coefficient(p) * held + self.spec.demoa_alpha * local
-        return RoundState(clients, byzantine, honest, self.unsampled_decay(p))
+        return RoundState(sample, honest, self.unsampled_decay(p))
 
     def _remember(self, state: RoundState, messages: Tensor) -> None:
         """Every momentum moves one round: unsampled ones decay, sampled ones take what was sent
         (server copy) and what the Byzantine clients honestly computed (their own)."""
+        sample = state.sample
         self.momenta.decay(state.decay)
-        self.momenta.refresh(state.clients, messages, state.byzantine)
+        self.momenta.refresh(sample, messages)
         self.byzantine_momenta.decay(state.decay)
-        self.byzantine_momenta.refresh(state.clients[state.byzantine], state.honest[state.byzantine])
+        self.byzantine_momenta.refresh(sample.clients.index_select(0, sample.byzantine_rows),
+                                       state.honest.index_select(0, sample.byzantine_rows))
 
     def previous(self, model: Tensor) -> Tensor:
         return self.last_aggregate
@@ -267,10 +266,7 @@ class DeMoA(_MomentumAlgorithm):
 
     def attack_view(self, state: RoundState, model: Tensor) -> AttackView:
         rows = self.momenta.read() * state.decay  # a new tensor even when decay is 1
-        rows[state.clients] = state.honest
-        byzantine = self.momenta.written_by_byzantine.clone()
-        byzantine[state.clients] = state.byzantine
-        return AttackView(rows, byzantine)
+        return _with_round(rows, self.momenta.written_by_byzantine, state)
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self._remember(state, messages)
@@ -289,7 +285,17 @@ class FedCM(_MomentumAlgorithm):
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self._remember(state, messages)
-        return AggregatorInput(messages, self.sample_counts[state.clients], state.byzantine.clone())
+        return AggregatorInput(messages, self.sample_counts.index_select(0, state.sample.clients),
+                               state.sample.byzantine_cpu.clone())
+
+
+def _with_round(rows: Tensor, written_by_byzantine: Tensor, state: RoundState) -> AttackView:
+    """A cache's rows (a tensor of the view's own) with this round's honest messages in the
+    sampled slots; Byzantine: what Byzantine clients wrote earlier and this round's."""
+    rows.index_copy_(0, state.sample.clients, state.honest)
+    byzantine = written_by_byzantine.clone()
+    byzantine[state.sample.clients_cpu] = state.sample.byzantine_cpu
+    return AttackView(rows, byzantine)
 
 
 def make_algorithm(spec: RunSpec, initial: Tensor, sample_counts: Tensor,

@@ -446,23 +446,19 @@ class Mimic(Attack):
 
     def craft(self, rnd: AttackRound) -> Tensor:
         x = rnd.reference(self.name)
-        return rnd.repeat(x[self.target(x)])
+        return rnd.repeat(x.index_select(0, self.target(x).view(1))[0])
 
-    def target(self, x: Tensor) -> int:
-        """Index of the row of x that every Byzantine client copies."""
-        if x.shape[0] == 1:
-            return 0
+    def target(self, x: Tensor) -> Tensor:
+        """Index (a 0-d tensor on x's device, never read back) of the row every Byzantine client
+        copies. A zero direction (all rows identical, or a power step orthogonal to every row)
+        gives equal projections, and the first row: any copy is then as good."""
         xc = x - x.mean(dim=0)
-        v = xc[xc.norm(dim=1).argmax()]
-        if not bool(v.norm() > 0):
-            return 0  # all rows identical: any copy is the same
+        v = xc.index_select(0, xc.norm(dim=1).argmax().view(1))[0]
+        tiny = torch.finfo(xc.dtype).tiny
         for _ in range(self.power_iterations):
             w = (xc @ v) @ xc
-            norm_w = w.norm()
-            if not bool(norm_w > 0):
-                break
-            v = w / norm_w
-        return int((xc @ v).abs().argmax())
+            v = w / w.norm().clamp_min(tiny)
+        return (xc @ v).abs().argmax()
 
 
 @ATTACKS.register("cache_alie")
@@ -490,9 +486,11 @@ class CacheALIE(ALIE):
     def craft(self, rnd: AttackRound) -> Tensor:
         if rnd.cache is None:
             return super().craft(rnd)
-        mask = rnd.cache_byzantine.to(device=rnd.cache.device, dtype=torch.bool)
-        honest_rows = rnd.cache[~mask]
-        source = honest_rows if honest_rows.shape[0] > 0 else rnd.reference(self.name)
+        # the mask is bookkeeping on the host: its counts never wait for the device
+        mask = rnd.cache_byzantine.detach().cpu().bool()
+        rows = (~mask).nonzero().flatten().to(rnd.cache.device, non_blocking=True)
+        honest_rows = rnd.cache.index_select(0, rows)
+        source = honest_rows if len(rows) > 0 else rnd.reference(self.name)
         z = alie_z(rnd.cache.shape[0], int(mask.sum()))
         return self._message(rnd, source.to(rnd.honest.dtype), z)
 

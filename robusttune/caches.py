@@ -12,22 +12,26 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robusttune.sampling import Sample
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class ClientCache:
-    """N slots of d values plus who wrote each slot last (for the Byzantine share of the input)."""
+    """N slots of d values plus who wrote each slot last (for the Byzantine share of the input).
+    The slots live on the run's device; who wrote them is bookkeeping and stays on the host, so
+    reading it never waits for the GPU."""
 
     def __init__(self, num_clients: int, initial: Tensor, dtype: str = "float32") -> None:
         self.dtype = _DTYPES[dtype]
         self.slots = initial.detach().to(self.dtype).expand(num_clients, -1).clone()
         # True where a Byzantine client's own submission sits in its slot (slots start benign).
-        self.written_by_byzantine = torch.zeros(num_clients, dtype=torch.bool, device=initial.device)
+        self.written_by_byzantine = torch.zeros(num_clients, dtype=torch.bool)
 
-    def refresh(self, clients: Tensor, values: Tensor, byzantine: Tensor) -> None:
-        """Overwrite the slots of ``clients`` with ``values`` (rows aligned)."""
-        self.slots[clients] = values.to(self.dtype)
-        self.written_by_byzantine[clients] = byzantine
+    def refresh(self, sample: Sample, values: Tensor) -> None:
+        """Overwrite the slots of the sampled clients with ``values`` (rows aligned)."""
+        self.slots.index_copy_(0, sample.clients, values.to(self.dtype))
+        self.written_by_byzantine[sample.clients_cpu] = sample.byzantine_cpu
 
     def read(self) -> Tensor:
         return self.slots.float()
@@ -37,7 +41,7 @@ class ClientCache:
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.slots = state["slots"].to(self.slots.device, self.dtype).clone()
-        self.written_by_byzantine = state["written_by_byzantine"].to(self.slots.device).clone()
+        self.written_by_byzantine = state["written_by_byzantine"].cpu().clone()
 
 
 class StateCache(ClientCache):
@@ -75,7 +79,7 @@ class ByzantineMomenta:
 
     def read(self, clients: Tensor) -> Tensor:
         """float32 rows of the given Byzantine ``clients``."""
-        return self.slots[self.row_of[clients]].float()
+        return self.slots.index_select(0, self.row_of[clients]).float()
 
     def decay(self, coefficient: float) -> None:
         if coefficient != 1.0:
@@ -83,7 +87,7 @@ class ByzantineMomenta:
 
     def refresh(self, clients: Tensor, values: Tensor) -> None:
         """Set the rows of the Byzantine ``clients`` to ``values`` (rows aligned)."""
-        self.slots[self.row_of[clients]] = values.to(self.dtype)
+        self.slots.index_copy_(0, self.row_of[clients], values.to(self.dtype))
 
     def state_dict(self) -> dict[str, Tensor]:
         return {"slots": self.slots}

@@ -23,6 +23,7 @@ from robusttune.config import RunSpec
 from robusttune.data import load_federated
 from robusttune.models import flat_params, make_model
 from robusttune.records import RoundRecord, RunSummary, is_collapsed
+from robusttune.sampling import Sample, draw_clients
 from robusttune.training import client_gradients, evaluate, resolve_trainer, train_clients
 
 
@@ -41,8 +42,7 @@ def client_seed(seed: int, round_index: int, client: int) -> int:
 
 
 def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundState,
-                       model: Tensor, *, scope: str, n_byzantine: int,
-                       generator: torch.Generator | None) -> Tensor:
+                       model: Tensor, *, scope: str, generator: torch.Generator | None) -> Tensor:
     """The round's messages: ``state.honest`` with the sampled Byzantine clients' rows replaced
     by what ``attack`` crafts (a new tensor; ``state.honest`` stays what they honestly computed).
 
@@ -51,23 +51,24 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     under a cache algorithm), n = its row count and f = its Byzantine rows; ``sample`` takes the
     round's honest messages, n = the sample size and f = the Byzantine clients sampled. Each
     Byzantine client's ``own`` is its honest message, built from its own honest state."""
-    honest, byzantine = state.honest, state.byzantine
-    n_sampled = honest.shape[0]
+    sample, honest = state.sample, state.honest
     view = None
     if attack.needs_cache or (scope == "inputs" and algorithm.aggregates_cache):
         view = algorithm.attack_view(state, model)
     if scope == "inputs" and view is not None:
-        reference, n_total, f = view.rows[~view.byzantine], view.rows.shape[0], int(view.byzantine.sum())
+        rows = (~view.byzantine).nonzero().flatten().to(view.rows.device, non_blocking=True)
+        reference = view.rows.index_select(0, rows)
+        n_total, f = view.rows.shape[0], int(view.byzantine.sum())
     else:
-        reference, n_total, f = honest[~byzantine], n_sampled, n_byzantine
+        reference = honest.index_select(0, sample.honest_rows)
+        n_total, f = sample.size, sample.n_byzantine
     context: dict[str, Any] = {}
     if attack.needs_cache:
         context = {"cache": view.rows, "cache_byzantine": view.byzantine}
-    malicious = attack(reference, n_byzantine=n_byzantine, n_total=n_total, f=f,
-                       n_sampled=n_sampled, own=honest[byzantine], generator=generator, **context)
-    messages = honest.clone()
-    messages[byzantine] = malicious.to(messages.dtype)
-    return messages
+    malicious = attack(reference, n_byzantine=sample.n_byzantine, n_total=n_total, f=f,
+                       n_sampled=sample.size, own=honest.index_select(0, sample.byzantine_rows),
+                       generator=generator, **context)
+    return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
 
 
 class Simulation:
@@ -92,7 +93,6 @@ class Simulation:
                                          generator=torch.Generator().manual_seed(spec.seed + 2))
         self.byzantine = torch.zeros(spec.clients, dtype=torch.bool)
         self.byzantine[byzantine_order[: spec.n_byzantine]] = True
-        self.byzantine_device = self.byzantine.to(self.device)
 
         self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength)
         self.client_x = self.data.client_x
@@ -107,7 +107,7 @@ class Simulation:
             self.aggregator = make_aggregator("bucketing", inner=spec.aggregator, **params)
         else:
             self.aggregator = make_aggregator(spec.aggregator, **params)
-        self.algorithm = make_algorithm(spec, self.params, counts, self.byzantine_device)
+        self.algorithm = make_algorithm(spec, self.params, counts, self.byzantine)
 
         self.rounds_done = 0
         self.last_accuracy = math.nan
@@ -118,11 +118,8 @@ class Simulation:
     # -- one round ---------------------------------------------------------------------------
     def _sample(self) -> Tensor:
         spec = self.spec
-        if spec.participation_mode == "bernoulli":
-            chosen = torch.rand(spec.clients, generator=self.sampling_rng) < spec.participation
-            return chosen.nonzero().flatten()
-        order = torch.randperm(spec.clients, generator=self.sampling_rng)
-        return order[: spec.expected_sample_size].sort().values
+        return draw_clients(spec.participation_mode, spec.clients, spec.participation,
+                            spec.expected_sample_size, self.sampling_rng)
 
     def _client_work(self, data: list[tuple[Tensor, Tensor]], seeds: list[int]) -> Tensor:
         """What each of ``data``'s owners computes at the global model: trained states (E local
@@ -154,10 +151,8 @@ class Simulation:
         spec = self.spec
         round_index = self.rounds_done + 1
         sampled_cpu = self._sample()
-        sampled = sampled_cpu.to(self.device)
-        byzantine = self.byzantine_device[sampled]
-        n_sampled = len(sampled_cpu)
-        n_byzantine = int(self.byzantine[sampled_cpu].sum())
+        sample = Sample.of(sampled_cpu, self.byzantine[sampled_cpu], self.device)
+        n_sampled, n_byzantine = sample.size, sample.n_byzantine
 
         started = time.perf_counter()
         local = self._local_work(sampled_cpu.tolist(), round_index)
@@ -165,13 +160,13 @@ class Simulation:
         train_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
-        state = self.algorithm.begin_round(sampled, byzantine, local, self.params)
+        state = self.algorithm.begin_round(sample, local, self.params)
         messages = state.honest
         if n_byzantine and not self.attack.data_side and self.attack.name != "none":
             messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
-                                          scope=spec.attack_scope, n_byzantine=n_byzantine,
-                                          generator=self.noise_rng)
-        nonfinite_messages = int((~torch.isfinite(messages)).any(dim=1).sum()) if n_sampled else 0
+                                          scope=spec.attack_scope, generator=self.noise_rng)
+        # read back with the record's other figures, not here in the middle of the round
+        nonfinite_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 
         aggregated = False
         if n_sampled or self.algorithm.aggregates_cache:
@@ -193,7 +188,11 @@ class Simulation:
             f_assumed, held_assumed, held_actual, share = 0, False, False, 0.0
         aggregate_seconds = time.perf_counter() - started
 
-        nonfinite = int((~torch.isfinite(self.params)).sum())
+        # the round's one read-back (beside evaluation): counts and norm together
+        figures = torch.stack([nonfinite_messages.double(),
+                               (~torch.isfinite(self.params)).sum().double(),
+                               torch.linalg.vector_norm(self.params).double()]).tolist()
+        nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]
         majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
         self.byzantine_majority_rounds += int(majority)
         accuracy = loss = max_share = math.nan
@@ -206,7 +205,7 @@ class Simulation:
         self.rounds_done = round_index
         return RoundRecord(
             round=round_index, accuracy=accuracy, loss=loss,
-            param_norm=float(torch.linalg.vector_norm(self.params)), nonfinite_params=nonfinite,
+            param_norm=param_norm, nonfinite_params=nonfinite,
             max_class_share=max_share, sampled=n_sampled, byzantine_sampled=n_byzantine,
             nonfinite_messages=nonfinite_messages,
             byzantine_input_share=share, byzantine_majority=majority,

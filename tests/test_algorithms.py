@@ -7,6 +7,7 @@ import torch
 from robusttune.algorithms import make_algorithm
 from robusttune.caches import StateCache
 from robusttune.config import RunSpec
+from robusttune.sampling import Sample
 
 
 def _demoa(**keys):
@@ -20,7 +21,8 @@ def _round(algorithm, clients, gradients, byzantine=None):
     clients = torch.tensor(clients, dtype=torch.long)
     if byzantine is None:
         byzantine = torch.zeros(len(clients), dtype=torch.bool)
-    state = algorithm.begin_round(clients, torch.as_tensor(byzantine), gradients, torch.zeros(3))
+    state = algorithm.begin_round(Sample.of(clients, torch.as_tensor(byzantine), "cpu"), gradients,
+                                  torch.zeros(3))
     return algorithm.inputs(state, state.honest, torch.zeros(3))
 
 
@@ -90,7 +92,7 @@ def test_state_cache_slots_start_as_initial_model_and_sampled_overwrite():
     clients = torch.tensor([2])
     byzantine = torch.tensor([True])
     states = torch.tensor([[5.0, 5.0]])
-    state = algorithm.begin_round(clients, byzantine, states, initial)
+    state = algorithm.begin_round(Sample.of(clients, byzantine, "cpu"), states, initial)
     inputs = algorithm.inputs(state, state.honest, initial)
     assert torch.equal(inputs.rows, torch.tensor([[1.0, -1.0], [1.0, -1.0], [5.0, 5.0]]))
     assert inputs.byzantine_rows.tolist() == [False, False, True]
@@ -110,7 +112,7 @@ def test_state_cache_attack_view_leaves_the_cache_untouched():
     clients = torch.tensor([0, 2])
     byzantine = torch.tensor([False, True])
     states = initial + torch.tensor([[1.0, 1.0, 1.0], [5.0, 5.0, 5.0]])
-    state = algorithm.begin_round(clients, byzantine, states, initial)
+    state = algorithm.begin_round(Sample.of(clients, byzantine, "cpu"), states, initial)
     view = algorithm.attack_view(state, initial)
     assert torch.equal(algorithm.cache.read(), before)
     assert torch.equal(view.rows[0], state.honest[0])           # the honest client's fresh update

@@ -12,6 +12,7 @@ from scipy.stats import norm
 from robusttune.algorithms import make_algorithm
 from robusttune.attacks import make_attack
 from robusttune.config import RunSpec
+from robusttune.sampling import Sample
 from robusttune.simulation import Simulation, byzantine_messages
 
 D = 3
@@ -21,13 +22,11 @@ def attacked_round(algorithm, attack, clients, byzantine_mask, gradients, scope=
     """One round as the simulation runs it: begin, attack the Byzantine rows, store. Returns the
     messages sent (rows aligned with ``clients``) and the rule's input."""
     clients = torch.tensor(clients, dtype=torch.long)
-    byzantine = byzantine_mask[clients]
     model = torch.zeros(D)
-    state = algorithm.begin_round(clients, byzantine, gradients, model)
+    state = algorithm.begin_round(Sample.of(clients, byzantine_mask[clients], "cpu"), gradients, model)
     messages = state.honest
-    if int(byzantine.sum()):
-        messages = byzantine_messages(attack, algorithm, state, model, scope=scope,
-                                      n_byzantine=int(byzantine.sum()), generator=None)
+    if state.sample.n_byzantine:
+        messages = byzantine_messages(attack, algorithm, state, model, scope=scope, generator=None)
     return messages, algorithm.inputs(state, messages, model)
 
 
@@ -155,11 +154,11 @@ def test_state_cache_inputs_scope_reads_the_cached_states():
     algorithm.cache.slots.copy_(torch.tensor([[1.0, 1.0, 1.0], [5.0, 5.0, 5.0], [3.0, 0.0, 0.0],
                                               [0.0, 3.0, 0.0]]))
     clients = torch.tensor([0, 1])
-    state = algorithm.begin_round(clients, mask[clients],
+    state = algorithm.begin_round(Sample.of(clients, mask[clients], "cpu"),
                                   torch.tensor([[0.0, 0.0, 6.0], [2.0, 2.0, 2.0]]), model)
     for scope, mu in (("inputs", torch.tensor([1.0, 1.0, 2.0])), ("sample", torch.tensor([0.0, 0.0, 6.0]))):
         messages = byzantine_messages(make_attack("ipm"), algorithm, state, model, scope=scope,
-                                      n_byzantine=1, generator=None)
+                                      generator=None)
         assert torch.allclose(messages[1], -0.1 * mu)
         assert torch.equal(messages[0], state.honest[0])
 
