@@ -20,17 +20,20 @@ honestly hold (`ByzantineMomenta`), apart from the server's copy of what it sent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from robusttune.caches import ByzantineMomenta, MomentumCache, StateCache
-from robusttune.config import RunSpec
 from robusttune.registry import Registry
 from robusttune.sampling import Sample
+from robusttune.schema import RUNSPEC_KEYS
 
-ALGORITHMS: Registry[type["ServerAlgorithm"]] = Registry("algorithm")
+if TYPE_CHECKING:  # the resolver (config) sits above this registry and reads its entries
+    from robusttune.config import RunSpec
+
+ALGORITHMS: Registry[type["ServerAlgorithm"]] = Registry("algorithm", RUNSPEC_KEYS)
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,20 @@ class ServerAlgorithm:
     otherwise they compute one minibatch gradient and send a momentum (DeMoA style).
     ``aggregates_cache``: the rule runs over all N cached rows, so it runs even in a round that
     sampled nobody (Bernoulli), and the attacker's ``inputs`` scope differs from the sample.
+
+    What the resolver reads by the algorithm's name: ``default_server_lr`` (eta when server_lr
+    is not given), ``methods`` (the ``method:`` presets that run this algorithm, each with its
+    rule), ``rule_methods`` (every rule's name is also a method of this algorithm: FedAvg) and
+    ``rule_overridable`` (its methods take another rule, labelled ALGORITHM+RULE).
     """
 
     name: str = "base"
     trains_locally: bool = True
     aggregates_cache: bool = False
+    default_server_lr: float = 1.0
+    methods: dict[str, str] = {}
+    rule_methods: bool = False
+    rule_overridable: bool = False
 
     def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
@@ -131,7 +143,11 @@ class _StateAlgorithm(ServerAlgorithm):
 
 @ALGORITHMS.register("fedavg")
 class FedAvg(_StateAlgorithm):
-    """FedAvg (McMahan et al., 2017): aggregate the sampled clients' trained states."""
+    """FedAvg (McMahan et al., 2017): aggregate the sampled clients' trained states. Every rule's
+    name is a method of it (``method: krum`` is FedAvg with Krum), as in the SWB-DM study."""
+
+    methods = {"fedavg": "mean"}
+    rule_methods = True
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         return AggregatorInput(model + messages,
@@ -145,6 +161,7 @@ class StateCacheAlgorithm(_StateAlgorithm):
     w <- Agg(c_1, ..., c_N)."""
 
     aggregates_cache = True
+    methods = {"swb_dm": "swb", "delayed_momentum": "median"}
 
     def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
@@ -179,6 +196,10 @@ class _MomentumAlgorithm(ServerAlgorithm):
     """
 
     trains_locally = False
+    # DeMoA's server step x <- x - eta m is a gradient step, so eta is a learning rate (FedAvg-style
+    # algorithms replace the model by the aggregate: eta = 1)
+    default_server_lr = 0.1
+    rule_overridable = True  # DeMoA's experiments run it with CM, Krum, RFA and CCLIP
 
     def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
@@ -252,6 +273,7 @@ class DeMoA(_MomentumAlgorithm):
     """
 
     aggregates_cache = True
+    methods = {"demoa": "cclip"}
 
     def coefficient(self, p: float) -> float:
         alpha = self.spec.demoa_alpha
@@ -279,6 +301,8 @@ class FedCM(_MomentumAlgorithm):
     """FedCM-style baseline (Xu et al., 2021, as DeMoA compares against it): a sampled client
     computes m_i <- (1 - alpha) m_i + alpha g_i, unsampled momenta stay as they are, and
     m = Agg(the sampled momenta), x <- x - eta m."""
+
+    methods = {"fedcm": "mean"}
 
     def coefficient(self, p: float) -> float:
         return 1.0 - self.spec.demoa_alpha

@@ -65,10 +65,11 @@ from scipy.stats import norm
 from torch import Tensor
 
 from robusttune.registry import Registry, SpecError
+from robusttune.schema import RUNSPEC_KEYS
 
 __all__ = ["ATTACKS", "Attack", "AttackRound", "alie_z", "make_attack"]
 
-ATTACKS: Registry[type["Attack"]] = Registry("attack")
+ATTACKS: Registry[type["Attack"]] = Registry("attack", RUNSPEC_KEYS)
 
 
 @dataclass(frozen=True)

@@ -256,9 +256,9 @@ class TrimSweep:
 
 
 def aggregator_inputs(spec: Any) -> int:
-    """n_in, the number of rows the aggregator sees: all N slots for the cache algorithms
-    (state_cache, demoa), the (expected) sample size otherwise."""
-    return spec.clients if spec.algorithm in ("state_cache", "demoa") else spec.expected_sample_size
+    """n_in, the number of rows the aggregator sees: all N slots for the algorithms that
+    aggregate their cache, the (expected) sample size otherwise."""
+    return spec.clients if spec.aggregates_cache else spec.expected_sample_size
 
 
 def default_trim_grid(byzantine_fraction: float, margin: float, n_inputs: int) -> list[float]:

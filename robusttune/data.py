@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from robusttune.registry import Registry, SpecError
+from robusttune.schema import RUNSPEC_KEYS
 
 if TYPE_CHECKING:
     from robusttune.config import RunSpec
@@ -48,7 +49,7 @@ __all__ = [
     "clear_dataset_cache",
 ]
 
-DATASETS: Registry[Callable[[Any], "RawDataset"]] = Registry("dataset")
+DATASETS: Registry[Callable[[Any], "RawDataset"]] = Registry("dataset", RUNSPEC_KEYS)
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,10 @@ def clear_dataset_cache() -> None:
         cached.cache_clear()
 
 
-@DATASETS.register("digits")
+# Dataset defaults: the global ones (the SWB-DM cifar10 setup) cannot learn digits (1,437
+# training images, ~70 per client): ~20% after 10 rounds, where lr 0.05, batch 16, 5 local
+# epochs reached 93%.
+@DATASETS.register("digits", defaults={"lr": 0.05, "batch_size": 16, "local_epochs": 5})
 def load_digits(spec: RunSpec) -> RawDataset:
     """scikit-learn's 8x8 digits: train 1,437 / test 360, stratified, fixed split seed 0.
 
@@ -295,7 +299,8 @@ def _digits() -> RawDataset:
 _SYNTHETIC_SEPARATION = 6.0
 
 
-@DATASETS.register("synthetic")
+@DATASETS.register("synthetic", defaults={"model": "mlp", "lr": 0.05, "batch_size": 16,
+                                          "local_epochs": 2})
 def load_synthetic(spec: RunSpec) -> RawDataset:
     """A Gaussian mixture: x = mu_y + eps, eps ~ N(0, I_d), mu_k = (S / sqrt(2d)) z_k, z_k ~ N(0, I_d).
 
@@ -368,7 +373,7 @@ def _make_torchvision_loader(name: str) -> Callable[[Any], RawDataset]:
 
 
 for _name in _TORCHVISION_SOURCES:
-    DATASETS.register(_name)(_make_torchvision_loader(_name))
+    DATASETS.register(_name, defaults={})(_make_torchvision_loader(_name))
 del _name
 
 

@@ -19,13 +19,14 @@ import torch
 from torch import Tensor, nn
 
 from robusttune.registry import Registry, SpecError
+from robusttune.schema import RUNSPEC_KEYS
 
 __all__ = [
     "MODELS", "make_model", "flat_params", "load_flat_params", "ParamLayout", "param_layout",
     "param_views", "CNN2", "MLP", "resnet18",
 ]
 
-MODELS: Registry[Any] = Registry("model")
+MODELS: Registry[Any] = Registry("model", RUNSPEC_KEYS)
 
 
 def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:

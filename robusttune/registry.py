@@ -15,22 +15,35 @@ class SpecError(ValueError):
     values; the CLI prints it and exits with status 2."""
 
 
-class Registry(Generic[T]):
-    """Maps a lower-case name to a class (or factory) of one concept."""
+# Keywords that are not RunSpec keys but that builders may be given by the round loop.
+CONTEXT_KEYS = frozenset({"f", "n_byzantine", "n_total", "num_classes", "device"})
 
-    def __init__(self, concept: str) -> None:
+
+class Registry(Generic[T]):
+    """Maps a lower-case name to a class (or factory) of one concept.
+
+    ``passthrough``: keywords ``make`` may be handed that an entry need not take (the RunSpec
+    keys, so one dict of knobs serves every rule); they are dropped for entries that do not take
+    them, where any other unknown keyword is an error."""
+
+    def __init__(self, concept: str, passthrough: frozenset[str] = frozenset()) -> None:
         self.concept = concept
+        self.passthrough = frozenset(passthrough) | CONTEXT_KEYS
         self._entries: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, **attributes: Any) -> Callable[[T], T]:
+        """``@REGISTRY.register("name", key=value ...)``: the entry gets ``name`` and every
+        attribute given (what is keyed by its name, e.g. a dataset's defaults, lives on it)."""
+
         def decorate(entry: T) -> T:
             if name in self._entries:
                 raise RuntimeError(f"{self.concept} {name!r} registered twice")
             self._entries[name] = entry
-            try:
-                setattr(entry, "name", name)
-            except (AttributeError, TypeError):
-                pass
+            for key, value in {"name": name, **attributes}.items():
+                try:
+                    setattr(entry, key, value)
+                except (AttributeError, TypeError):
+                    pass
             return entry
 
         return decorate
@@ -58,12 +71,10 @@ class Registry(Generic[T]):
     def make(self, name: str, /, **params: Any) -> Any:
         """Build entry ``name`` from keyword parameters spelled as RunSpec keys.
 
-        Parameters the entry's constructor does not take are dropped when they are RunSpec keys
-        (so the round loop can pass one dict of knobs to every rule); any other unknown keyword is
-        an error, so a misspelt knob never passes silently.
+        Parameters the entry's constructor does not take are dropped when they are
+        ``passthrough`` keys (so the round loop can pass one dict of knobs to every rule); any
+        other unknown keyword is an error, so a misspelt knob never passes silently.
         """
-        from robusttune.config import RUNSPEC_KEYS
-
         entry = self[name]
         signature = inspect.signature(entry)
         accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
@@ -71,7 +82,7 @@ class Registry(Generic[T]):
         for key, value in params.items():
             if accepts_any or key in signature.parameters:
                 taken[key] = value
-            elif key not in RUNSPEC_KEYS and key not in CONTEXT_KEYS:
+            elif key not in self.passthrough:
                 allowed = [k for k in signature.parameters if k != "self"]
                 raise SpecError(
                     f"{self.concept} {name!r} takes no parameter {key!r}; allowed: "
@@ -80,5 +91,3 @@ class Registry(Generic[T]):
         return entry(**taken)
 
 
-# Keywords that are not RunSpec keys but that builders may be given by the round loop.
-CONTEXT_KEYS = frozenset({"f", "n_byzantine", "n_total", "num_classes", "device"})

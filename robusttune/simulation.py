@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from robusttune.aggregators import make_aggregator
+from robusttune.aggregators import make_rule
 from robusttune.algorithms import RoundState, ServerAlgorithm, make_algorithm
 from robusttune.attacks import Attack, make_attack
 from robusttune.config import RunSpec
@@ -102,11 +102,7 @@ class Simulation:
         ] if self.attack.data_side else self.data.client_y
         counts = torch.tensor([len(y) for y in self.client_y], dtype=torch.float32)
 
-        params = spec.aggregator_params()
-        if spec.bucket_size > 1:
-            self.aggregator = make_aggregator("bucketing", inner=spec.aggregator, **params)
-        else:
-            self.aggregator = make_aggregator(spec.aggregator, **params)
+        self.aggregator = make_rule(spec.aggregator, **spec.aggregator_params())
         self.algorithm = make_algorithm(spec, self.params, counts, self.byzantine)
 
         self.rounds_done = 0
@@ -140,7 +136,7 @@ class Simulation:
 
     def _server_reference(self, round_index: int) -> Tensor | None:
         """FLTrust's server message: the server does the clients' work on its clean root set."""
-        if self.spec.aggregator != "fltrust":
+        if not self.aggregator.needs_reference:
             return None
         root = [(self.data.root_x, self.data.root_y)]
         return self._client_work(root, [client_seed(self.spec.seed, round_index, -1)])[0]

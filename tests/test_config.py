@@ -123,3 +123,64 @@ def test_a_combination_no_preset_names_round_trips():
     assert RunSpec(dataset="digits", method="demoa+median").aggregator == "median"
     with pytest.raises(SpecError, match="algorithm 'nope'"):
         RunSpec(dataset="digits", method="nope+mean")
+
+
+def test_a_method_with_a_conflicting_rule_or_algorithm_is_one_line():
+    """method krum with aggregator median would run the median and record it as krum."""
+    for values, words in (({"method": "krum", "aggregator": "median"}, "method 'krum' runs aggregator"),
+                          ({"method": "swb_dm", "aggregator": "median"}, "runs aggregator 'swb'"),
+                          ({"method": "demoa", "algorithm": "fedcm"}, "runs algorithm 'demoa'")):
+        with pytest.raises(SpecError, match=words) as error:
+            RunSpec(**values)
+        assert "\n" not in str(error.value)
+
+
+def test_a_method_that_takes_any_rule_is_labelled_by_what_ran():
+    spec = RunSpec(method="demoa", aggregator="median")
+    assert (spec.method, spec.algorithm, spec.aggregator) == ("demoa+median", "demoa", "median")
+    assert RunSpec(method="demoa", aggregator="cclip").method == "demoa"
+    assert RunSpec(method="fedcm", aggregator="krum").method == "fedcm+krum"
+    assert RunSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"device": "cuda:x"}, "device must be one of auto, cpu, cuda, cuda:N; got 'cuda:x'"),
+    ({"clients": True}, "clients must be a number, not true/false; got True"),
+    ({"rounds": 2.7}, "rounds must be an integer; got 2.7"),
+    ({"seed": -1}, "seed must be an integer >= 0; got -1"),
+    ({"momentum": 1}, "momentum must be a number in [0, 1); got 1"),
+    ({"synthetic_shape": "3x"}, "synthetic_shape must look like 3x32x32 or 20; got '3x'"),
+    ({"sample_size": 30}, "sample_size must be in [1, clients=20]; got 30"),
+])
+def test_schema_errors_name_the_key_the_rule_and_the_value(values, words):
+    with pytest.raises(SpecError) as error:
+        RunSpec(**values)
+    assert str(error.value) == words
+
+
+def test_name_keyed_defaults_live_on_the_registry_entries():
+    from robusttune.aggregators import AGGREGATORS
+    from robusttune.algorithms import ALGORITHMS
+    from robusttune.data import DATASETS
+
+    assert DATASETS["digits"].defaults == {"lr": 0.05, "batch_size": 16, "local_epochs": 5}
+    assert RunSpec(method="demoa").server_lr == ALGORITHMS["demoa"].default_server_lr == 0.1
+    assert RunSpec(method="swb", byzantine_fraction=0.3, attack="ipm").trim_ratio == \
+        AGGREGATORS["swb"].calibrated_trim_ratio(0.3) == pytest.approx(0.35)
+    assert RunSpec(method="swb_dm").aggregates_cache and not RunSpec(method="fedcm").aggregates_cache
+
+
+def test_no_module_imports_the_resolver_from_below():
+    """config (the resolver) imports the registries; none of them imports config at run time."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "robusttune"
+    below = ["registry.py", "schema.py", "records.py", "sampling.py", "caches.py", "algorithms.py",
+             "attacks.py", "data.py", "models.py", "training.py"] + \
+        [str(p.relative_to(root)) for p in (root / "aggregators").glob("*.py")]
+    for name in below:
+        tree = ast.parse((root / name).read_text())
+        for node in tree.body:  # module level only: imports under `if TYPE_CHECKING` are types
+            if isinstance(node, ast.ImportFrom) and node.module == "robusttune.config":
+                raise AssertionError(f"{name} imports robusttune.config")

@@ -74,7 +74,7 @@ def test_bad_yaml_is_one_line_naming_key_and_allowed(mapping, key, allowed):
 
 def test_a_bad_value_fails_before_ray_naming_the_runspec_key():
     message = error_of(space(space={"participation": {"grid": [0.5, 1.5]}}))
-    assert "participation=1.5" in message and "participation must be in (0, 1]" in message
+    assert "participation=1.5" in message and "participation must be a number in (0, 1]" in message
     message = error_of(space(space={"dataset": {"grid": ["synthetic", "imagenet"]}}))
     assert "dataset 'imagenet' is unknown; allowed:" in message
 
@@ -188,7 +188,7 @@ def test_optuna_space_is_checked_over_its_reach():
                            search={"algorithm": "optuna"}))
     assert "optuna space can propose attack=none" in reach and "joint axis" in reach
     invalid = error_of(space(space={"participation": {"uniform": [0.5, 1.5]}}, search={"algorithm": "optuna"}))
-    assert "participation must be in (0, 1]" in invalid
+    assert "participation must be a number in (0, 1]" in invalid
     assert "constraints.drop needs search.algorithm grid" in error_of(
         space(space={"lr": {"uniform": [0.01, 0.1]}}, search={"algorithm": "optuna"},
               constraints={"drop": [{"seed": 1}]}))

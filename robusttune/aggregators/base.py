@@ -16,8 +16,9 @@ import torch
 from torch import Tensor
 
 from robusttune.registry import Registry, SpecError
+from robusttune.schema import RUNSPEC_KEYS
 
-AGGREGATORS: Registry[type["Aggregator"]] = Registry("aggregator")
+AGGREGATORS: Registry[type["Aggregator"]] = Registry("aggregator", RUNSPEC_KEYS)
 
 # Column blocks of the pairwise-distance Gram product and row blocks of centred differences are
 # sized so that one temporary holds about this many elements (64 MB in float32): an n x d
@@ -43,6 +44,14 @@ class Aggregator:
     """
 
     name: str = "base"
+    # needs_reference: the round loop computes the server's own message for it (FLTrust)
+    needs_reference: bool = False
+
+    @classmethod
+    def calibrated_trim_ratio(cls, assumed_byzantine_fraction: float) -> float | None:
+        """The trim ratio the rule's paper prescribes for an assumed corruption, when a RunSpec
+        gives none; None: the rule has no such law (or no trim)."""
+        return None
 
     def __init__(self, f: int | None = None) -> None:
         if f is not None and (not isinstance(f, (int, np.integer)) or isinstance(f, bool) or f < 0):

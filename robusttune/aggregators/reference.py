@@ -20,6 +20,8 @@ class FLTrust(Aggregator):
     keeps its model: out = p. Needs ``reference`` at call time; does not depend on n or f.
     """
 
+    needs_reference = True
+
     def aggregate(self, x: Tensor, *, reference: Tensor | None, previous: Tensor | None,
                   **context) -> Tensor:
         if reference is None:

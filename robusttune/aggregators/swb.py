@@ -225,6 +225,11 @@ class SWB(Aggregator):
         self.seed = check_int("seed", seed, 0)
         self._generators: dict[str, torch.Generator] = {}
 
+    @classmethod
+    def calibrated_trim_ratio(cls, assumed_byzantine_fraction: float) -> float:
+        """SWB-DM, Section IV: r = min(0.45, beta + 0.05), tied to the assumed corruption."""
+        return round(min(0.45, assumed_byzantine_fraction + 0.05), 10)
+
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n and f <= trim_count(self.trim_ratio, n)
 

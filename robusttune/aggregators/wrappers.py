@@ -46,6 +46,10 @@ class Bucketing(Aggregator):
             raise SpecError(f"inner must be an aggregator name; got {inner!r}")
         self._generators: dict[str, torch.Generator] = {}
 
+    @property
+    def needs_reference(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_reference
+
     def n_buckets(self, n: int) -> int:
         return math.ceil(n / self.bucket_size)
 

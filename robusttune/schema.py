@@ -1,0 +1,243 @@
+"""The schema of one federated run: every RunSpec key with its type and range, validated by
+pydantic, and the adapter that turns pydantic's errors into the tool's one-line `SpecError`
+(``clients must be an integer >= 1; got 0``). Pure: it knows no registry, so which names exist
+(datasets, rules, attacks ...) and the name-keyed defaults are the resolver's business
+(`robusttune.config.RunSpec`), one floor up.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal, Optional, get_args, get_origin
+
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      ValidationError, model_validator)
+
+from robusttune.registry import SpecError
+
+__all__ = ["RunSchema", "RUNSPEC_KEYS", "spec_error", "check_model"]
+
+
+def _not_bool(value: Any) -> Any:
+    # YAML's `yes` is True, and True is an int to Python: a number key given a boolean is a typo
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true/false")
+    return value
+
+
+def _device(value: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda|cuda:\d+", value):
+        raise ValueError("must be one of auto, cpu, cuda, cuda:N")
+    return value
+
+
+def _shape(value: str) -> str:
+    if not re.fullmatch(r"[1-9]\d*(x[1-9]\d*)*", value):
+        raise ValueError("must look like 3x32x32 or 20")
+    return value
+
+
+def _none_word(value: Any) -> Any:
+    # `--set sample_size=none` arrives as the string "none"
+    if isinstance(value, str) and value.strip().lower() in ("none", "null", "~"):
+        return None
+    return value
+
+
+Number = BeforeValidator(_not_bool)
+NoneWord = BeforeValidator(_none_word)
+Int = Annotated[int, Number]
+Finite = Annotated[float, Number, Field(allow_inf_nan=False)]
+OptionalStr = Annotated[Optional[str], NoneWord]
+
+
+def optional_int(**bounds: Any) -> Any:
+    """An integer within ``bounds`` (pydantic's ge/gt/le/lt), or None (also spelt none/null)."""
+    return Annotated[Optional[Annotated[int, Number, Field(**bounds)]], NoneWord]
+
+
+def optional_finite(**bounds: Any) -> Any:
+    """A finite number within ``bounds``, or None (also spelt none/null)."""
+    return Annotated[Optional[Annotated[float, Number, Field(allow_inf_nan=False, **bounds)]],
+                     NoneWord]
+
+
+class RunSchema(BaseModel):
+    """Every knob of one federated run, typed, with its allowed range. Defaults are the global
+    ones (the SWB-DM cifar10 setup, with the embedded digits as the dataset); ``None`` marks the
+    keys the resolver fills (method, assumed fraction, trim ratio, server step)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    dataset: str = "digits"
+    data_root: str = "./data"
+    model: str = "cnn2"
+    clients: Annotated[Int, Field(ge=1)] = 20
+    rounds: Annotated[Int, Field(ge=1)] = 10
+    participation: Annotated[Finite, Field(gt=0, le=1)] = 0.5
+    participation_mode: Literal["fixed", "bernoulli"] = "fixed"
+    sample_size: optional_int(ge=1) = None
+    byzantine_fraction: Annotated[Finite, Field(ge=0, lt=1)] = 0.0
+    assumed_byzantine_fraction: optional_finite(ge=0, lt=1) = None
+    attack: str = "none"
+    attack_strength: optional_finite() = None
+    # What the omniscient attacker computes its statistics over (mu, sigma, ALIE's n and f):
+    # `inputs` = every row the rule aggregates (all N cached rows under state_cache and demoa),
+    # `sample` = this round's sampled messages (how the SWB-DM grid ran ALIE and IPM).
+    attack_scope: Literal["inputs", "sample"] = "inputs"
+    method: OptionalStr = None
+    algorithm: str = "fedavg"
+    aggregator: str = "mean"
+    trim_ratio: optional_finite(ge=0, lt=0.5) = None
+    krum_m: optional_int(ge=1) = None
+    cclip_tau: Annotated[Finite, Field(gt=0)] = 10.0
+    cclip_iters: Annotated[Int, Field(ge=1)] = 1
+    gm_iters: Annotated[Int, Field(ge=1)] = 10
+    bucket_size: Annotated[Int, Field(ge=0)] = 0
+    swb_chunk: Annotated[Int, Field(ge=1)] = 512
+    swb_views: Annotated[Int, Field(ge=1)] = 2
+    swb_rotation: Literal["haar", "shared", "hadamard"] = "haar"
+    guarded: bool = False
+    median_even: Literal["midpoint", "lower"] = "midpoint"
+    local_epochs: Annotated[Int, Field(ge=1)] = 2
+    batch_size: Annotated[Int, Field(ge=1)] = 32
+    lr: Annotated[Finite, Field(gt=0)] = 0.01
+    momentum: Annotated[Finite, Field(ge=0, lt=1)] = 0.9
+    trainer: Literal["auto", "sequential", "batched"] = "auto"
+    demoa_alpha: Annotated[Finite, Field(gt=0, le=1)] = 0.1
+    demoa_ablation: Literal["none", "coefficient_swap", "no_decay"] = "none"
+    server_lr: optional_finite(gt=0) = None
+    # inf: IID (no Dirichlet skew)
+    dirichlet_alpha: Annotated[float, Number, Field(gt=0)] = 0.5
+    partition_seed: Annotated[Int, Field(ge=0)] = 1234
+    seed: Annotated[Int, Field(ge=0)] = 42
+    device: Annotated[str, AfterValidator(_device)] = "auto"
+    eval_every: Annotated[Int, Field(ge=1)] = 1
+    cache_dtype: Literal["float32", "bfloat16"] = "float32"
+    fltrust_root_size: Annotated[Int, Field(ge=1)] = 100
+    synthetic_shape: Annotated[str, AfterValidator(_shape)] = "1x8x8"
+    synthetic_classes: Annotated[Int, Field(ge=2)] = 10
+    synthetic_samples: Annotated[Int, Field(ge=1)] = 2000
+    checkpoint_every: Annotated[Int, Field(ge=0)] = 5
+
+    @model_validator(mode="after")
+    def _across_keys(self) -> "RunSchema":
+        if self.sample_size is not None and self.sample_size > self.clients:
+            raise ValueError(f"sample_size must be in [1, clients={self.clients}]; got {self.sample_size}")
+        if math.isnan(self.dirichlet_alpha):
+            raise ValueError("dirichlet_alpha must be > 0 (inf: IID); got nan")
+        if self.attack != "none" and self.byzantine_fraction > 0 and self.n_byzantine < 1:
+            raise ValueError(
+                f"byzantine_fraction {self.byzantine_fraction} gives no Byzantine client among "
+                f"clients={self.clients}; use at least {1 / self.clients:.3g}")
+        return self
+
+    # -- derived quantities ------------------------------------------------------------------
+    @property
+    def n_byzantine(self) -> int:
+        """B = floor(beta * N), with a tolerance so 0.3 * 10 counts as 3, not 2."""
+        return int(math.floor(self.byzantine_fraction * self.clients + 1e-9))
+
+    @property
+    def beta_assumed(self) -> float:
+        return (self.byzantine_fraction if self.assumed_byzantine_fraction is None
+                else self.assumed_byzantine_fraction)
+
+    def assumed_f(self, n_inputs: int) -> int:
+        """f = floor(n_in * beta_assumed): the corruption a rule is told to expect."""
+        return int(math.floor(n_inputs * self.beta_assumed + 1e-9))
+
+    @property
+    def expected_sample_size(self) -> int:
+        """n = sample_size, or max(1, round(p * N)) (the fixed-size draw of SWB-DM)."""
+        if self.sample_size is not None:
+            return self.sample_size
+        return max(1, int(round(self.participation * self.clients)))
+
+
+RUNSPEC_KEYS: frozenset[str] = frozenset(RunSchema.model_fields)
+
+
+def check_model(model: type[BaseModel], values: Any, *, where: str = "") -> Any:
+    """``model.model_validate(values)``, its first error as one SpecError line."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise spec_error(error, where, model) from None
+
+
+def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] | None = None
+               ) -> SpecError:
+    """One line from pydantic's first error: the key (dotted path), what is allowed, the value.
+    ``model`` (the one validated) names the allowed keys of an unknown one and tells an integer
+    key from a real one."""
+    first = error.errors(include_url=False)[0]
+    key = ".".join(str(part) for part in first["loc"])
+    prefix = f"{where}: " if where else ""
+    fields = model.model_fields if model is not None else {}
+    if first["type"] == "extra_forbidden":
+        listed = f"; allowed keys: {', '.join(sorted(fields))}" if fields else ""
+        return SpecError(f"{prefix}unknown key {key!r}{listed}")
+    if first["type"] == "value_error":
+        message = str(first.get("ctx", {}).get("error", first["msg"])).removeprefix("Value error, ")
+        if not key:  # a check across keys words its own line
+            return SpecError(prefix + message)
+        return SpecError(f"{prefix}{key} {message}; got {first.get('input')!r}")
+    field = fields.get(str(first["loc"][0])) if first["loc"] else None
+    return SpecError(f"{prefix}{key or 'value'} must be {_allowed(first, field)}; "
+                     f"got {first.get('input')!r}")
+
+
+def _constraints(field: Any) -> tuple[str, dict[str, float]]:
+    """(number kind, bounds) of a field, looking inside Optional[Annotated[...]]."""
+    bounds: dict[str, float] = {}
+    kind = "number"
+
+    def visit(annotation: Any, metadata: list[Any]) -> None:
+        nonlocal kind
+        for item in metadata:
+            for name in ("ge", "gt", "le", "lt"):
+                if getattr(item, name, None) is not None:
+                    bounds[name] = getattr(item, name)
+            if hasattr(item, "metadata") and isinstance(item.metadata, list):
+                visit(None, item.metadata)
+        if annotation is int:
+            kind = "integer"
+        for argument in get_args(annotation):
+            if get_origin(argument) is Annotated:
+                inner, *extra = get_args(argument)
+                visit(inner, extra)
+            elif argument is int:
+                kind = "integer"
+
+    if field is not None:
+        visit(field.annotation, list(field.metadata))
+    return kind, bounds
+
+
+def _allowed(first: dict[str, Any], field: Any) -> str:
+    kind, ctx = first["type"], first.get("ctx", {})
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        number, bounds = _constraints(field)
+        low = f"[{bounds['ge']:g}" if "ge" in bounds else f"({bounds['gt']:g}" if "gt" in bounds else None
+        high = f"{bounds['le']:g}]" if "le" in bounds else f"{bounds['lt']:g})" if "lt" in bounds else None
+        if low and high:
+            return f"{'an integer' if number == 'integer' else 'a number'} in {low}, {high}"
+        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
+                "less_than": "<"}[kind]
+        limit = next(iter(ctx.values()))
+        return f"{'an integer' if number == 'integer' else 'a number'} {sign} {limit:g}"
+    if kind == "literal_error":
+        return "one of " + ", ".join(re.findall(r"'([^']*)'", ctx.get("expected", "")))
+    if kind.startswith("int"):
+        return "an integer"
+    if kind.startswith("float") or kind == "finite_number":
+        return "a finite number"
+    if kind.startswith("bool"):
+        return "true or false"
+    if kind.startswith("string"):
+        return "text"
+    if kind == "missing":
+        return "set"
+    return first["msg"].lower()
