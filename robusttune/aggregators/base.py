@@ -241,28 +241,75 @@ def row_blocks(n: int, d: int) -> Iterator[slice]:
         yield slice(start, min(n, start + height))
 
 
+def column_centre(x: Tensor) -> Tensor:
+    """A coordinate-wise centre of the rows: per column the order statistic of rank floor(n/2)
+    (the median for odd n, the upper median for even n), NaN counted as the largest value.
+
+    Unlike the mean it stays inside the honest values while fewer than half of the rows are
+    corrupted, whatever their size (+-inf, NaN, 1e20). A column whose centre is still not finite
+    (half of its values or more are) is centred at 0, so the other columns keep a finite centre.
+    On CPU numpy's partition (linear time, NaN last like numpy's sort) is used; elsewhere
+    torch.nanmedian, whose lower median differs only in which middle value it takes for even n."""
+    n = x.shape[0]
+    if _numpy_ok(x):
+        centre = torch.from_numpy(np.partition(x.numpy(), n // 2, axis=0)[n // 2])
+    else:
+        centre = torch.nanmedian(x, dim=0).values
+    return torch.where(torch.isfinite(centre), centre, 0.0).to(x.dtype)
+
+
 def pairwise_sq_distances(x: Tensor) -> Tensor:
-    """D[i, j] = ||x_i - x_j||^2.
+    """D[i, j] = ||x_i - x_j||^2, with D[i, i] = 0 and +inf wherever the distance is not a finite
+    number (it overflows, or a row holds inf or NaN: inf - inf and NaN would otherwise make the
+    distance NaN, and NaN compares neither smaller nor larger, so Krum could pick such a row).
 
     Small problems (n^2 d <= 2^22) use explicit differences, exact for the small integers of
     hand-checked examples. Larger ones use the Gram identity ||a||^2 + ||b||^2 - 2 a.b on the
-    messages centred at their mean, by column blocks so the centred copy stays small: distances
-    do not change under translation, and centring keeps the cancellation at the scale of the
-    spread between messages instead of the scale of the model (states have norm ~30 while two
-    clients differ by ~0.1, which would lose about 1e-3 relative in float32)."""
+    messages centred at their coordinate-wise :func:`column_centre`, by column blocks so the
+    centred copy stays small: distances do not change under translation, and centring keeps the
+    cancellation at the scale of the spread between messages instead of the scale of the model
+    (states have norm ~30 while two clients differ by ~0.1, which would lose about 1e-3 relative
+    in float32). The centre is a median, not the mean: the mean follows a corrupted row (one
+    float32 row of 1e20 overflowed every centred squared norm, and two rows of 1e7 among 11 put
+    the honest rows ~2e6 from the centre, making their float32 distances noise), while the
+    median stays among the honest values, so the honest-honest entries of the Gram matrix only
+    ever see honest values."""
     n, d = x.shape
     if n * n * d <= 1 << 22:
-        return (x[:, None, :] - x[None, :, :]).square_().sum(dim=-1)
-    centre = x.mean(dim=0)
-    gram = torch.zeros(n, n, device=x.device, dtype=x.dtype)
-    for cols in column_blocks(d, n):
-        block = x[:, cols] - centre[cols]
-        gram.addmm_(block, block.T)
-    sq = gram.diagonal()
-    dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0)
-    dist = 0.5 * (dist + dist.T)  # exact symmetry, so i->j and j->i agree bit for bit
+        dist = (x[:, None, :] - x[None, :, :]).square_().sum(dim=-1)
+    else:
+        gram = torch.zeros(n, n, device=x.device, dtype=x.dtype)
+        for cols in column_blocks(d, n):
+            block = x[:, cols]
+            block = block - column_centre(block)
+            gram.addmm_(block, block.T)
+        sq = gram.diagonal()
+        dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0)
+        dist = 0.5 * (dist + dist.T)  # exact symmetry, so i->j and j->i agree bit for bit
+    dist = dist.masked_fill_(torch.isnan(dist), math.inf)
     dist.fill_diagonal_(0)
     return dist
+
+
+def robust_directions(rows: Tensor, centre: Tensor | None) -> Tensor:
+    """u_i = z_i / ||z_i|| for z_i = rows_i - centre (centre 0 if None), for the few rows whose
+    norm ||z_i|| is not a finite number, computed without overflow:
+
+    - finite z_i whose squares overflow: divided by max_j |z_ij| first (exact direction);
+    - z_i with infinite coordinates: the limit direction sign(z_ij) on those coordinates, 0 on
+      the others, normalised (the limit of z / ||z|| as those coordinates grow);
+    - z_i with a NaN coordinate has no direction: u_i = 0.
+
+    z is formed as rows / 2 - centre / 2 (the same direction), which cannot overflow for finite
+    inputs where rows - centre can (float max minus a negative number)."""
+    half = 0.5 * rows if centre is None else 0.5 * rows - 0.5 * centre
+    infinite = torch.isinf(half)
+    direction = torch.where(infinite.any(dim=1, keepdim=True), torch.sign(half) * infinite, half)
+    direction = torch.where(torch.isnan(half).any(dim=1, keepdim=True), 0.0, direction)
+    peak = direction.abs().amax(dim=1, keepdim=True)
+    direction = direction / torch.where(peak > 0, peak, 1.0)
+    norm = torch.linalg.vector_norm(direction, dim=1, keepdim=True)
+    return direction / torch.where(norm > 0, norm, 1.0)
 
 
 def distances_to(x: Tensor, point: Tensor) -> Tensor:
@@ -273,13 +320,25 @@ def distances_to(x: Tensor, point: Tensor) -> Tensor:
     return out
 
 
-def combine_centred(x: Tensor, coefficients: Tensor, centre: Tensor | None) -> Tensor:
-    """sum_i c_i (x_i - centre) from explicit differences, in row blocks."""
-    if centre is None:
+def combine_centred(x: Tensor, coefficients: Tensor, centre: Tensor | None,
+                    skip: Tensor | None = None) -> Tensor:
+    """sum_i c_i (x_i - centre) from explicit differences, in row blocks. Rows whose indices are
+    in ``skip`` contribute exactly nothing whatever their values (a coefficient 0 on a row of inf
+    or NaN would give 0 * inf = NaN); only the row blocks holding one of them pay for it."""
+    if centre is None and (skip is None or skip.numel() == 0):
         return coefficients @ x
+    dropped = None
+    if skip is not None and skip.numel():
+        dropped = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
+        dropped[skip] = True
     out = torch.zeros(x.shape[1], device=x.device, dtype=x.dtype)
     for rows in row_blocks(*x.shape):
-        out += coefficients[rows] @ (x[rows] - centre)
+        part = x[rows] if centre is None else x[rows] - centre
+        if dropped is not None and bool(dropped[rows].any()):
+            keep = ~dropped[rows]
+            out += coefficients[rows][keep] @ part[keep]
+            continue
+        out += coefficients[rows] @ part
     return out
 
 
