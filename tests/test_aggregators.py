@@ -211,6 +211,17 @@ def test_geometric_median_matches_an_independent_solver():
         make_aggregator("geometric_median", gm_iters=500)(copies), atol=1e-6, rtol=0)
 
 
+def test_geometric_median_first_step_starts_at_the_coordinate_wise_median():
+    # Start v_0 = coordinate-wise median: column 0 sorted 0 0 2 3 50 -> 2, column 1 the same ->
+    # v_0 = (2, 2). One Weiszfeld step: b_i = 1 / ||v_0 - x_i|| (uniform a_i cancel), with
+    # distances sqrt(8), 2, 2, sqrt(2), 48 sqrt(2); v_1 = sum b_i x_i / sum b_i.
+    pts = np.array([[0.0, 0], [2, 0], [0, 2], [3, 3], [50, 50]])
+    b = 1 / np.array([math.sqrt(8), 2, 2, math.sqrt(2), 48 * math.sqrt(2)])
+    expected = (b[:, None] * pts).sum(0) / b.sum()
+    out = make_aggregator("geometric_median", gm_iters=1)(torch.from_numpy(pts))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+
+
 def test_cclip_one_iteration_by_formula():
     x = t([[3.0, 4], [0, 1]])
     # v = 0, tau = 2: (3,4) has norm 5 -> (1.2, 1.6); (0,1) is kept; mean -> (0.6, 1.3)
