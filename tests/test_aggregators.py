@@ -330,9 +330,12 @@ def test_swb_of_identical_messages_is_that_message(rotation):
 
 
 def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: int, k: int):
-    """The SWB-DM code's loop: per view, per chunk, Q from torch.linalg.qr with the sign fix, then
-    rotate, sort, trim, medoid, place back, rotate back. Here each Q is re-derived by QR of
-    G = Q_given R (R upper triangular, positive diagonal), whose sign-fixed Q factor is Q_given."""
+    """The SWB-DM code's loop: per view, per chunk, Q from torch.linalg.qr, then rotate, sort,
+    trim, medoid, place back, rotate back. Here each Q is re-derived by QR of G = Q_given R
+    (R upper triangular, positive diagonal), whose sign-fixed Q factor is Q_given. The sign fix
+    is ours, not the published code's: that code uses torch.linalg.qr's Q as it comes, which is
+    not Haar (its first diagonal entry is never positive); see HouseholderRotation. The fix is
+    needed here to recover Q_given from the QR, and the rule applies it too."""
     d = x.shape[1]
     out = torch.zeros(d, dtype=x.dtype)
     gen = torch.Generator().manual_seed(99)
@@ -343,7 +346,7 @@ def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: i
             r = torch.randn(size, size, generator=gen, dtype=x.dtype).triu(1) + torch.diag(
                 torch.rand(size, generator=gen, dtype=x.dtype) + 0.5)
             q, rr = torch.linalg.qr(q_given @ r)
-            q = q * torch.sign(torch.diagonal(rr))  # the sign fix
+            q = q * torch.sign(torch.diagonal(rr))  # our sign fix (not in the published code)
             out[start:start + size] += published_chunk_step(x[:, start:start + size], q, k)
     return out / len(rotations)
 

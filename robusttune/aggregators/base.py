@@ -171,7 +171,8 @@ def _numpy_ok(x: Tensor) -> bool:
 def sort_values(x: Tensor, dim: int) -> Tensor:
     """Sorted values along ``dim``. On CPU numpy's vectorised sort is used: measured here it
     sorts a [50, 545098] float32 matrix along the clients in 0.14 s against 1.8 s for torch.sort
-    (which also builds the index tensor), and rows of 512 about 8x faster."""
+    (which also builds the index tensor), and rows of 512 about 8x faster. Both paths order
+    -inf < finite < +inf < NaN, which the trimmed rules rely on to drop corrupted values."""
     if _numpy_ok(x):
         return torch.from_numpy(np.sort(x.numpy(), axis=dim))
     return torch.sort(x, dim=dim).values
