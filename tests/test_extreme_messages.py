@@ -148,11 +148,16 @@ def test_krum_next_to_rows_of_1e7_picks_in_float32_what_it_picks_in_float64(seed
     assert ((d32 - d64).abs()[off] / d64[off]).max() < 1e-4
 
 
+@pytest.mark.parametrize("bad", [{6: "+inf"}, {2: "nan", 6: "mix"}], ids=["inf", "nan+mix"])
 @pytest.mark.parametrize("d", [SMALL_D, LARGE_D])
-@pytest.mark.parametrize("name", ["krum", "multi_krum", "bulyan", "geometric_median", "swb"])
-def test_an_inf_row_does_not_make_the_pick_depend_on_client_order(name, d):
+@pytest.mark.parametrize("name", ["krum", "multi_krum", "bulyan", "geometric_median", "swb",
+                                  "bucketing"])
+def test_non_finite_rows_do_not_make_the_output_depend_on_client_order(name, d, bad):
+    # The tie-breaking keys of rows holding inf or NaN are themselves NaN or inf, so their order
+    # among themselves may follow the input; the output must not.
     x = messages(d, torch.float32, seed=4)
-    x[6] = math.inf
+    for which, (i, kind) in enumerate(bad.items()):
+        x[i] = bad_row(kind, which, d, x.dtype)
     agg = build(name)
     first = agg(x, generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(first).all()
@@ -161,6 +166,25 @@ def test_an_inf_row_does_not_make_the_pick_depend_on_client_order(name, d):
         perm = torch.randperm(N, generator=gen)
         again = agg(x[perm], generator=torch.Generator().manual_seed(0))
         torch.testing.assert_close(again, first, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["krum", "multi_krum"])
+def test_one_float32_row_of_1e20_among_50_is_never_chosen(name):
+    # The issue's measurement: n = 50 on the blocked Gram path (50^2 * 2,000 > 2^22), one row of
+    # 1e20 at position 0, 7 or 49; centred at the mean every squared norm overflowed, every
+    # distance was NaN and Krum returned the attacker's row (multi-Krum included it).
+    n, d = 50, 2_000
+    assert n * n * d > 1 << 22
+    x = OFFSET + torch.randn(n, d, generator=torch.Generator().manual_seed(3))
+    agg = make_aggregator(name, f=1)
+    for position in (0, 7, 49):
+        bad = x.clone()
+        bad[position] = 1e20
+        honest = torch.cat([x[:position], x[position + 1:]])
+        out = agg(bad)
+        assert torch.isfinite(out).all() and out.abs().max() < 100, position
+        if name == "krum":
+            assert any(torch.equal(out, row) for row in honest), position
 
 
 def test_pairwise_distances_to_a_non_finite_row_are_inf_and_the_diagonal_zero():

@@ -218,7 +218,12 @@ def tie_keys(rows: Tensor) -> Tensor:
 def rank_ascending(scores: Tensor, rows: Tensor | None = None, keys: Tensor | None = None) -> Tensor:
     """Indices that sort ``scores`` ascending; exact ties are broken by :func:`tie_keys` of
     ``rows`` (row i belongs to score i), or by precomputed ``keys``, so the ranking is a function
-    of the set of messages, not of their order."""
+    of the set of messages, not of their order.
+
+    A row holding inf or NaN has a NaN or infinite key, and rows with NaN keys keep their input
+    order among themselves (argsort puts NaN last, stably). That never reaches a result: such a
+    row is at distance +inf from every other (:func:`pairwise_sq_distances`), so its Krum score
+    is +inf and it ranks after every row with a finite score, whose keys are finite."""
     order = torch.argsort(scores, stable=True)
     ordered = scores[order]
     if scores.numel() > 1 and bool((ordered[1:] == ordered[:-1]).any()):
