@@ -187,6 +187,25 @@ def test_one_float32_row_of_1e20_among_50_is_never_chosen(name):
             assert any(torch.equal(out, row) for row in honest), position
 
 
+@pytest.mark.parametrize("outliers", [None, 1e7], ids=["clean", "1e7 rows"])
+def test_gram_path_matches_explicit_differences_in_float64(outliers):
+    # Clean messages keep the mean-centred product; rows of 1e7 send it to the median-centred
+    # one. Both must agree with sum_k (x_ik - x_jk)^2 computed directly: to rounding of the
+    # honest scale between honest rows, and to rounding of their own squared size
+    # (||x_i - c||^2 + ||x_j - c||^2, c an honest row) for the others: the Gram identity cannot
+    # resolve the distance between two far rows finer than that (two equal rows of 1e7 come out
+    # ~1e3 apart instead of 0, next to ~1e18 from every honest row).
+    x = messages(LARGE_D, torch.float64, seed=6)
+    bad = [1, 9] if outliers is not None else []
+    x[bad] = outliers if outliers is not None else 0.0
+    expected = torch.stack([((x - row) ** 2).sum(dim=1) for row in x])
+    dist = pairwise_sq_distances(x)
+    honest = [i for i in range(N) if i not in bad]
+    torch.testing.assert_close(dist[honest][:, honest], expected[honest][:, honest], rtol=1e-9, atol=0)
+    size = ((x - x[0]) ** 2).sum(dim=1)
+    assert ((dist - expected).abs() <= 1e-12 * (size[:, None] + size[None, :])).all()
+
+
 def test_pairwise_distances_to_a_non_finite_row_are_inf_and_the_diagonal_zero():
     for d in (SMALL_D, LARGE_D):
         for kind in ("+inf", "nan", "max"):

@@ -122,9 +122,11 @@ class GeometricMedian(Aggregator):
 
     Departures from RFA's Algorithm 2, for corrupted messages of any size:
     - the start v_0 is the coordinate-wise median of the messages (unweighted), not the weighted
-      mean sum_i a_i x_i: the mean is dragged next to a far message (one row of 1e20 put v_1 on
-      it), while the median is inside the honest range per coordinate when 2f < n. Weiszfeld's
-      iteration converges from any start, and RFA's analysis does not depend on it.
+      mean sum_i a_i x_i. The mean is dragged out to a far message, and from there each step
+      only shrinks the distance to the honest messages by about a factor n - 1 (measured: one
+      float64 row of 1e20 among 11 left the estimate 4e9 away after the default 10 steps, 0.5
+      after 100), while the median is inside the honest range per coordinate when 2f < n.
+      Weiszfeld's iteration converges from any start, and RFA's analysis does not depend on it.
     - a distance that is not a finite number (overflow, inf, NaN) counts as +inf, so b_i = 0,
       and such a row contributes exactly nothing: rows holding inf or NaN are dropped once (0 *
       inf would be NaN); a finite row whose distance overflows keeps b_i = 0.
