@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from robusttune.aggregators import AGGREGATORS, Aggregator, make_aggregator
-from robusttune.aggregators.base import pairwise_sq_distances, sort_values
+from robusttune.aggregators.base import column_centre, pairwise_sq_distances, sort_values
 from robusttune.aggregators.swb import barycenter_rows
 
 N, F = 11, 2  # Bulyan n >= 4f + 3, Krum n > 2f + 2, SWB k = floor(0.25 * 11) = 2 >= f
@@ -252,7 +252,10 @@ def test_fltrust_enters_huge_rows_by_their_direction_and_gives_nan_rows_no_trust
     # (inf, inf): direction (1,1)/sqrt(2), TS = 1/sqrt(2), rescaled to norm 1: (1,1)/sqrt(2).
     # out = (1*(1,0) + (1/sqrt 2)(1/sqrt 2)(1,1)) / (1 + 1/sqrt 2) = (1.5, 0.5) / (1 + 1/sqrt 2)
     g = torch.tensor([[2.0, 0], [0, 3], [math.inf, math.inf], [-1, 0]])
-    torch.testing.assert_close(agg(g, reference=g0), torch.tensor([1.5, 0.5]) / (1 + 1 / math.sqrt(2)))
+    expected = torch.tensor([1.5, 0.5]) / (1 + 1 / math.sqrt(2))
+    torch.testing.assert_close(agg(g, reference=g0), expected)
+    p = torch.tensor([1.0, -2.0])  # the same messages as states around p: out moves by p
+    torch.testing.assert_close(agg(g + p, reference=g0 + p, previous=p), p + expected)
     # A NaN row gets trust 0: out = (1, 0) from (2, 0) alone; before, the NaN made the total
     # trust NaN and the server kept its model (0, 0) every round.
     g = torch.tensor([[2.0, 0], [0, 3], [math.nan, 1.0], [-1, 0]])
@@ -276,6 +279,21 @@ def test_swb_medoid_is_never_a_nan_row():
     y = torch.tensor([[[1.0, 2, 3], [4, 2, 1], [2, 3, 4], [math.nan, 0, 0]]], dtype=torch.float64)
     z = barycenter_rows(y, 1)
     assert z[0].tolist() == [4.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_column_centre_stays_inside_the_honest_values(dtype):
+    # float32/float64 take numpy's partition (NaN counted largest); bfloat16 takes the
+    # torch.nanmedian path that CUDA uses. With 4 of 11 rows corrupted (NaN, +inf, -inf, float
+    # max) each column's centre must lie within that column's 7 honest values.
+    x = messages(SMALL_D, dtype, seed=8)
+    bad = {1: math.nan, 4: math.inf, 6: -math.inf, 9: torch.finfo(dtype).max}
+    for i, value in bad.items():
+        x[i] = value
+    honest = x[[i for i in range(N) if i not in bad]]
+    centre = column_centre(x)
+    assert centre.dtype == dtype and torch.isfinite(centre).all()
+    assert bool(((centre >= honest.min(0).values) & (centre <= honest.max(0).values)).all())
 
 
 def test_torch_sort_places_nan_and_inf_where_numpy_does():

@@ -248,14 +248,15 @@ def row_blocks(n: int, d: int) -> Iterator[slice]:
 
 
 def column_centre(x: Tensor) -> Tensor:
-    """A coordinate-wise centre of the rows: per column the order statistic of rank floor(n/2)
-    (the median for odd n, the upper median for even n), NaN counted as the largest value.
+    """A coordinate-wise centre of the rows. On CPU float32/float64: per column the order
+    statistic of rank floor(n/2) (the median for odd n, the upper median for even n) by numpy's
+    partition (linear time), NaN counted as the largest value as in numpy's sort. Elsewhere
+    (CUDA, other dtypes): torch.nanmedian, the lower median of the values that are not NaN.
 
-    Unlike the mean it stays inside the honest values while fewer than half of the rows are
-    corrupted, whatever their size (+-inf, NaN, 1e20). A column whose centre is still not finite
-    (half of its values or more are) is centred at 0, so the other columns keep a finite centre.
-    On CPU numpy's partition (linear time, NaN last like numpy's sort) is used; elsewhere
-    torch.nanmedian, whose lower median differs only in which middle value it takes for even n."""
+    Either way, unlike the mean, it stays inside the honest values of each column while fewer
+    than half of the rows are corrupted, whatever their size (+-inf, NaN, 1e20), which is all its
+    users need. A column whose centre is still not finite (half of its values or more are) is
+    centred at 0, so the other columns keep a finite centre."""
     n = x.shape[0]
     if _numpy_ok(x):
         centre = torch.from_numpy(np.partition(x.numpy(), n // 2, axis=0)[n // 2])
