@@ -6,7 +6,8 @@ per-chunk loop.
     python bench/aggregators.py --threads 1
 
 Prints seconds per aggregation for every rule and n, the published SWB loop (a Gaussian, a QR
-with the sign fix and a matmul per chunk, in a Python loop, as the SWB-DM code does) against the
+and a matmul per chunk, in a Python loop, as the SWB-DM code does; plus our sign fix, which the
+published code lacks, see swb.HouseholderRotation) against the
 `haar`, `shared` and `hadamard` rotations on the same input in the same run, how far each
 rotation option moves the aggregate (L2 distance to the exact rule's output and to the honest
 mean on an honest + outlier input), the delayed cache's memory at N = 500 and 10,000, and ends
@@ -31,8 +32,9 @@ CHUNK = 512
 
 def published_swb_loop(x: torch.Tensor, *, chunk: int, views: int, trim_ratio: float,
                        generator: torch.Generator) -> torch.Tensor:
-    """SWB as the SWB-DM code computes it: per view, per chunk, draw a Gaussian, QR it, fix the
-    signs, rotate, sort, trim, pick the medoid, place back, rotate back."""
+    """SWB as the SWB-DM code computes it: per view, per chunk, draw a Gaussian, QR it, rotate,
+    sort, trim, pick the medoid, place back, rotate back; with our sign fix on Q (not in the
+    published code; it costs one multiply per chunk and does not change the error)."""
     n, d = x.shape
     k = int(math.floor(n * trim_ratio + 1e-9))
     out = torch.zeros(d, dtype=x.dtype, device=x.device)

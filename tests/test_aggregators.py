@@ -211,6 +211,17 @@ def test_geometric_median_matches_an_independent_solver():
         make_aggregator("geometric_median", gm_iters=500)(copies), atol=1e-6, rtol=0)
 
 
+def test_geometric_median_first_step_starts_at_the_coordinate_wise_median():
+    # Start v_0 = coordinate-wise median: column 0 sorted 0 0 2 3 50 -> 2, column 1 the same ->
+    # v_0 = (2, 2). One Weiszfeld step: b_i = 1 / ||v_0 - x_i|| (uniform a_i cancel), with
+    # distances sqrt(8), 2, 2, sqrt(2), 48 sqrt(2); v_1 = sum b_i x_i / sum b_i.
+    pts = np.array([[0.0, 0], [2, 0], [0, 2], [3, 3], [50, 50]])
+    b = 1 / np.array([math.sqrt(8), 2, 2, math.sqrt(2), 48 * math.sqrt(2)])
+    expected = (b[:, None] * pts).sum(0) / b.sum()
+    out = make_aggregator("geometric_median", gm_iters=1)(torch.from_numpy(pts))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+
+
 def test_cclip_one_iteration_by_formula():
     x = t([[3.0, 4], [0, 1]])
     # v = 0, tau = 2: (3,4) has norm 5 -> (1.2, 1.6); (0,1) is kept; mean -> (0.6, 1.3)
@@ -319,9 +330,12 @@ def test_swb_of_identical_messages_is_that_message(rotation):
 
 
 def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: int, k: int):
-    """The SWB-DM code's loop: per view, per chunk, Q from torch.linalg.qr with the sign fix, then
-    rotate, sort, trim, medoid, place back, rotate back. Here each Q is re-derived by QR of
-    G = Q_given R (R upper triangular, positive diagonal), whose sign-fixed Q factor is Q_given."""
+    """The SWB-DM code's loop: per view, per chunk, Q from torch.linalg.qr, then rotate, sort,
+    trim, medoid, place back, rotate back. Here each Q is re-derived by QR of G = Q_given R
+    (R upper triangular, positive diagonal), whose sign-fixed Q factor is Q_given. The sign fix
+    is ours, not the published code's: that code uses torch.linalg.qr's Q as it comes, which is
+    not Haar (its first diagonal entry is never positive); see HouseholderRotation. The fix is
+    needed here to recover Q_given from the QR, and the rule applies it too."""
     d = x.shape[1]
     out = torch.zeros(d, dtype=x.dtype)
     gen = torch.Generator().manual_seed(99)
@@ -332,7 +346,7 @@ def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: i
             r = torch.randn(size, size, generator=gen, dtype=x.dtype).triu(1) + torch.diag(
                 torch.rand(size, generator=gen, dtype=x.dtype) + 0.5)
             q, rr = torch.linalg.qr(q_given @ r)
-            q = q * torch.sign(torch.diagonal(rr))  # the sign fix
+            q = q * torch.sign(torch.diagonal(rr))  # our sign fix (not in the published code)
             out[start:start + size] += published_chunk_step(x[:, start:start + size], q, k)
     return out / len(rotations)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robusttune.aggregators.base import AGGREGATORS, Aggregator, combine_centred, row_blocks
+from robusttune.aggregators.base import (
+    AGGREGATORS, Aggregator, combine_centred, robust_directions, row_blocks,
+)
 
 
 @AGGREGATORS.register("fltrust")
@@ -18,6 +20,12 @@ class FLTrust(Aggregator):
     every trusted update rescaled to the server update's norm. A zero g_i has no direction and
     gets TS_i = 0. If every TS_i is 0 (all messages point away from the server's), the server
     keeps its model: out = p. Needs ``reference`` at call time; does not depend on n or f.
+
+    The rule only uses each g_i's direction, so a g_i whose norm or dot product with g_0 is not
+    finite (its squares overflow, or it holds inf) enters through its direction computed without
+    overflow (:func:`~robusttune.aggregators.base.robust_directions`; for inf coordinates the
+    limit direction sign(g) on them), and a g_i holding NaN has no direction: TS_i = 0. (Before,
+    one NaN message made the total trust NaN and the server silently kept its model every round.)
     """
 
     needs_reference = True
@@ -27,6 +35,7 @@ class FLTrust(Aggregator):
         if reference is None:
             raise ValueError("fltrust needs the server's own message: call it with reference=...")
         n, d = x.shape
+        tiny = torch.finfo(x.dtype).tiny
         g0 = reference if previous is None else reference - previous
         norm0 = torch.linalg.vector_norm(g0)
         norms = torch.empty(n, device=x.device, dtype=x.dtype)
@@ -35,12 +44,23 @@ class FLTrust(Aggregator):
             g = x[rows] if previous is None else x[rows] - previous
             norms[rows] = torch.linalg.vector_norm(g, dim=1)
             dots[rows] = g @ g0
-        usable = (norms > 0) & (norm0 > 0)
-        cos = torch.where(usable, dots / (norms * norm0).clamp_min(torch.finfo(x.dtype).tiny), 0.0)
+        far = ~(torch.isfinite(norms) & torch.isfinite(dots))
+        usable = (norms > 0) & (norm0 > 0) & ~far
+        # Divided one factor at a time: norms * norm0 can overflow where each is finite.
+        cos = torch.where(usable, dots / norms.clamp_min(tiny) / norm0.clamp_min(tiny), 0.0)
+        far_rows = far.nonzero().squeeze(1)
+        directions = None
+        if far_rows.numel():
+            directions = robust_directions(x[far_rows], previous)
+            if bool(norm0 > 0):
+                cos[far_rows] = directions @ (g0 / norm0)
         trust = torch.relu(cos)
         total = trust.sum()
         base = torch.zeros(d, device=x.device, dtype=x.dtype) if previous is None else previous.clone()
         if not bool(total > 0):
             return base
-        coefficients = torch.where(usable, trust * norm0 / norms.clamp_min(torch.finfo(x.dtype).tiny), 0.0)
-        return base + combine_centred(x, coefficients / total, previous)
+        coefficients = torch.where(usable, trust * norm0 / norms.clamp_min(tiny), 0.0)
+        out = combine_centred(x, coefficients / total, previous, skip=far_rows)
+        if directions is not None:  # rescaled to ||g_0||: norm0 * u_i
+            out += (trust[far_rows] * norm0 / total) @ directions
+        return base + out
