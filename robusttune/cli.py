@@ -45,7 +45,7 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
 def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[str, Any]:
     """RunSpec values from an optional YAML file (a mapping of RunSpec keys, or a search space
     whose `run:` section is used) overridden by ``--set key=value`` pairs."""
-    from robusttune.yaml_input import parse_assignment, read_yaml
+    from robusttune.yaml_input import parse_assignments, read_yaml
 
     values: dict[str, Any] = {}
     if spec_file is not None:
@@ -55,9 +55,7 @@ def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[s
         if not isinstance(loaded, dict):
             raise SpecError(f"{spec_file}: expected a mapping of RunSpec keys")
         values.update(loaded)
-    for text in assignments:
-        key, value = parse_assignment(text)
-        values[key] = value
+    values.update(parse_assignments(assignments))
     return values
 
 
@@ -212,7 +210,7 @@ def calibrate(
     from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
                                         trim_sweep)
     from robusttune.config import RunSpec
-    from robusttune.yaml_input import parse_assignment
+    from robusttune.yaml_input import parse_assignments
 
     deployment = Deployment(clients=clients, participation=participation, byzantine_fraction=byzantine,
                             rounds=rounds, sample_size=sample_size, mode=mode)
@@ -228,7 +226,7 @@ def calibrate(
                                   "clients": clients, "participation": participation,
                                   "participation_mode": mode, "sample_size": sample_size,
                                   "rounds": sweep_rounds or min(rounds, 10)}
-        values.update(dict(parse_assignment(text) for text in set_))
+        values.update(parse_assignments(set_))
         base = RunSpec.from_dict(values)
         fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
         trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))

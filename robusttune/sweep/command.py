@@ -70,10 +70,10 @@ def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int]
                  max_concurrent: Optional[int], cpus_per_trial: Optional[float],
                  gpus_per_trial: Optional[float], assignments: list[str]) -> SweepSpec:
     """Load SPACE and apply the command-line overrides (validated like the file)."""
-    from robusttune.yaml_input import parse_assignment
+    from robusttune.yaml_input import parse_assignments
 
     spec = load_sweep(space)
-    run = dict(parse_assignment(text) for text in assignments)
+    run = parse_assignments(assignments)
     if any(v is not None for v in (name, num_samples, max_concurrent, cpus_per_trial, gpus_per_trial)) or run:
         spec = spec.with_overrides(name=name, num_samples=num_samples, max_concurrent=max_concurrent,
                                    cpu=cpus_per_trial, gpu=gpus_per_trial, run=run or None)

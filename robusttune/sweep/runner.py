@@ -30,6 +30,7 @@ import yaml
 
 from ray.tune import Callback
 
+from robusttune.files import write_text_atomic
 from robusttune.registry import SpecError
 from robusttune.sweep.ray_compat import (autoscaling_ceiling, grid_trials,
                                          restored_run_config)
@@ -286,10 +287,7 @@ def _write_text(folder: str, filename: str, text: str) -> None:
     publish a file only when its upload completes)."""
     if is_local(folder):
         Path(folder).mkdir(parents=True, exist_ok=True)
-        target = Path(folder) / filename
-        temporary = target.with_name(filename + ".tmp")
-        temporary.write_text(text)
-        os.replace(temporary, target)
+        write_text_atomic(Path(folder) / filename, text)
         return
     import pyarrow.fs
 
