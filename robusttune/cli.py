@@ -160,7 +160,7 @@ def _ray_or_nothing(local: bool, address: Optional[str]) -> Any:
 
     if local:
         return contextlib.nullcontext()
-    from robusttune.sweep.runner import ray_session
+    from robusttune.sweep.cluster import ray_session
 
     return ray_session(address, None)
 
