@@ -45,7 +45,7 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
 def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[str, Any]:
     """RunSpec values from an optional YAML file (a mapping of RunSpec keys, or a search space
     whose `run:` section is used) overridden by ``--set key=value`` pairs."""
-    from robusttune.yaml_input import parse_assignment, read_yaml
+    from robusttune.yaml_input import parse_assignments, read_yaml
 
     values: dict[str, Any] = {}
     if spec_file is not None:
@@ -55,9 +55,7 @@ def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[s
         if not isinstance(loaded, dict):
             raise SpecError(f"{spec_file}: expected a mapping of RunSpec keys")
         values.update(loaded)
-    for text in assignments:
-        key, value = parse_assignment(text)
-        values[key] = value
+    values.update(parse_assignments(assignments))
     return values
 
 
@@ -79,10 +77,10 @@ def run(
     """Run one federated training and write its run folder (rounds.csv, summary.json, TensorBoard)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from robusttune.config import RunSpec
     from robusttune.recording import run_to_folder
+    from robusttune.terminal import print_table
 
     spec = RunSpec.from_dict(load_run_values(spec_file, set_))
     folder = out or _default_run_folder(spec)
@@ -100,13 +98,13 @@ def run(
 
         summary = run_to_folder(spec, folder, on_record=show)
 
-    table = Table(title=f"{spec.method} on {spec.dataset}", show_header=False)
+    rows = []
     for key in ("final_accuracy", "final_loss", "collapsed", "rounds_run",
                 "byzantine_majority_rounds", "seconds"):
         value = getattr(summary, key)
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    table.add_row("folder", str(folder))
-    Console().print(table)
+        rows.append({"key": key, "value": f"{value:.4f}" if isinstance(value, float) else str(value)})
+    rows.append({"key": "folder", "value": str(folder)})
+    print_table(rows, title=f"{spec.method} on {spec.dataset}", show_header=False)
 
 
 # =============================================================================================
@@ -162,7 +160,7 @@ def _ray_or_nothing(local: bool, address: Optional[str]) -> Any:
 
     if local:
         return contextlib.nullcontext()
-    from robusttune.sweep.runner import ray_session
+    from robusttune.sweep.cluster import ray_session
 
     return ray_session(address, None)
 
@@ -212,7 +210,7 @@ def calibrate(
     from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
                                         trim_sweep)
     from robusttune.config import RunSpec
-    from robusttune.yaml_input import parse_assignment
+    from robusttune.yaml_input import parse_assignments
 
     deployment = Deployment(clients=clients, participation=participation, byzantine_fraction=byzantine,
                             rounds=rounds, sample_size=sample_size, mode=mode)
@@ -228,7 +226,7 @@ def calibrate(
                                   "clients": clients, "participation": participation,
                                   "participation_mode": mode, "sample_size": sample_size,
                                   "rounds": sweep_rounds or min(rounds, 10)}
-        values.update(dict(parse_assignment(text) for text in set_))
+        values.update(parse_assignments(set_))
         base = RunSpec.from_dict(values)
         fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
         trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
@@ -250,42 +248,36 @@ def calibrate(
 
 def _print_calibration(f: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from robusttune.terminal import print_table
 
     console = Console()
-    head = Table(title=(f"N={f['clients']}, p={f['participation']:g} ({f['mode']}), "
-                        f"beta={f['byzantine_fraction']:g} (B={f['n_byzantine']}), T={f['rounds']}"),
-                 show_header=True)
-    head.add_column("figure")
-    head.add_column("sampled set", justify="right")
-    head.add_column("over a cache (N slots)", justify="right")
-    head.add_row("P(Byzantine-majority round)", f"{f['p_majority_round']:.4g}", f"{f['p_majority_round_cache']:.4g}")
-    head.add_row(f"P(any in {f['rounds']} rounds)", f"{f['p_majority_round_any']:.4g}",
-                 f"{f['p_majority_round_any_cache']:.4g}")
+    cache = "over a cache (N slots)"
+    head = [{"figure": "P(Byzantine-majority round)", "sampled set": f"{f['p_majority_round']:.4g}",
+             cache: f"{f['p_majority_round_cache']:.4g}"},
+            {"figure": f"P(any in {f['rounds']} rounds)", "sampled set": f"{f['p_majority_round_any']:.4g}",
+             cache: f"{f['p_majority_round_any_cache']:.4g}"}]
     for t in f["trims"]:
-        head.add_row(f"P(K > floor(n r)), r={t['trim_ratio']:g}, any round",
-                     f"{t['p_exceeds_trim_any']:.4g}", f"{t['p_exceeds_trim_any_cache']:.4g}")
-    head.add_row(f"smallest r with P(any exceeds) <= {f['risk']:g}",
-                 str(f["analytic_safe_trim"]), str(f["analytic_safe_trim_cache"]))
-    console.print(head)
+        head.append({"figure": f"P(K > floor(n r)), r={t['trim_ratio']:g}, any round",
+                     "sampled set": f"{t['p_exceeds_trim_any']:.4g}", cache: f"{t['p_exceeds_trim_any_cache']:.4g}"})
+    head.append({"figure": f"smallest r with P(any exceeds) <= {f['risk']:g}",
+                 "sampled set": str(f["analytic_safe_trim"]), cache: str(f["analytic_safe_trim_cache"])})
+    print_table(head, console=console,
+                title=(f"N={f['clients']}, p={f['participation']:g} ({f['mode']}), "
+                       f"beta={f['byzantine_fraction']:g} (B={f['n_byzantine']}), T={f['rounds']}"))
     console.print(f"law of K, the Byzantine clients in a round's sample: {f['law']}, "
                   f"E[K] = {f['expected_byzantine']:.3g}")
-    law = Table()
-    law.add_column("k", justify="right")
-    law.add_column("P(K = k)", justify="right")
-    for k, p in f["byzantine_pmf"].items():
-        law.add_row(str(k), f"{p:.4g}")
-    console.print(law)
+    print_table([{"k": str(k), "P(K = k)": f"{p:.4g}"} for k, p in f["byzantine_pmf"].items()],
+                console=console)
     sweep = f.get("sweep")
     if sweep:
-        table = Table(title=(f"trim sweep: {sweep['method']} vs {sweep['attack']} on {sweep['dataset']}, "
-                             f"clean accuracy {sweep['clean_accuracy']:.3f}, threshold {sweep['threshold']:.3f}"))
-        for column in ("trim_ratio", "byzantine_fraction", "accuracy", "collapsed_seeds", "survived"):
-            table.add_column(column, justify="right")
-        for row in sorted(sweep["rows"], key=lambda r: (r["trim_ratio"], r["byzantine_fraction"])):
-            table.add_row(f"{row['trim_ratio']:g}", f"{row['byzantine_fraction']:g}",
-                          f"{row['accuracy']:.3f}", str(row["collapsed_seeds"]), str(row["survived"]))
-        console.print(table)
+        rows = [{"trim_ratio": f"{row['trim_ratio']:g}", "byzantine_fraction": f"{row['byzantine_fraction']:g}",
+                 "accuracy": f"{row['accuracy']:.3f}", "collapsed_seeds": str(row["collapsed_seeds"]),
+                 "survived": str(row["survived"])}
+                for row in sorted(sweep["rows"], key=lambda r: (r["trim_ratio"], r["byzantine_fraction"]))]
+        print_table(rows, console=console,
+                    title=(f"trim sweep: {sweep['method']} vs {sweep['attack']} on {sweep['dataset']}, "
+                           f"clean accuracy {sweep['clean_accuracy']:.3f}, threshold {sweep['threshold']:.3f}"))
         console.print(f"recommended trim ratio: {f['recommended_trim_ratio']}")
         for r, cost in sweep["accuracy_cost_points"].items():
             console.print(f"  r={float(r):g} costs {cost:+.2f} accuracy points against it")
@@ -329,12 +321,12 @@ def breakdown(
                                   threshold=plan.threshold, relative_threshold=plan.relative_threshold,
                                   verify_radius=plan.verify_radius, on_non_monotone=plan.on_non_monotone)
     path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}")
-    from robusttune.results import markdown_table
+    from robusttune.terminal import print_table
 
     table = result.to_frame()
     shown = [c for c in table.columns if c in (*plan.cells[0].as_dict(), "breakdown_fraction",
                                                 "status", "clean_accuracy", "trials")]
-    typer.echo(markdown_table(table[shown], floatfmt=".3g", index=False))
+    print_table(table[shown], floatfmt=".3g")
     typer.echo(f"cost: {result.cost_line()}")
     typer.echo(f"report: {path}")
 

@@ -6,14 +6,14 @@ a trial restored from a checkpoint reopens its folder with ``RunWriter(..., resu
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
-import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from robusttune.config import RunSpec
+from robusttune.files import write_json_atomic, write_text_atomic
 from robusttune.records import RoundRecord, RunSummary
 from robusttune.simulation import Simulation
 
@@ -24,19 +24,6 @@ TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "no
                        "aggregate_seconds")
 # Hyperparameters shown in the HParams view: the knobs a sweep varies, not paths.
 HPARAM_EXCLUDE = ("data_root",)
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it, so a reader never sees half a file."""
-    temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True, default=_jsonable))
-    os.replace(temporary, path)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
 
 
 class RunWriter:
@@ -73,12 +60,11 @@ class RunWriter:
                 names = reader.fieldnames
                 rows = [row for row in reader if int(row["round"]) <= rounds_done]
             if names and rows:
-                temporary = self.csv_path.with_suffix(".csv.tmp")
-                with temporary.open("w", newline="") as handle:
-                    out = csv.DictWriter(handle, fieldnames=names)
-                    out.writeheader()
-                    out.writerows(rows)
-                os.replace(temporary, self.csv_path)
+                text = io.StringIO()
+                out = csv.DictWriter(text, fieldnames=names)
+                out.writeheader()
+                out.writerows(rows)
+                write_text_atomic(self.csv_path, text.getvalue())
             else:
                 self.csv_path.unlink()
         (self.folder / "summary.json").unlink(missing_ok=True)

@@ -9,14 +9,14 @@ YAML is read with ``yaml.safe_load``: a file from a shared folder cannot build P
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
 from robusttune.config import RUNSPEC_KEYS
 from robusttune.registry import SpecError
 
-__all__ = ["parse_assignment", "parse_yaml", "read_yaml"]
+__all__ = ["parse_assignment", "parse_assignments", "parse_yaml", "read_yaml"]
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -32,6 +32,12 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     return key, value
+
+
+def parse_assignments(texts: Iterable[str]) -> dict[str, Any]:
+    """Parse every ``--set key=value`` in order into RunSpec values; a later key overrides an
+    earlier one."""
+    return dict(parse_assignment(text) for text in texts)
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -148,7 +148,7 @@ def test_trial_device_and_memory_cap_on_a_fake_gpu(monkeypatch):
 
 # -- storage --------------------------------------------------------------------------------------
 def test_storage_paths_and_uris():
-    from robusttune.sweep.runner import experiment_path, is_local
+    from robusttune.sweep.storage import experiment_path, is_local
 
     assert is_local("/mnt/nfs/results") and is_local("file:///mnt/nfs/results")
     assert experiment_path("file:///mnt/nfs/results", "q") == str(Path("/mnt/nfs/results/q").resolve())

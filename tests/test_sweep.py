@@ -226,7 +226,7 @@ def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
 
 
 def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
-    from robusttune.sweep.runner import check_cluster
+    from robusttune.sweep.cluster import check_cluster
 
     gpus = ray_session.cluster_resources().get("GPU", 0)
     spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="autoscale")
@@ -238,16 +238,16 @@ def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
 
 
 def test_joined_cluster_whose_autoscaler_has_no_gpus_is_an_error(ray_session, monkeypatch):
-    from robusttune.sweep import runner
+    from robusttune.sweep import cluster
 
     gpus = ray_session.cluster_resources().get("GPU", 0)
     spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="no-gpu-nodes")
-    monkeypatch.setattr(runner, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus)})
+    monkeypatch.setattr(cluster, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus)})
     with pytest.raises(SpecError, match="resources.gpu"):
-        runner.check_cluster(spec, joined=True, announce=lambda text: None)
-    monkeypatch.setattr(runner, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus) + 8})
+        cluster.check_cluster(spec, joined=True, announce=lambda text: None)
+    monkeypatch.setattr(cluster, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus) + 8})
     notes: list[str] = []
-    runner.check_cluster(spec, joined=True, announce=notes.append)
+    cluster.check_cluster(spec, joined=True, announce=notes.append)
     assert len(notes) == 1
 
 
@@ -290,7 +290,7 @@ def test_breakdown_waves_run_as_tune_trials_with_the_same_results(ray_session, t
 def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
     import optuna
 
-    from robusttune.sweep.runner import make_sampler
+    from robusttune.sweep.tuner import make_sampler
 
     def proposals(seed):
         spec = parse_sweep({"run": TINY, "space": {"lr": {"loguniform": [0.001, 0.1]},
@@ -308,13 +308,13 @@ def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
 
 
 def test_unreadable_stored_sweep_is_a_one_line_error(tmp_path):
-    from robusttune.sweep.runner import SWEEP_FILE, _write_text, stored_sweep
+    from robusttune.sweep.storage import SWEEP_FILE, stored_sweep, write_text
 
     folder = tmp_path / "broken"
-    _write_text(str(folder), SWEEP_FILE, "run: [unclosed\n")
+    write_text(str(folder), SWEEP_FILE, "run: [unclosed\n")
     assert sorted(p.name for p in folder.iterdir()) == [SWEEP_FILE]  # no temporary left behind
     with pytest.raises(SpecError, match=r"sweep.yaml: not valid YAML"):
         stored_sweep(str(folder))
-    _write_text(str(folder), SWEEP_FILE, "- a list\n")
+    write_text(str(folder), SWEEP_FILE, "- a list\n")
     with pytest.raises(SpecError, match=r"sweep.yaml: a search space is a mapping"):
         stored_sweep(str(folder))

@@ -6,7 +6,14 @@ This package is the only place in robusttune that imports ray, and it does so la
 
 - `space`     YAML -> SweepSpec (validation, grid expansion, constraints)     no ray
 - `trainable` the function trainable around Simulation                       ray inside
-- `runner`    Tuner construction, local Ray / --address, resume, best table  ray inside
+- `runner`    `run_sweep`: a sweep run or resumed, step by step              ray inside
+- `storage`   STORAGE/NAME, sweep.yaml and trials.csv beside the results     no ray
+- `cluster`   the Ray session (local or --address) and its resources         ray inside
+- `tuner`     search algorithm, scheduler, trainable, the (restored) Tuner   ray inside
+- `progress`  driver-side callbacks: one line per trial, the timeline        ray inside
+- `trials`    the per-trial table, sorted best first                         ray inside
+- `ray_compat` Ray's private and developer APIs, pinned by a test             ray inside
+- `batch`     `TuneBatchRunner`: RunSpecs as one grid sweep (breakdown waves) ray inside
 - `command`   the ``robusttune sweep`` command body                          ray only when running
 """
 

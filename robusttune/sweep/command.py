@@ -10,12 +10,12 @@ the CLI prints as one line with exit status 2).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from robusttune.registry import SpecError
 from robusttune.sweep.space import SweepSpec, load_sweep
+from robusttune.terminal import table_text
 
 # Exit status of a sweep whose trials did not all finish: 1 when some errored, 130 (the shell's
 # Ctrl-C status) when it was interrupted and can be resumed.
@@ -70,10 +70,10 @@ def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int]
                  max_concurrent: Optional[int], cpus_per_trial: Optional[float],
                  gpus_per_trial: Optional[float], assignments: list[str]) -> SweepSpec:
     """Load SPACE and apply the command-line overrides (validated like the file)."""
-    from robusttune.yaml_input import parse_assignment
+    from robusttune.yaml_input import parse_assignments
 
     spec = load_sweep(space)
-    run = dict(parse_assignment(text) for text in assignments)
+    run = parse_assignments(assignments)
     if any(v is not None for v in (name, num_samples, max_concurrent, cpus_per_trial, gpus_per_trial)) or run:
         spec = spec.with_overrides(name=name, num_samples=num_samples, max_concurrent=max_concurrent,
                                    cpu=cpus_per_trial, gpu=gpus_per_trial, run=run or None)
@@ -82,8 +82,6 @@ def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int]
 
 def dry_run_report(spec: SweepSpec) -> str:
     """Trial count, what constraints dropped, and the configurations table."""
-    import pandas as pd
-
     lines = []
     if spec.search.algorithm == "grid":
         expansion = spec.expand()
@@ -98,24 +96,16 @@ def dry_run_report(spec: SweepSpec) -> str:
     lines.append(f"metric: {metric}; scheduler: {spec.scheduler.kind}; resources per trial: "
                  f"cpu {spec.resources.cpu:g}, gpu {spec.resources.gpu:g}; max_concurrent: "
                  f"{spec.max_concurrent or 'as resources allow'}")
-    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-        lines.append(spec.configurations().to_string())
+    lines.append(table_text(spec.configurations(), index=True))
     lines.append("(dry run: Ray not started)")
     return "\n".join(lines)
 
 
 def best_trials_report(table: Any, spec: SweepSpec, top: int = 10) -> str:
     """The best ``top`` trials as a text table (the table is sorted best first)."""
-    import pandas as pd
-
     if table is None or len(table) == 0:
         return "no trial reported a result"
     columns = [c for c in table.columns if c != "path"]
-    shown = table[columns].head(top).copy()
-    for column in shown.columns:
-        if shown[column].dtype.kind == "f":
-            shown[column] = shown[column].map(lambda v: "nan" if v is None or math.isnan(v) else f"{v:.4g}")
     title = f"best {min(top, len(table))} of {len(table)} trials by " + \
         ", ".join(f"{m} ({mode})" for m, mode in zip(spec.search.metrics, spec.search.modes))
-    with pd.option_context("display.max_columns", None, "display.width", 200):
-        return f"{title}\n{shown.to_string(index=False)}"
+    return table_text(table[columns].head(top), title=title)

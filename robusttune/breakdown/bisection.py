@@ -15,29 +15,23 @@ failed (bisection guarantees it) and the points within ``verify_radius`` of the 
 evaluated too; any evaluated point that contradicts monotonicity (a failure at or below b, a
 survivor above it) marks the cell ``non_monotone``; it is reported, not hidden.
 
-The core (`bisect_breakdown`) knows nothing of runs: an evaluator maps a batch of `Point` to
-`Outcome` (or plain survival booleans). `spec_evaluator` turns a base RunSpec, seeds, optional
-defence knobs tuned by Optuna (ask/tell, one batch per trial across all points) and an optional
-adversarial attack-strength list into such an evaluator on top of any `robusttune.runners.Runner`
-(the Ray Tune sweep layer, or the in-process `InProcessRunner`).
+This module is that core (`Cell`, `Point`, `Outcome`, `CellResult`, `BreakdownMap`,
+`bisect_breakdown`, `lattice_top`) and knows nothing of runs: an evaluator maps a batch of `Point`
+to `Outcome` (or plain survival booleans); `robusttune.breakdown.evaluate` builds one from runs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from robusttune.records import RunSummary, mean_accuracy, survives
 from robusttune.registry import SpecError
 
-if TYPE_CHECKING:  # the runners import torch; breakdown's core needs only their protocol
-    from robusttune.runners import Runner
-
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "spec_evaluator", "BreakdownPlan", "load_plan", "write_breakdown",
+    "Verdict", "Evaluator",
 ]
 
 EPS = 1e-9
@@ -339,240 +333,3 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
         for point, verdict in zip(points, verdicts):
             wanted[point].outcomes[point.byzantine] = verdict
     return BreakdownMap(results, waves)
-
-
-# -- evaluating points with runs ---------------------------------------------------------------
-
-
-def _optuna_distribution(domain: Any) -> Any:
-    """The Optuna distribution of a sweep-layer Domain (uniform | loguniform | int | choice)."""
-    import optuna
-
-    if domain.kind in ("choice", "grid"):
-        return optuna.distributions.CategoricalDistribution(list(domain.values))
-    if domain.kind == "int":
-        return optuna.distributions.IntDistribution(int(domain.low), int(domain.high), step=int(domain.step or 1))
-    if domain.kind == "loguniform":
-        return optuna.distributions.FloatDistribution(domain.low, domain.high, log=True)
-    return optuna.distributions.FloatDistribution(domain.low, domain.high, step=domain.step)
-
-
-def _score(outcome: Outcome) -> float:
-    """What the defence maximises and the adversary minimises: accuracy, 0 when collapsed."""
-    return 0.0 if outcome.collapsed else outcome.accuracy
-
-
-def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
-                   tune: Mapping[str, Any] | None = None, budget: int = 1,
-                   adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
-                   on_trials: Callable[[int], None] | None = None) -> Evaluator:
-    """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
-    byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
-
-    ``adversary`` (key -> values, e.g. attack_strength) makes the point's outcome the worst over
-    those values (lowest score). ``tune`` (key -> sweep-layer Domain) tunes the defence's knobs at
-    every point with one Optuna study per point (TPE seeded with ``sampler_seed``), ``budget``
-    trials each, driven by ask/tell so every Optuna trial of every point of the wave goes to the
-    runner as one batch; the point's outcome is the best trial's. Trials per point: seeds x
-    adversary values x budget."""
-    from itertools import product
-
-    from robusttune.config import RunSpec
-
-    attack_grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] if adversary else [{}]
-    if budget < 1:
-        raise SpecError(f"budget must be >= 1; got {budget}")
-    if not seeds:
-        raise SpecError("seeds must list at least one seed")
-
-    def specs_for(point: Point, knobs: Mapping[str, Any]) -> tuple[list[Any], list[dict]]:
-        variants = attack_grid if point.byzantine > 0 else [{}]   # no attacker at k = 0
-        specs = [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
-                                    "byzantine_fraction": point.fraction, "seed": seed})
-                 for variant in variants for seed in seeds]
-        return specs, variants
-
-    def judge(point: Point, knobs: Mapping[str, Any], summaries: list[RunSummary],
-              variants: list[dict]) -> Outcome:
-        per_variant = [Outcome.from_summaries(summaries[i * len(seeds):(i + 1) * len(seeds)],
-                                              **knobs, **variant)
-                       for i, variant in enumerate(variants)]
-        worst = min(per_variant, key=_score)
-        return Outcome(worst.accuracy, worst.collapsed, sum(o.trials for o in per_variant), worst.detail)
-
-    def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
-        specs, spans = [], []
-        for point, knobs in requests:
-            these, variants = specs_for(point, knobs)
-            spans.append((len(specs), len(these), variants))
-            specs.extend(these)
-        summaries = runner(specs)
-        if on_trials is not None:
-            on_trials(len(specs))
-        return [judge(point, knobs, summaries[start:start + count], variants)
-                for (point, knobs), (start, count, variants) in zip(requests, spans)]
-
-    if not tune:
-        return lambda points: run_batch([(p, {}) for p in points])
-
-    def tuned(points: Sequence[Point]) -> list[Outcome]:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        distributions = {k: _optuna_distribution(d) for k, d in tune.items()}
-        studies = [optuna.create_study(direction="maximize",
-                                       sampler=optuna.samplers.TPESampler(seed=sampler_seed))
-                   for _ in points]
-        best: list[Outcome | None] = [None] * len(points)
-        for _ in range(budget):
-            asked = [study.ask(distributions) for study in studies]
-            outcomes = run_batch([(p, dict(t.params)) for p, t in zip(points, asked)])
-            for i, (study, trial, outcome) in enumerate(zip(studies, asked, outcomes)):
-                study.tell(trial, _score(outcome))
-                if best[i] is None or _score(outcome) > _score(best[i]):
-                    best[i] = outcome
-        # the point's trial count is the whole study's, not only the best trial's
-        return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail) for b in best]  # type: ignore[union-attr]
-
-    return tuned
-
-
-# -- the breakdown YAML ------------------------------------------------------------------------
-PLAN_KEYS = ("seeds", "threshold", "relative_threshold", "max_fraction", "budget",
-             "verify_radius", "on_non_monotone", "adversary")
-
-
-@dataclass
-class BreakdownPlan:
-    """A breakdown search space: a sweep-layer search space (``run``, ``space``, ``resources``
-    ...) whose grid axes are the cells and whose drawn axes are the defence knobs tuned at each
-    point, plus a ``breakdown:`` section (keys PLAN_KEYS)."""
-
-    name: str
-    base: dict[str, Any]
-    cells: list[Cell]
-    tune: dict[str, Any]
-    seeds: list[int] = field(default_factory=lambda: [42])
-    threshold: float | None = None
-    relative_threshold: float = 0.5
-    max_fraction: float = 0.5
-    budget: int = 4
-    verify_radius: int = 1
-    on_non_monotone: str = "flag"
-    adversary: dict[str, list[Any]] = field(default_factory=dict)
-    sampler_seed: int = 0
-    resources: dict[str, float] = field(default_factory=dict)
-
-
-def load_plan(path: str | Path) -> BreakdownPlan:
-    """Read a breakdown YAML. The cells come from the space's grid axes (every combination,
-    expanded and validated by the sweep layer's parser); byzantine_fraction is the lattice's, so
-    the space must not set it."""
-    from robusttune.config import RunSpec
-    from robusttune.yaml_input import read_yaml
-    from robusttune.sweep.space import parse_sweep
-
-    path = Path(path)
-    raw = read_yaml(path, "breakdown space")
-    if not isinstance(raw, dict):
-        raise SpecError(f"{path.name}: a breakdown space is a mapping (run, space, breakdown ...)")
-    section = raw.pop("breakdown", None) or {}
-    if not isinstance(section, dict):
-        raise SpecError(f"{path.name}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
-    unknown = sorted(set(section) - set(PLAN_KEYS))
-    if unknown:
-        raise SpecError(f"{path.name}: unknown key breakdown.{unknown[0]}; allowed: {', '.join(PLAN_KEYS)}")
-    search = raw.pop("search", None) or {}
-    if not isinstance(search, dict) or set(search) - {"sampler", "seed", "algorithm"}:
-        raise SpecError(f"{path.name}: search in a breakdown space takes sampler (tpe) and seed only")
-    if search.get("sampler", "tpe") != "tpe":
-        raise SpecError(f"{path.name}: search.sampler {search['sampler']!r} is not allowed for "
-                        f"breakdown; allowed: tpe")
-    space = raw.get("space") or {}
-    if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
-        raise SpecError(f"{path.name}: byzantine_fraction is the breakdown lattice's; remove it "
-                        f"from run and space")
-    # the lattice sets byzantine_fraction later; an attacked cell is legal at k = 0
-    raw["constraints"] = {**(raw.get("constraints") or {}), "attack_matches_byzantine": False}
-    raw["search"] = {"algorithm": "grid"}
-    sweep = parse_sweep(raw, name=path.stem, source=path.name)
-
-    cells = []
-    for point in sweep.expand().points:
-        values = {k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()}
-        clients = RunSpec.from_dict(sweep.resolve(point)).clients
-        cells.append(Cell.of(clients, **values))
-    tune = {axis.name: axis.domain for axis in sweep.random_axes}
-    if any(axis.groups is not None for axis in sweep.random_axes):
-        raise SpecError(f"{path.name}: a drawn joint axis cannot be tuned per point; use grid")
-
-    def number(key: str, default: Any, kind: type) -> Any:
-        value = section.get(key, default)
-        if value is None:
-            return None
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise SpecError(f"{path.name}: breakdown.{key} must be {kind.__name__}; got {value!r}") from None
-
-    seeds = section.get("seeds", [sweep.run.get("seed", 42)])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise SpecError(f"{path.name}: breakdown.seeds must be a non-empty list of integers")
-    adversary = section.get("adversary") or {}
-    if not isinstance(adversary, dict) or not all(isinstance(v, list) and v for v in adversary.values()):
-        raise SpecError(f"{path.name}: breakdown.adversary must map RunSpec keys to non-empty lists")
-    plan = BreakdownPlan(
-        name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune, seeds=seeds,
-        threshold=number("threshold", None, float),
-        relative_threshold=number("relative_threshold", 0.5, float),
-        max_fraction=number("max_fraction", 0.5, float), budget=number("budget", 4, int),
-        verify_radius=number("verify_radius", 1, int),
-        on_non_monotone=str(section.get("on_non_monotone", "flag")), adversary=adversary,
-        sampler_seed=int(search.get("seed", 0)),
-        resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
-    )
-    from robusttune.config import RUNSPEC_KEYS
-
-    cell_keys = {k for cell in cells for k in cell.as_dict()}
-    for key in adversary:
-        if key not in RUNSPEC_KEYS:
-            raise SpecError(f"{path.name}: breakdown.adversary.{key} is not a RunSpec key")
-        if key in cell_keys or key in tune or key == "byzantine_fraction":
-            raise SpecError(f"{path.name}: breakdown.adversary.{key} is also set by space; "
-                            f"allowed: one of them")
-    return plan
-
-
-def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Breakdown map") -> Path:
-    """breakdown.csv (one row per cell), breakdown_points.csv (every evaluated point and the runs
-    behind it), breakdown.png (heatmap) and breakdown.md; returns the .md path."""
-    from robusttune.plots import breakdown_heatmap
-    from robusttune.results import markdown_table
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table = result.to_frame()
-    table.to_csv(out / "breakdown.csv", index=False)
-    result.points_frame().to_csv(out / "breakdown_points.csv", index=False)
-    figure = breakdown_heatmap(table, out / "breakdown.png")
-    shown = [c for c in table.columns if c not in ("evaluated", "violations", "threshold")]
-    lines = [f"# {title}", "",
-             "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
-             "(no collapse, final accuracy >= threshold).", "",
-             markdown_table(table[shown], floatfmt=".3g", index=False), "", f"Cost: {result.cost_line()}.", ""]
-    flagged = table[table["status"] == "non_monotone"]
-    if len(flagged):
-        lines += ["## Non-monotone cells", "",
-                  "Survival is not monotone in the Byzantine count here; the breakdown column is "
-                  "bisection's answer, `conservative_fraction` the first evaluated failure minus one.", ""]
-        for _, row in flagged.iterrows():
-            cell = ", ".join(f"{k}={row[k]}" for k in result.cells[0].cell.as_dict())
-            lines.append(f"- {cell}: evaluated {row['evaluated']} (k+ survived, k- failed); "
-                         f"contradicting points: {row['violations']}")
-        lines.append("")
-    if figure is not None:
-        lines += [f"![breakdown heatmap]({figure.name})", ""]
-    lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
-    path = out / "breakdown.md"
-    path.write_text("\n".join(lines))
-    return path

@@ -1,0 +1,111 @@
+"""Evaluating lattice points with runs: `spec_evaluator` turns a base RunSpec, seeds, optional
+defence knobs tuned by Optuna (ask/tell, one batch per trial across all points) and an optional
+adversarial attack-strength list into an `Evaluator` for `bisect_breakdown`, on top of any
+`robusttune.runners.Runner` (the Ray Tune sweep layer, or the in-process `InProcessRunner`).
+Points -> RunSpecs -> one runner call per batch -> Outcomes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from robusttune.breakdown.bisection import Evaluator, Outcome, Point
+from robusttune.records import RunSummary
+from robusttune.registry import SpecError
+
+if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
+    from robusttune.runners import Runner
+
+__all__ = ["spec_evaluator"]
+
+
+def _optuna_distribution(domain: Any) -> Any:
+    """The Optuna distribution of a sweep-layer Domain (uniform | loguniform | int | choice)."""
+    import optuna
+
+    if domain.kind in ("choice", "grid"):
+        return optuna.distributions.CategoricalDistribution(list(domain.values))
+    if domain.kind == "int":
+        return optuna.distributions.IntDistribution(int(domain.low), int(domain.high), step=int(domain.step or 1))
+    if domain.kind == "loguniform":
+        return optuna.distributions.FloatDistribution(domain.low, domain.high, log=True)
+    return optuna.distributions.FloatDistribution(domain.low, domain.high, step=domain.step)
+
+
+def _score(outcome: Outcome) -> float:
+    """What the defence maximises and the adversary minimises: accuracy, 0 when collapsed."""
+    return 0.0 if outcome.collapsed else outcome.accuracy
+
+
+def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
+                   tune: Mapping[str, Any] | None = None, budget: int = 1,
+                   adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
+                   on_trials: Callable[[int], None] | None = None) -> Evaluator:
+    """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
+    byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
+
+    ``adversary`` (key -> values, e.g. attack_strength) makes the point's outcome the worst over
+    those values (lowest score). ``tune`` (key -> sweep-layer Domain) tunes the defence's knobs at
+    every point with one Optuna study per point (TPE seeded with ``sampler_seed``), ``budget``
+    trials each, driven by ask/tell so every Optuna trial of every point of the wave goes to the
+    runner as one batch; the point's outcome is the best trial's. Trials per point: seeds x
+    adversary values x budget."""
+    from itertools import product
+
+    from robusttune.config import RunSpec
+
+    attack_grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] if adversary else [{}]
+    if budget < 1:
+        raise SpecError(f"budget must be >= 1; got {budget}")
+    if not seeds:
+        raise SpecError("seeds must list at least one seed")
+
+    def specs_for(point: Point, knobs: Mapping[str, Any]) -> tuple[list[Any], list[dict]]:
+        variants = attack_grid if point.byzantine > 0 else [{}]   # no attacker at k = 0
+        specs = [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
+                                    "byzantine_fraction": point.fraction, "seed": seed})
+                 for variant in variants for seed in seeds]
+        return specs, variants
+
+    def judge(point: Point, knobs: Mapping[str, Any], summaries: list[RunSummary],
+              variants: list[dict]) -> Outcome:
+        per_variant = [Outcome.from_summaries(summaries[i * len(seeds):(i + 1) * len(seeds)],
+                                              **knobs, **variant)
+                       for i, variant in enumerate(variants)]
+        worst = min(per_variant, key=_score)
+        return Outcome(worst.accuracy, worst.collapsed, sum(o.trials for o in per_variant), worst.detail)
+
+    def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
+        specs, spans = [], []
+        for point, knobs in requests:
+            these, variants = specs_for(point, knobs)
+            spans.append((len(specs), len(these), variants))
+            specs.extend(these)
+        summaries = runner(specs)
+        if on_trials is not None:
+            on_trials(len(specs))
+        return [judge(point, knobs, summaries[start:start + count], variants)
+                for (point, knobs), (start, count, variants) in zip(requests, spans)]
+
+    if not tune:
+        return lambda points: run_batch([(p, {}) for p in points])
+
+    def tuned(points: Sequence[Point]) -> list[Outcome]:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        distributions = {k: _optuna_distribution(d) for k, d in tune.items()}
+        studies = [optuna.create_study(direction="maximize",
+                                       sampler=optuna.samplers.TPESampler(seed=sampler_seed))
+                   for _ in points]
+        best: list[Outcome | None] = [None] * len(points)
+        for _ in range(budget):
+            asked = [study.ask(distributions) for study in studies]
+            outcomes = run_batch([(p, dict(t.params)) for p, t in zip(points, asked)])
+            for i, (study, trial, outcome) in enumerate(zip(studies, asked, outcomes)):
+                study.tell(trial, _score(outcome))
+                if best[i] is None or _score(outcome) > _score(best[i]):
+                    best[i] = outcome
+        # the point's trial count is the whole study's, not only the best trial's
+        return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail) for b in best]  # type: ignore[union-attr]
+
+    return tuned
