@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
 
 import numpy as np
 from scipy import stats
 
+from pydantic import Field, model_validator
+
 from robusttune.records import RunSummary, mean_accuracy, survives
 from robusttune.registry import SpecError
+from robusttune.schema import Checked, optional_int
 
 if TYPE_CHECKING:  # the runners import torch; the calibration law needs only their protocol
     from robusttune.runners import Runner
@@ -48,43 +51,34 @@ __all__ = [
 # floor(x + EPS): the same tolerance as RunSpec.n_byzantine, so 0.3 * 10 counts as 3, not 2, and
 # 0.29 * 100 trims 29 values; the aggregators receive the same integers.
 EPS = 1e-9
-MODES = ("fixed", "bernoulli")
 
 
 def _floor(x: float | np.ndarray) -> Any:
     return np.floor(np.asarray(x, dtype=float) + EPS).astype(int)
 
 
-@dataclass(frozen=True)
-class Deployment:
+class Deployment(Checked):
     """A deployment to calibrate: N clients, participation p (mode fixed|bernoulli), Byzantine
     fraction beta, T rounds, and for fixed sampling an optional sample size n (default
     max(1, round(p N)), as RunSpec.expected_sample_size)."""
 
-    clients: int
-    participation: float
-    byzantine_fraction: float
-    rounds: int
-    sample_size: int | None = None
-    mode: str = "fixed"
+    clients: Annotated[int, Field(ge=1)]
+    participation: Annotated[float, Field(gt=0, le=1)]
+    byzantine_fraction: Annotated[float, Field(ge=0, lt=1)]
+    rounds: Annotated[int, Field(ge=1)]
+    sample_size: optional_int(ge=1) = None
+    mode: Literal["fixed", "bernoulli"] = "fixed"
 
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise SpecError(f"mode {self.mode!r} is not allowed; allowed: {', '.join(MODES)}")
-        if not (isinstance(self.clients, (int, np.integer)) and self.clients >= 1):
-            raise SpecError(f"clients must be an integer >= 1; got {self.clients!r}")
-        if not 0 < self.participation <= 1:
-            raise SpecError(f"participation must be in (0, 1]; got {self.participation}")
-        if not 0 <= self.byzantine_fraction < 1:
-            raise SpecError(f"byzantine_fraction must be in [0, 1); got {self.byzantine_fraction}")
-        if not (isinstance(self.rounds, (int, np.integer)) and self.rounds >= 1):
-            raise SpecError(f"rounds must be an integer >= 1; got {self.rounds!r}")
+    @model_validator(mode="after")
+    def _sample_size_fits(self) -> "Deployment":
         if self.sample_size is not None:
             if self.mode == "bernoulli":
-                raise SpecError("sample_size applies to fixed sampling only; bernoulli draws each "
-                                "client with probability participation")
-            if not 1 <= self.sample_size <= self.clients:
-                raise SpecError(f"sample_size must be in [1, clients={self.clients}]; got {self.sample_size}")
+                raise ValueError("sample_size applies to fixed sampling only; bernoulli draws each "
+                                 "client with probability participation")
+            if self.sample_size > self.clients:
+                raise ValueError(f"sample_size must be in [1, clients={self.clients}]; got "
+                                 f"{self.sample_size}")
+        return self
 
     @property
     def n_byzantine(self) -> int:

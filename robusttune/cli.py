@@ -220,6 +220,10 @@ def calibrate(
     figures["recommended_trim_ratio"] = None
     sweep = None
     if not analytic_only:
+        if byzantine >= 0.5:
+            raise SpecError(f"--byzantine {byzantine:g} leaves no trim ratio to calibrate (a trim "
+                            f"ratio is below 0.5 and must exceed the Byzantine fraction); allowed: "
+                            f"[0, 0.5), or --analytic-only for the sampling law")
         if margin < 0 or byzantine + margin >= 1:
             raise SpecError(f"--margin must be >= 0 with byzantine + margin < 1; got {margin}")
         values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": attack,
@@ -305,12 +309,9 @@ def breakdown(
     breakdown.png (aggregator x p heatmap, one panel per attack) under --out."""
     from robusttune.breakdown import bisect_breakdown, load_plan, spec_evaluator, write_breakdown
 
-    plan = load_plan(space)
-    for name, value in (("threshold", threshold), ("relative_threshold", relative_threshold),
-                        ("budget", budget), ("max_fraction", max_fraction),
-                        ("on_non_monotone", on_non_monotone)):
-        if value is not None:
-            setattr(plan, name, value)
+    plan = load_plan(space).with_overrides(
+        threshold=threshold, relative_threshold=relative_threshold, budget=budget,
+        max_fraction=max_fraction, on_non_monotone=on_non_monotone)
     folder = out or Path("results") / plan.name
     with _ray_or_nothing(local, address):
         runner = _choose_runner(folder / "trials" if not local else folder, local, plan.resources, address)

@@ -25,6 +25,7 @@ import pandas as pd
 
 from robusttune.config import RUNSPEC_KEYS
 from robusttune.records import RunSummary
+from robusttune.registry import SpecError
 
 __all__ = [
     "load_runs", "load_rounds", "accuracy_table", "collapse_table", "gain_table", "round_value",
@@ -221,12 +222,14 @@ def report(results_dir: str | Path, out: str | Path | None = None,
 
     root = Path(results_dir)
     if not root.is_dir():
-        from robusttune.registry import SpecError
-
         raise SpecError(f"results folder {str(root)!r} does not exist")
+    runs = load_runs(root)
+    if runs.empty:
+        # an empty folder, or a sweep whose trials all errored (they leave no summary.json)
+        raise SpecError(f"results folder {str(root)!r} holds no finished run (no summary.json "
+                        f"below it); allowed: a sweep, breakdown or runs folder with finished runs")
     out_dir = Path(out) if out is not None else root / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = load_runs(root)
     rounds = load_rounds(root, runs)
     runs.to_csv(out_dir / "runs.csv", index=False)
     table1, table2 = accuracy_table(runs), collapse_table(runs)
@@ -276,8 +279,6 @@ def report(results_dir: str | Path, out: str | Path | None = None,
 
 
 def _resolve_runs(runs: pd.DataFrame, wanted: Sequence[str]) -> list[str]:
-    from robusttune.registry import SpecError
-
     ids = list(runs["run_id"])
     chosen = []
     for name in wanted:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Optional, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Optional, get_args, get_origin
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
                       ValidationError, model_validator)
 
 from robusttune.registry import SpecError
 
-__all__ = ["RunSchema", "RUNSPEC_KEYS", "spec_error", "check_model"]
+__all__ = ["Checked", "RunSchema", "RUNSPEC_KEYS", "spec_error", "check_model", "optional_int",
+           "optional_finite"]
 
 
 def _not_bool(value: Any) -> Any:
@@ -61,6 +62,22 @@ def optional_finite(**bounds: Any) -> Any:
     """A finite number within ``bounds``, or None (also spelt none/null)."""
     return Annotated[Optional[Annotated[float, Number, Field(allow_inf_nan=False, **bounds)]],
                      NoneWord]
+
+
+class Checked(BaseModel):
+    """A frozen pydantic model whose construction fails with one SpecError line, not a
+    ValidationError: the base of the tool's small typed configurations (a deployment to
+    calibrate, a breakdown plan's section)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # the dotted prefix its keys are named under in messages (e.g. "breakdown" -> breakdown.budget)
+    section: ClassVar[str] = ""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise spec_error(error, model=type(self), section=self.section) from None
 
 
 class RunSchema(BaseModel):
@@ -167,13 +184,13 @@ def check_model(model: type[BaseModel], values: Any, *, where: str = "") -> Any:
         raise spec_error(error, where, model) from None
 
 
-def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] | None = None
-               ) -> SpecError:
-    """One line from pydantic's first error: the key (dotted path), what is allowed, the value.
-    ``model`` (the one validated) names the allowed keys of an unknown one and tells an integer
-    key from a real one."""
+def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] | None = None,
+               section: str = "") -> SpecError:
+    """One line from pydantic's first error: the key (dotted path, under ``section``), what is
+    allowed, the value. ``where`` (a file name) prefixes the line; ``model`` (the one validated)
+    names the allowed keys of an unknown one and tells an integer key from a real one."""
     first = error.errors(include_url=False)[0]
-    key = ".".join(str(part) for part in first["loc"])
+    key = ".".join(str(part) for part in ((section,) if section else ()) + tuple(first["loc"]))
     prefix = f"{where}: " if where else ""
     fields = model.model_fields if model is not None else {}
     if first["type"] == "extra_forbidden":
@@ -181,7 +198,7 @@ def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] |
         return SpecError(f"{prefix}unknown key {key!r}{listed}")
     if first["type"] == "value_error":
         message = str(first.get("ctx", {}).get("error", first["msg"])).removeprefix("Value error, ")
-        if not key:  # a check across keys words its own line
+        if not first["loc"]:  # a check across keys words its own line
             return SpecError(prefix + message)
         return SpecError(f"{prefix}{key} {message}; got {first.get('input')!r}")
     field = fields.get(str(first["loc"][0])) if first["loc"] else None

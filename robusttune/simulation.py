@@ -23,16 +23,27 @@ from robusttune.config import RunSpec
 from robusttune.data import load_federated
 from robusttune.models import flat_params, make_model
 from robusttune.records import RoundRecord, RunSummary, is_collapsed
+from robusttune.registry import SpecError
 from robusttune.sampling import Sample, draw_clients
 from robusttune.training import client_gradients, evaluate, resolve_trainer, train_clients
 
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` is CUDA when this process can see a GPU; the sweep layer passes an explicit device
-    chosen from the trial's resources instead."""
+    chosen from the trial's resources instead. A CUDA device this process cannot see is a
+    SpecError (one line), not a CUDA traceback from deep inside the first allocation."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise SpecError(f"device {name!r} needs a CUDA GPU and this process sees none; "
+                            f"allowed: cpu, auto")
+        if device.index is not None and device.index >= count:
+            raise SpecError(f"device {name!r} is not a GPU this process sees; allowed: cpu, auto, "
+                            f"cuda, cuda:0 .. cuda:{count - 1}")
+    return device
 
 
 def client_seed(seed: int, round_index: int, client: int) -> int:

@@ -5,17 +5,50 @@ the sweep-layer space's grid axes, the defence knobs to tune from its drawn axes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal, Optional
+
+from pydantic import Field
 
 from robusttune.breakdown.bisection import Cell
+from robusttune.config import RunSpec
 from robusttune.registry import SpecError
+from robusttune.schema import RUNSPEC_KEYS, Checked, Number, optional_finite
+from robusttune.sweep.space import parse_sweep
+from robusttune.yaml_input import read_yaml
 
 __all__ = ["PLAN_KEYS", "BreakdownPlan", "load_plan"]
 
-PLAN_KEYS = ("seeds", "threshold", "relative_threshold", "max_fraction", "budget",
-             "verify_radius", "on_non_monotone", "adversary")
+
+
+class BreakdownSection(Checked):
+    """The ``breakdown:`` section of a breakdown space (and the command line's overrides of it).
+    Accuracies are fractions in [0, 1]."""
+
+    section: ClassVar[str] = "breakdown"
+
+    seeds: Annotated[list[Annotated[int, Number, Field(ge=0)]], Field(min_length=1)] = [42]
+    threshold: optional_finite(ge=0, le=1) = None
+    relative_threshold: Annotated[float, Number, Field(gt=0, le=1)] = 0.5
+    max_fraction: Annotated[float, Number, Field(gt=0, lt=1)] = 0.5
+    budget: Annotated[int, Number, Field(ge=1)] = 4
+    verify_radius: Annotated[int, Number, Field(ge=0)] = 1
+    on_non_monotone: Literal["flag", "scan"] = "flag"
+    adversary: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+
+
+PLAN_KEYS = tuple(BreakdownSection.model_fields)
+
+
+class BreakdownSearch(Checked):
+    """A breakdown space's ``search:`` (the Optuna study that tunes the defence knobs)."""
+
+    section: ClassVar[str] = "search"
+
+    algorithm: Optional[str] = None  # the map always bisects; a grid/optuna word is accepted
+    sampler: Literal["tpe"] = "tpe"
+    seed: Annotated[int, Number, Field(ge=0)] = 0
 
 
 @dataclass
@@ -39,31 +72,36 @@ class BreakdownPlan:
     sampler_seed: int = 0
     resources: dict[str, float] = field(default_factory=dict)
 
+    def with_overrides(self, **changes: Any) -> "BreakdownPlan":
+        """The plan with command-line values (None: not given) for its ``breakdown:`` keys,
+        validated as the YAML's are."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        keys = {f: getattr(self, f) for f in BreakdownSection.model_fields}
+        section = BreakdownSection(**{**keys, **given})
+        return replace(self, **section.model_dump())
+
 
 def load_plan(path: str | Path) -> BreakdownPlan:
     """Read a breakdown YAML. The cells come from the space's grid axes (every combination,
     expanded and validated by the sweep layer's parser); byzantine_fraction is the lattice's, so
     the space must not set it."""
-    from robusttune.config import RunSpec
-    from robusttune.yaml_input import read_yaml
-    from robusttune.sweep.space import parse_sweep
-
     path = Path(path)
     raw = read_yaml(path, "breakdown space")
     if not isinstance(raw, dict):
         raise SpecError(f"{path.name}: a breakdown space is a mapping (run, space, breakdown ...)")
-    section = raw.pop("breakdown", None) or {}
-    if not isinstance(section, dict):
+    section_values = raw.pop("breakdown", None) or {}
+    if not isinstance(section_values, dict):
         raise SpecError(f"{path.name}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
-    unknown = sorted(set(section) - set(PLAN_KEYS))
-    if unknown:
-        raise SpecError(f"{path.name}: unknown key breakdown.{unknown[0]}; allowed: {', '.join(PLAN_KEYS)}")
-    search = raw.pop("search", None) or {}
-    if not isinstance(search, dict) or set(search) - {"sampler", "seed", "algorithm"}:
-        raise SpecError(f"{path.name}: search in a breakdown space takes sampler (tpe) and seed only")
-    if search.get("sampler", "tpe") != "tpe":
-        raise SpecError(f"{path.name}: search.sampler {search['sampler']!r} is not allowed for "
-                        f"breakdown; allowed: tpe")
+    search_values = raw.pop("search", None) or {}
+    if not isinstance(search_values, dict):
+        raise SpecError(f"{path.name}: search in a breakdown space is a mapping of sampler (tpe) "
+                        f"and seed")
+    try:
+        search = BreakdownSearch(**search_values)
+        seeds = section_values.get("seeds", [(raw.get("run") or {}).get("seed", 42)])
+        section = BreakdownSection(**{**section_values, "seeds": seeds})
+    except SpecError as error:
+        raise SpecError(f"{path.name}: {error}") from None
     space = raw.get("space") or {}
     if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
         raise SpecError(f"{path.name}: byzantine_fraction is the breakdown lattice's; remove it "
@@ -82,33 +120,12 @@ def load_plan(path: str | Path) -> BreakdownPlan:
     if any(axis.groups is not None for axis in sweep.random_axes):
         raise SpecError(f"{path.name}: a drawn joint axis cannot be tuned per point; use grid")
 
-    def number(key: str, default: Any, kind: type) -> Any:
-        value = section.get(key, default)
-        if value is None:
-            return None
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise SpecError(f"{path.name}: breakdown.{key} must be {kind.__name__}; got {value!r}") from None
-
-    seeds = section.get("seeds", [sweep.run.get("seed", 42)])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise SpecError(f"{path.name}: breakdown.seeds must be a non-empty list of integers")
-    adversary = section.get("adversary") or {}
-    if not isinstance(adversary, dict) or not all(isinstance(v, list) and v for v in adversary.values()):
-        raise SpecError(f"{path.name}: breakdown.adversary must map RunSpec keys to non-empty lists")
     plan = BreakdownPlan(
-        name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune, seeds=seeds,
-        threshold=number("threshold", None, float),
-        relative_threshold=number("relative_threshold", 0.5, float),
-        max_fraction=number("max_fraction", 0.5, float), budget=number("budget", 4, int),
-        verify_radius=number("verify_radius", 1, int),
-        on_non_monotone=str(section.get("on_non_monotone", "flag")), adversary=adversary,
-        sampler_seed=int(search.get("seed", 0)),
+        name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune,
+        **section.model_dump(), sampler_seed=search.seed,
         resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
     )
-    from robusttune.config import RUNSPEC_KEYS
-
+    adversary = section.adversary
     cell_keys = {k for cell in cells for k in cell.as_dict()}
     for key in adversary:
         if key not in RUNSPEC_KEYS:
