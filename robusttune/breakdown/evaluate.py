@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from itertools import product
+
 from robusttune.breakdown.bisection import Evaluator, Outcome, Point
+from robusttune.config import RunSpec
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
@@ -49,10 +52,6 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
     trials each, driven by ask/tell so every Optuna trial of every point of the wave goes to the
     runner as one batch; the point's outcome is the best trial's. Trials per point: seeds x
     adversary values x budget."""
-    from itertools import product
-
-    from robusttune.config import RunSpec
-
     attack_grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] if adversary else [{}]
     if budget < 1:
         raise SpecError(f"budget must be >= 1; got {budget}")
