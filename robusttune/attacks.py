@@ -137,6 +137,9 @@ class Attack:
     needs_own: bool = False
     default_strength: float = 1.0
     min_strength: float | None = None  # smallest allowed attack_strength (None: any finite value)
+    # The strengths a worst-case breakdown map tries (each attack documents why its ladder ends
+    # where it does); empty: the attack has no strength to scale (none, label_flip, mimic).
+    strength_ladder: tuple[float, ...] = ()
 
     def __init__(self, attack_strength: float | None = None) -> None:
         strength = self.default_strength if attack_strength is None else attack_strength
@@ -242,7 +245,8 @@ def _standard_normal(shape: tuple[int, ...], like: Tensor, generator: torch.Gene
 
 @ATTACKS.register("none")
 class NoAttack(Attack):
-    """No attack: Byzantine clients send what they honestly trained (``own``)."""
+    """No attack: Byzantine clients send what they honestly trained (``own``). It breaks nothing,
+    so a breakdown map refuses a cell with it."""
 
     needs_own = True
 
@@ -274,9 +278,13 @@ class SignFlip(Attack):
         m_i = -s * mu             (own not given: every Byzantine client sends the same vector)
 
     The SWB-DM study's "sign-flip" attack. With s = 1 and ``own`` this is exactly ``bit_flip``.
+
+    Strength ladder (1, 3, 10, 100): the flip itself, then scaled up; at s = 100 one Byzantine
+    client among up to 100 honest ones reverses the mean of their agreeing updates.
     """
 
     needs_own = True
+    strength_ladder = (1.0, 3.0, 10.0, 100.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         if rnd.own is not None:
@@ -314,10 +322,14 @@ class GaussianNoise(Attack):
     honest mean update, so its norm ~= ||mu|| (a noise-to-signal ratio of one; the attack stays in
     proportion as updates shrink during training). s >= 0; s = 0 returns the honest message.
     Noise is drawn on the generator's device and moved; generator=None -> seed-0 fallback.
+
+    Strength ladder (1, 10, 100, 1000): noise of growing scale, up to 1000 times the honest
+    signal, where the noise alone outweighs the sum of 1000 honest messages.
     """
 
     needs_own = True
     min_strength = 0.0
+    strength_ladder = (1.0, 10.0, 100.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         mu = rnd.reference(self.name).mean(dim=0)
@@ -337,7 +349,13 @@ class ALIE(Attack):
     in epfml's ``ALittleIsEnoughAttack``), n = ``n_total`` (the rows of the attacker's scope: the
     aggregator's inputs by default), f = the ``f`` context if given else ``n_byzantine``; s = strength (default 1) multiplies z. Undefined
     quantiles (Byzantine majority, n <= 2) are clamped as in ``alie_z``.
+
+    Strength ladder (1, 2, 4, 8): Baruch's z, then scaled up; at 8 the message sits 8 z standard
+    deviations out, far past any robust statistic's acceptance band (the attack then trades its
+    stealth for its size, which the map's worst case must include).
     """
+
+    strength_ladder = (1.0, 2.0, 4.0, 8.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         f = rnd.n_byzantine if rnd.f is None else rnd.f
@@ -357,9 +375,14 @@ class IPM(Attack):
         m = -eps * mu,   eps = strength (default 0.1, the paper's small-eps setting),
 
     so that <aggregate, mu> turns negative once the rule lets the Byzantine vectors dominate.
+
+    Strength ladder (0.1, 1, 10, 1000): the paper's small eps, then eps large enough that f
+    Byzantine messages reverse the mean of h honest ones (eps > h / f): at eps = 1000 any honest
+    majority of up to 1000 agreeing clients per Byzantine one.
     """
 
     default_strength = 0.1
+    strength_ladder = (0.1, 1.0, 10.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
@@ -389,7 +412,8 @@ class ALIESWBDM(ALIE):
 
     n = ``n_total``, f = ``f`` if given else ``n_byzantine``, s = strength (default 1). The
     paper grid (``search_spaces/paper_grid.yaml``) uses it with ``attack_scope: sample``;
-    ``alie`` (Baruch's z, unbiased std) stays the default ALIE, DeMoA's setting.
+    ``alie`` (Baruch's z, unbiased std) stays the default ALIE, DeMoA's setting. Strength ladder
+    as ``alie``'s.
     """
 
     def craft(self, rnd: AttackRound) -> Tensor:
@@ -410,7 +434,12 @@ class IPMSWBDM(Attack):
     Honest messages that cancel (mu = 0) have no direction to negate: m = 0. ``ipm`` with its
     fixed eps = 0.1 stays the default IPM, DeMoA's setting. eps_t >= 1 always (the triangle
     inequality bounds ||mu|| by the mean norm), and it grows as the honest messages disagree.
+
+    Strength ladder (1, 10, 100, 1000): the study's norm-matched message, then scaled up as
+    ``ipm``'s is.
     """
+
+    strength_ladder = (1.0, 10.0, 100.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         source = rnd.reference(self.name)
@@ -432,6 +461,8 @@ class Mimic(Attack):
     (10) steps v <- Xc^T (Xc v) / ||Xc^T (Xc v)||, started from the centred row of largest norm
     (deterministic, no random numbers); send X_t with t = argmax_i |<Xc_i, v>| (first index on
     ties), the honest client farthest from the mean along the direction of largest variance.
+
+    No strength ladder: a scaled copy is no longer a mimic (see below).
 
     Difference from epfml: there, z starts from a seed-0 Gaussian vector, is refined once per round
     by one power step over a running mean during a warm-up window, then the argmax of <g_i, z>
@@ -513,10 +544,14 @@ class StrategicSkip(Attack):
     neighbourhood) lands on it, and a large step against the honest direction (10x the honest mean,
     reversed) drives the model away in a single round. Data poisoning is off (``data_side`` False):
     the honest-looking rounds are genuinely honest, so the run is clean until the sample turns.
+
+    Strength ladder (1, 10, 100, 1000): from a plain reversed mean to one that outweighs up to
+    1000 honest messages in the round it strikes.
     """
 
     needs_own = True
     default_strength = 10.0
+    strength_ladder = (1.0, 10.0, 100.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         if 2 * rnd.n_byzantine < rnd.n_sampled:

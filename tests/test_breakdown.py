@@ -162,12 +162,37 @@ def test_spec_evaluator_seeds_adversary_and_tuning():
 
     log.clear()
     tuned = spec_evaluator(base, fake_runner(log), seeds=[1], budget=6,
-                           tune={"trim_ratio": Domain("uniform", low=0.0, high=0.45)})
+                           tune={"trim_ratio": Domain("uniform", low=0.0, high=0.45)},
+                           adversary={"attack_strength": [1.0]})
     result = bisect_breakdown(cells, tuned)
     # a trim up to 0.45 buys up to 0.18 of beta: the tuned boundary lies above the untuned one
     assert result.cells[0].breakdown >= 3
     assert all(len({s.byzantine_fraction for s in batch}) == len(batch) for batch in log)
     assert result.trials_used == sum(len(batch) for batch in log)
+
+
+def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
+    """No adversary given: each attacked point runs sign_flip at every strength of its ladder,
+    the outcome is the worst and the map says which strength broke the first failing point."""
+    from robusttune.attacks import ATTACKS
+    from robusttune.breakdown import adversary_variants
+
+    assert ATTACKS["sign_flip"].strength_ladder == (1.0, 3.0, 10.0, 100.0)
+    assert adversary_variants("sign_flip", None) == [{"attack_strength": s} for s in (1.0, 3.0, 10.0, 100.0)]
+    assert adversary_variants("mimic", None) == [{}]                  # nothing to scale
+    assert adversary_variants("sign_flip", {"attack": ["alie", "mimic"]}) == \
+        [{"attack": "alie", "attack_strength": s} for s in (1.0, 2.0, 4.0, 8.0)] + [{"attack": "mimic"}]
+    log: list = []
+    cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]
+    result = bisect_breakdown(cells, spec_evaluator({"dataset": "synthetic", "clients": 10,
+                                                     "rounds": 1}, fake_runner(log)))
+    # at k = 1 (beta 0.1) strengths 10 and 100 both collapse the run (accuracy 0.05): the
+    # breakdown is 0 and the weakest strength that did the worst is named
+    assert result.cells[0].breakdown == 0
+    assert result.cells[0].broken_by == "attack_strength=10.0"
+    attacked = [s for batch in log for s in batch if s.byzantine_fraction > 0]
+    assert {s.attack_strength for s in attacked} == {1.0, 3.0, 10.0, 100.0}
+    assert result.to_frame().loc[0, "broken_by"] == "attack_strength=10.0"
 
 
 def test_write_breakdown(tmp_path):

@@ -62,6 +62,14 @@ class Aggregator:
         """Whether the rule's guarantee holds for n inputs of which f may be corrupted."""
         return True
 
+    def theoretical_breakdown(self, n: int) -> float | None:
+        """The largest corrupted fraction of n inputs the rule's guarantee covers,
+        max{f : precondition(n, f)} / n (Krum (n - 3) / 2n rounded down, Bulyan (n - 3) / 4n,
+        median and the geometric median (n - 1) / 2n, a trimmed rule its trim), for a breakdown
+        map to print beside the measured one. None: the rule has no bound in n (FLTrust)."""
+        covered = [f for f in range(n) if self.precondition(n, f)]
+        return max(covered) / n if covered else 0.0
+
     def _f(self, f: int | None) -> int:
         if f is None:
             return self.f or 0

@@ -14,6 +14,10 @@ class Mean(Aggregator):
     """FedAvg (McMahan et al., 2017): out = sum_i w_i x_i / sum_i w_i, w_i = 1 unless sample
     counts are given. No robustness: one unbounded message moves the output without bound."""
 
+    def theoretical_breakdown(self, n: int) -> float:
+        """0: a single message moves the mean anywhere."""
+        return 0.0
+
     def aggregate(self, x: Tensor, *, weights: Tensor | None, **context) -> Tensor:
         if weights is None:
             return x.mean(dim=0)

@@ -30,6 +30,11 @@ class FLTrust(Aggregator):
 
     needs_reference = True
 
+    def theoretical_breakdown(self, n: int) -> None:
+        """None: FLTrust trusts the server's root data, not a majority of the n inputs, so no
+        fraction of n bounds it (its guarantee is on the root set's representativeness)."""
+        return None
+
     def aggregate(self, x: Tensor, *, reference: Tensor | None, previous: Tensor | None,
                   **context) -> Tensor:
         if reference is None:

@@ -83,6 +83,7 @@ class Outcome:
     collapsed: bool = False
     trials: int = 1
     detail: tuple[Any, ...] = ()
+    breaker: tuple[tuple[str, Any], ...] = ()  # the adversary setting that gave this (the worst)
 
     @classmethod
     def from_summaries(cls, summaries: Sequence[RunSummary], **extra: Any) -> "Outcome":
@@ -216,6 +217,16 @@ class CellResult:
         return max(k for k in self.outcomes if self.survived(k))
 
     @property
+    def broken_by(self) -> str:
+        """The adversary setting that broke the first failing point (``attack_strength=100``),
+        "" when no evaluated point failed or the verdict carries none."""
+        failures = sorted(k for k in self.outcomes if not self.survived(k))
+        verdict = self.outcomes[failures[0]] if failures else None
+        if not isinstance(verdict, Outcome) or not verdict.breaker:
+            return ""
+        return " ".join(f"{k}={v}" for k, v in verdict.breaker)
+
+    @property
     def trials(self) -> int:
         return sum(v.trials if isinstance(v, Outcome) else 1 for v in self.outcomes.values())
 
@@ -232,6 +243,7 @@ class CellResult:
             "threshold": self.bar if 0 in self.outcomes else None,
             "points_evaluated": len(self.outcomes), "lattice_points": self.k_max + 1,
             "trials": self.trials,
+            "broken_by": self.broken_by,
             "evaluated": " ".join(f"{k}{'+' if self.survived(k) else '-'}"
                                   for k in sorted(self.outcomes)),
             "violations": " ".join(str(k) for k in self.violations),
@@ -285,7 +297,9 @@ class BreakdownMap:
                 rows.append({**c.cell.as_dict(), "clients": c.cell.clients, "byzantine": k,
                              "byzantine_fraction": k / c.cell.clients, "survived": c.survived(k),
                              "accuracy": outcome.accuracy, "collapsed": outcome.collapsed,
-                             "trials": outcome.trials, "detail": " ".join(map(str, outcome.detail))})
+                             "trials": outcome.trials,
+                             "worst_adversary": " ".join(f"{a}={b}" for a, b in outcome.breaker),
+                             "detail": " ".join(map(str, outcome.detail))})
         return pd.DataFrame(rows)
 
 

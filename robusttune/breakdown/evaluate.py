@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from itertools import product
 
+from robusttune.attacks import ATTACKS
 from robusttune.breakdown.bisection import Evaluator, Outcome, Point
 from robusttune.config import RunSpec
 from robusttune.records import RunSummary
@@ -18,7 +19,7 @@ from robusttune.registry import SpecError
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
     from robusttune.runners import Runner
 
-__all__ = ["spec_evaluator"]
+__all__ = ["spec_evaluator", "adversary_variants"]
 
 
 def _optuna_distribution(domain: Any) -> Any:
@@ -39,6 +40,22 @@ def _score(outcome: Outcome) -> float:
     return 0.0 if outcome.collapsed else outcome.accuracy
 
 
+def adversary_variants(attack: str, adversary: Mapping[str, Sequence[Any]] | None) -> list[dict]:
+    """The attacker settings a point with Byzantine clients runs (see `spec_evaluator`): the
+    product of ``adversary``'s values, an attack listed without attack_strength taking its
+    whole strength ladder; without ``adversary``, ``attack``'s ladder."""
+    grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] \
+        if adversary else [{}]
+    variants = []
+    for variant in grid:
+        if "attack_strength" in variant:
+            variants.append(variant)
+            continue
+        ladder = ATTACKS[variant.get("attack", attack)].strength_ladder
+        variants += [{**variant, "attack_strength": s} for s in ladder] or [variant]
+    return variants
+
+
 def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
                    tune: Mapping[str, Any] | None = None, budget: int = 1,
                    adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
@@ -46,20 +63,24 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
 
-    ``adversary`` (key -> values, e.g. attack_strength) makes the point's outcome the worst over
-    those values (lowest score). ``tune`` (key -> sweep-layer Domain) tunes the defence's knobs at
+    The adversary is the worst case: without ``adversary`` every point with k > 0 runs each
+    strength of its attack's ``strength_ladder`` (robusttune.attacks), and its outcome is the
+    worst of them (lowest score), recorded in ``Outcome.breaker``. ``adversary`` (key -> values,
+    e.g. ``{attack_strength: [1.0]}`` or ``{attack: [alie, ipm]}``) narrows or widens it: the
+    worst over the product of those values, each listed attack at its whole ladder unless
+    attack_strength is listed too. ``tune`` (key -> sweep-layer Domain) tunes the defence's knobs at
     every point with one Optuna study per point (TPE seeded with ``sampler_seed``), ``budget``
     trials each, driven by ask/tell so every Optuna trial of every point of the wave goes to the
     runner as one batch; the point's outcome is the best trial's. Trials per point: seeds x
     adversary values x budget."""
-    attack_grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] if adversary else [{}]
     if budget < 1:
         raise SpecError(f"budget must be >= 1; got {budget}")
     if not seeds:
         raise SpecError("seeds must list at least one seed")
 
     def specs_for(point: Point, knobs: Mapping[str, Any]) -> tuple[list[Any], list[dict]]:
-        variants = attack_grid if point.byzantine > 0 else [{}]   # no attacker at k = 0
+        attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
+        variants = adversary_variants(attack, adversary) if point.byzantine > 0 else [{}]
         specs = [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
                                     "byzantine_fraction": point.fraction, "seed": seed})
                  for variant in variants for seed in seeds]
@@ -70,8 +91,11 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         per_variant = [Outcome.from_summaries(summaries[i * len(seeds):(i + 1) * len(seeds)],
                                               **knobs, **variant)
                        for i, variant in enumerate(variants)]
-        worst = min(per_variant, key=_score)
-        return Outcome(worst.accuracy, worst.collapsed, sum(o.trials for o in per_variant), worst.detail)
+        position = min(range(len(per_variant)), key=lambda i: _score(per_variant[i]))
+        worst = per_variant[position]
+        breaker = tuple(variants[position].items())
+        return Outcome(worst.accuracy, worst.collapsed, sum(o.trials for o in per_variant),
+                       worst.detail, breaker)
 
     def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
         specs, spans = [], []
@@ -105,6 +129,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                 if best[i] is None or _score(outcome) > _score(best[i]):
                     best[i] = outcome
         # the point's trial count is the whole study's, not only the best trial's
-        return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail) for b in best]  # type: ignore[union-attr]
+        return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail, b.breaker)  # type: ignore[union-attr]
+                for b in best]
 
     return tuned

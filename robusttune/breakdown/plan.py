@@ -112,10 +112,17 @@ def load_plan(path: str | Path) -> BreakdownPlan:
     sweep = parse_sweep(raw, name=path.stem, source=path.name)
 
     cells = []
+    attacks_listed = section.adversary.get("attack")
     for point in sweep.expand().points:
         values = {k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()}
-        clients = RunSpec.from_dict(sweep.resolve(point)).clients
-        cells.append(Cell.of(clients, **values))
+        spec = RunSpec.from_dict(sweep.resolve(point))
+        cell = Cell.of(spec.clients, **values)
+        if spec.attack == "none" and not attacks_listed:
+            # it would report "survives all" for a map nobody attacked
+            raise SpecError(f"{path.name}: cell {cell.label} has no attack (attack: none), so "
+                            f"nothing can break it; allowed: any other attack, in run, space or "
+                            f"breakdown.adversary.attack")
+        cells.append(cell)
     tune = {axis.name: axis.domain for axis in sweep.random_axes}
     if any(axis.groups is not None for axis in sweep.random_axes):
         raise SpecError(f"{path.name}: a drawn joint axis cannot be tuned per point; use grid")
