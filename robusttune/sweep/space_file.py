@@ -4,8 +4,8 @@ dotted key (``search.sampler``), what is allowed and the value found.
 
     name        a word (default: the file name without .yaml)
     run         RunSpec keys (values checked when each configuration is built as a RunSpec)
-    space       key -> `DomainBody`: {grid | choice: [...]}, {uniform | loguniform: [low, high]},
-                {int: [low, high]}, with an optional step beside int and uniform
+    space       key -> one domain (`domains.DomainBody`): {grid | choice: [...]},
+                {uniform | loguniform | int: [low, high]}, step beside int and uniform
     search      `SearchSpec`      (or the shorthand ``search: optuna``)
     scheduler   `SchedulerSpec`   (or the shorthand ``scheduler: asha``)
     resources   `ResourceSpec`
@@ -28,10 +28,10 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from robusttune.records import RoundRecord
 from robusttune.schema import RUNSPEC_KEYS, Finite, Int, KeyedError
-from robusttune.sweep.domains import DOMAIN_KINDS, Axis, Domain, format_value
+from robusttune.sweep.domains import Axis, DomainBody, build_axis, format_value
 
 __all__ = [
-    "SweepFile", "DomainBody", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec",
+    "SweepFile", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec",
     "report_metrics", "default_mode", "SAMPLERS", "SEARCH_ALGORITHMS", "SCHEDULERS",
     "INVALID_POLICIES", "EXTRA_METRICS",
 ]
@@ -45,8 +45,6 @@ SEARCH_ALGORITHMS: tuple[str, ...] = get_args(SearchAlgorithm)
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
 SCHEDULERS: tuple[str, ...] = get_args(SchedulerKind)
 INVALID_POLICIES: tuple[str, ...] = get_args(InvalidPolicy)
-# Domains that take a ``step`` beside their bounds.
-STEPPED_KINDS = ("int", "uniform")
 # Metrics the trainable reports besides every RoundRecord field: the most recent evaluated
 # accuracy and loss, so a metric is defined in rounds that were not evaluated (eval_every > 1).
 EXTRA_METRICS = ("last_accuracy", "last_loss")
@@ -105,12 +103,6 @@ def _runspec_keys(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _pair(value: Any) -> Any:
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ValueError("must be [low, high]")
-    return value
-
-
 def _word(value: str) -> str:
     if not value or any(c in value for c in "/\\ "):
         raise ValueError("must be a non-empty word without '/' or spaces")
@@ -118,123 +110,9 @@ def _word(value: str) -> str:
 
 
 RunValues = Annotated[dict[str, Any], BeforeValidator(_empty_if_none), AfterValidator(_runspec_keys)]
-Values = Annotated[list[Any], Field(min_length=1)]
-Bounds = Annotated[tuple[Finite, Finite], BeforeValidator(_pair)]
-IntBounds = Annotated[tuple[Int, Int], BeforeValidator(_pair)]
 # constraints.drop: RunSpec key -> the values (one or a list) that, all matched, drop a run
 DropRule = Annotated[dict[str, Annotated[tuple[Any, ...], BeforeValidator(_listed)]],
                      Field(min_length=1), AfterValidator(_runspec_keys)]
-
-
-# ---------------------------------------------------------------------------------------------
-# space: one domain per key
-# ---------------------------------------------------------------------------------------------
-class DomainBody(BaseModel):
-    """One ``space:`` entry as written: exactly one domain kind, and ``step`` beside int or
-    uniform. Whether its values are scalars or joint mappings depends on the entry's name, so
-    `SweepFile` builds the `Axis`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    grid: Optional[Values] = None
-    choice: Optional[Values] = None
-    uniform: Optional[Bounds] = None
-    loguniform: Optional[Bounds] = None
-    int_: Optional[IntBounds] = Field(None, alias="int")
-    step: Optional[Annotated[Finite, Field(gt=0)]] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_kind(cls, body: Any) -> Any:
-        allowed = ", ".join(DOMAIN_KINDS)
-        if not isinstance(body, Mapping):
-            raise ValueError(f"must be one domain, e.g. {{grid: [...]}}; allowed: {allowed}")
-        kinds = [k for k in body if k in DOMAIN_KINDS]
-        others = [k for k in body if k not in DOMAIN_KINDS and k != "step"]
-        if not kinds and others:  # `normal: [0, 1]`: name the kind that does not exist
-            raise KeyedError(f"is not a domain kind; allowed: {allowed}", key=(others[0],),
-                             value=body[others[0]])
-        if len(kinds) != 1:
-            raise ValueError(f"must be one domain, e.g. {{grid: [...]}}; allowed: {allowed}")
-        kind = kinds[0]
-        besides = others + (["step"] if "step" in body and kind not in STEPPED_KINDS else [])
-        if besides:
-            raise KeyedError(f"is not allowed beside {kind}; allowed: "
-                             f"{'step' if kind in STEPPED_KINDS else 'nothing else'}",
-                             key=(besides[0],), value=body[besides[0]])
-        return body
-
-    @model_validator(mode="after")
-    def _ordered_bounds(self) -> "DomainBody":
-        kind = self.kind
-        if kind == "int":
-            low, high = self.int_
-            if low > high:
-                raise KeyedError("needs low <= high", key=("int",), value=[low, high])
-            if self.step is not None and (not float(self.step).is_integer() or self.step < 1):
-                raise KeyedError("must be an integer >= 1 beside int", key=("step",), value=self.step)
-        elif kind in ("uniform", "loguniform"):
-            low, high = getattr(self, kind)
-            if not low < high:
-                raise KeyedError("needs low < high", key=(kind,), value=[low, high])
-            if kind == "loguniform" and low <= 0:
-                raise KeyedError("needs low > 0", key=(kind,), value=[low, high])
-        return self
-
-    @property
-    def kind(self) -> str:
-        """The one domain kind set."""
-        return next(k for k in DOMAIN_KINDS if getattr(self, "int_" if k == "int" else k) is not None)
-
-    @property
-    def values(self) -> list[Any]:
-        """The listed values of a grid or choice."""
-        return list(self.grid if self.grid is not None else self.choice or ())
-
-    def range_domain(self) -> Domain:
-        """The Domain of uniform, loguniform or int (both ends of int included)."""
-        kind = self.kind
-        if kind == "int":
-            low, high = self.int_
-            return Domain("int", low=low, high=high, step=None if self.step is None else int(self.step))
-        low, high = getattr(self, kind)
-        return Domain(kind, low=low, high=high, step=self.step)
-
-
-def build_axis(name: str, body: DomainBody) -> Axis:
-    """The Axis of one ``space:`` entry. A RunSpec key takes scalar values; any other name is
-    a joint axis whose grid or choice lists mappings of RunSpec keys set together. Errors are
-    KeyedError located below ``space``."""
-    kind = body.kind
-    if name in RUNSPEC_KEYS:
-        if kind not in ("grid", "choice"):
-            return Axis(name, body.range_domain())
-        values = body.values
-        if any(isinstance(v, (Mapping, list)) for v in values):
-            raise KeyedError("values must be scalars; a list of mappings needs a joint axis whose "
-                             "name is not a RunSpec key", key=(name, kind), value=values)
-        if len({format_value(v) for v in values}) != len(values):
-            raise KeyedError("lists a value twice", key=(name, kind), value=values)
-        return Axis(name, Domain(kind, values=tuple(values)))
-    allowed = ", ".join(sorted(RUNSPEC_KEYS))
-    if kind not in ("grid", "choice"):
-        raise KeyedError(f"is not a RunSpec key; allowed: {allowed}", key=(name,))
-    if not all(isinstance(v, Mapping) and v for v in body.values):
-        raise KeyedError(f"is not a RunSpec key; allowed: {allowed} (a joint axis with a free "
-                         f"name lists mappings of RunSpec keys)", key=(name,))
-    groups: dict[str, dict[str, Any]] = {}
-    for index, value in enumerate(body.values):
-        for inner, setting in value.items():
-            where = (name, kind, index, inner)
-            if inner not in RUNSPEC_KEYS:
-                raise KeyedError(f"is not a RunSpec key; allowed: {allowed}", key=where)
-            if isinstance(setting, (Mapping, list)):
-                raise KeyedError("must be a scalar", key=where, value=setting)
-        label = ",".join(f"{k}={format_value(v)}" for k, v in value.items())
-        if label in groups:
-            raise KeyedError(f"lists {label} twice", key=(name, kind))
-        groups[label] = dict(value)
-    return Axis(name, Domain(kind, values=tuple(groups)), groups=groups)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,7 +130,8 @@ class SearchSpec(BaseModel):
     sampler: Sampler = "tpe"
     seed: Annotated[Int, Field(ge=0)] = 0
     num_samples: Annotated[Int, Field(ge=1)] = 1
-    metrics: Annotated[tuple[str, ...], _one_or_many(str), Field(min_length=1, alias="metric")] = ("accuracy",)
+    metrics: Annotated[tuple[str, ...], _one_or_many(str),
+                       Field(min_length=1, alias="metric")] = ("accuracy",)
     given_modes: Optional[Annotated[tuple[Mode, ...], _one_or_many(Mode)]] = Field(None, alias="mode")
 
     @model_validator(mode="before")
@@ -273,7 +152,8 @@ class SearchSpec(BaseModel):
         if self.algorithm == "grid" and "sampler" in self.model_fields_set:
             raise KeyedError("applies to search.algorithm optuna only; allowed with grid: "
                              "algorithm, seed, num_samples, metric, mode", key="sampler", value=self.sampler)
-        if self.algorithm == "optuna" and self.sampler == "cmaes" and importlib.util.find_spec("cmaes") is None:
+        cmaes = self.algorithm == "optuna" and self.sampler == "cmaes"
+        if cmaes and importlib.util.find_spec("cmaes") is None:
             raise KeyedError("needs the 'cmaes' package (pip install cmaes); allowed without it: "
                              "tpe, gp, nsga2", key="sampler", value=self.sampler)
         if len(set(self.metrics)) != len(self.metrics):
@@ -281,11 +161,12 @@ class SearchSpec(BaseModel):
         allowed = report_metrics()
         for metric in self.metrics:
             if metric not in allowed:
-                raise KeyedError(f"is not reported; allowed: {', '.join(allowed)}", key="metric", value=metric)
+                raise KeyedError(f"is not reported; allowed: {', '.join(allowed)}", key="metric",
+                                 value=metric)
         if self.given_modes is not None and len(self.given_modes) != len(self.metrics):
             raise KeyedError(f"needs one mode per metric ({len(self.metrics)})", key="mode",
                              value=list(self.given_modes))
-        if self.multi_objective and self.algorithm == "optuna" and self.sampler == "cmaes":
+        if self.multi_objective and cmaes:
             raise KeyedError("is single-objective; allowed with several metrics: tpe, gp, nsga2",
                              key="sampler", value=self.sampler)
         return self
