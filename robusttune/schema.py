@@ -215,6 +215,10 @@ def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] |
         if not loc:  # a check across keys words its own line
             return SpecError(prefix + message)
         return SpecError(f"{prefix}{dotted(loc)} {message}; got {value!r}")
+    if first["type"] == "invalid_key" or loc[-1:] == ("[key]",):  # a mapping's key, not a value
+        parent = loc[:-1] if first["type"] == "invalid_key" else loc[:-2]
+        owner = f"{dotted(parent)} key" if parent else "key"
+        return SpecError(f"{prefix}{owner} {first.get('input')!r} must be text")
     field = _field_at(model, loc)
     return SpecError(f"{prefix}{dotted(loc) or 'value'} must be {_allowed(first, field)}; "
                      f"got {first.get('input')!r}")

@@ -82,6 +82,7 @@ def test_an_unknown_domain_kind_is_named_with_the_allowed_kinds():
 @pytest.mark.parametrize("mapping, line", [
     (space(name="my sweep"), "name must be a non-empty word without '/' or spaces; got 'my sweep'"),
     (space(run=[1]), "run must be a mapping; got [1]"),
+    ({"run": {**BASE, 5: 1}}, "run key 5 must be text"),
     (space(space={"lr": {"uniform": [0.1, "a"]}}), "space.lr.uniform[1] must be a finite number; got 'a'"),
     (space(space={"lr": {"uniform": [0.1, 0.2, 0.3]}}), "space.lr.uniform must be [low, high]; got [0.1, 0.2, 0.3]"),
     (space(space={"lr": {"grid": []}}), "space.lr.grid must be a list of at least 1 item; got []"),

@@ -187,7 +187,7 @@ class DomainBody(BaseModel):
         kinds = [k for k in body if k in DOMAIN_KINDS]
         others = [k for k in body if k not in DOMAIN_KINDS and k != "step"]
         if not kinds and others:  # `normal: [0, 1]`: name the kind that does not exist
-            raise KeyedError(f"is not a domain kind; allowed: {allowed}", key=(others[0],),
+            raise KeyedError(f"is not a domain kind; allowed: {allowed}", key=(str(others[0]),),
                              value=body[others[0]])
         if len(kinds) != 1:
             raise ValueError(f"must be one domain, e.g. {{grid: [...]}}; allowed: {allowed}")
@@ -196,7 +196,7 @@ class DomainBody(BaseModel):
         if besides:
             raise KeyedError(f"is not allowed beside {kind}; allowed: "
                              f"{'step' if kind in STEPPED_KINDS else 'nothing else'}",
-                             key=(besides[0],), value=body[besides[0]])
+                             key=(str(besides[0]),), value=body[besides[0]])
         return body
 
     @model_validator(mode="after")
@@ -260,7 +260,7 @@ def build_axis(name: str, body: DomainBody) -> Axis:
     groups: dict[str, dict[str, Any]] = {}
     for index, value in enumerate(body.values):
         for inner, setting in value.items():
-            where = (name, kind, index, inner)
+            where = (name, kind, index, str(inner))
             if inner not in RUNSPEC_KEYS:
                 raise KeyedError(f"is not a RunSpec key; allowed: {allowed}", key=where)
             if isinstance(setting, (Mapping, list)):

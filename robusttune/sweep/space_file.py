@@ -99,7 +99,7 @@ def _runspec_keys(values: dict[str, Any]) -> dict[str, Any]:
     for key in values:
         if key not in RUNSPEC_KEYS:
             raise KeyedError(f"is not a RunSpec key; allowed: {', '.join(sorted(RUNSPEC_KEYS))}",
-                             key=(key,))
+                             key=(str(key),))
     return values
 
 
