@@ -1,6 +1,7 @@
 """The schema of one federated run: every RunSpec key with its type and range, validated by
 pydantic, and the adapter that turns pydantic's errors into the tool's one-line `SpecError`
-(``clients must be an integer >= 1; got 0``). Pure: it knows no registry, so which names exist
+(``clients must be an integer >= 1; got 0``), which the sweep layer's file schema
+(`robusttune.sweep.space_file`) shares. Pure: it knows no registry, so which names exist
 (datasets, rules, attacks ...) and the name-keyed defaults are the resolver's business
 (`robusttune.config.RunSpec`), one floor up.
 """
@@ -9,15 +10,18 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, ClassVar, Literal, Optional, get_args, get_origin
+from types import UnionType
+from typing import (Annotated, Any, ClassVar, Literal, Optional, Sequence, Union, get_args,
+                    get_origin)
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
                       ValidationError, model_validator)
+from pydantic.fields import FieldInfo
 
 from robusttune.registry import SpecError
 
-__all__ = ["Checked", "RunSchema", "RUNSPEC_KEYS", "spec_error", "check_model", "optional_int",
-           "optional_finite"]
+__all__ = ["Checked", "RunSchema", "RUNSPEC_KEYS", "KeyedError", "spec_error", "check_model",
+           "dotted", "optional_int", "optional_finite"]
 
 
 def _not_bool(value: Any) -> Any:
@@ -176,6 +180,25 @@ class RunSchema(BaseModel):
 RUNSPEC_KEYS: frozenset[str] = frozenset(RunSchema.model_fields)
 
 
+class KeyedError(ValueError):
+    """A check inside a model that names the key at fault, relative to the model it runs in
+    (``("step",)``, ``("grid", 0, "beta")``; empty: the model itself), and the value found there.
+    `spec_error` prints ``KEY MESSAGE; got VALUE`` (without ``; got`` when no value is given)."""
+
+    def __init__(self, message: str, *, key: str | tuple[str | int, ...] = (), value: Any = ...):
+        super().__init__(message)
+        self.key: tuple[str | int, ...] = (key,) if isinstance(key, str) else tuple(key)
+        self.value = value
+
+
+def dotted(loc: Sequence[str | int]) -> str:
+    """A location as the user spells it: ``space.threat.grid[0].beta``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
 def check_model(model: type[BaseModel], values: Any, *, where: str = "") -> Any:
     """``model.model_validate(values)``, its first error as one SpecError line."""
     try:
@@ -186,24 +209,97 @@ def check_model(model: type[BaseModel], values: Any, *, where: str = "") -> Any:
 
 def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] | None = None,
                section: str = "") -> SpecError:
-    """One line from pydantic's first error: the key (dotted path, under ``section``), what is
-    allowed, the value. ``where`` (a file name) prefixes the line; ``model`` (the one validated)
-    names the allowed keys of an unknown one and tells an integer key from a real one."""
+    """One line from pydantic's first error: the key (dotted path, under ``section`` when the
+    model is one section of a file), what is allowed, the value. ``where`` (a file name)
+    prefixes the line; ``model`` (the one validated) names the allowed keys of an unknown one
+    and tells an integer key from a real one, also in nested models."""
     first = error.errors(include_url=False)[0]
-    key = ".".join(str(part) for part in ((section,) if section else ()) + tuple(first["loc"]))
+    loc = tuple(first["loc"])
+    head: tuple[str, ...] = (section,) if section else ()
+
+    def shown(parts: tuple[Any, ...]) -> str:
+        return dotted(head + tuple(parts))
+
     prefix = f"{where}: " if where else ""
-    fields = model.model_fields if model is not None else {}
     if first["type"] == "extra_forbidden":
+        owner = _model_at(model, loc[:-1])
+        fields = _keys_of(owner) if owner is not None else []
         listed = f"; allowed keys: {', '.join(sorted(fields))}" if fields else ""
-        return SpecError(f"{prefix}unknown key {key!r}{listed}")
+        return SpecError(f"{prefix}unknown key {shown(loc)!r}{listed}")
     if first["type"] == "value_error":
-        message = str(first.get("ctx", {}).get("error", first["msg"])).removeprefix("Value error, ")
-        if not first["loc"]:  # a check across keys words its own line
+        cause = first.get("ctx", {}).get("error")
+        message = str(cause if cause is not None else first["msg"]).removeprefix("Value error, ")
+        value = first.get("input")
+        if isinstance(cause, KeyedError):
+            loc += cause.key
+            if cause.value is ...:
+                return SpecError(f"{prefix}{shown(loc)} {message}")
+            value = cause.value
+        if not loc:  # a check across keys words its own line
             return SpecError(prefix + message)
-        return SpecError(f"{prefix}{key} {message}; got {first.get('input')!r}")
-    field = fields.get(str(first["loc"][0])) if first["loc"] else None
-    return SpecError(f"{prefix}{key or 'value'} must be {_allowed(first, field)}; "
+        return SpecError(f"{prefix}{shown(loc)} {message}; got {value!r}")
+    if first["type"] == "invalid_key" or loc[-1:] == ("[key]",):  # a mapping's key, not a value
+        parent = loc[:-1] if first["type"] == "invalid_key" else loc[:-2]
+        owner = f"{shown(parent)} key" if parent else "key"
+        return SpecError(f"{prefix}{owner} {first.get('input')!r} must be text")
+    field = _field_at(model, loc)
+    return SpecError(f"{prefix}{shown(loc) or 'value'} must be {_allowed(first, field)}; "
                      f"got {first.get('input')!r}")
+
+
+def _walk(model: type[BaseModel] | None, loc: Sequence[str | int]) -> tuple[Any, Any]:
+    """(annotation, field) found at ``loc`` below ``model``: through nested models (by field
+    name or alias), the values of dicts and the items of lists and tuples. Inside a container
+    the field is the item's (its bounds), built from the item's annotation."""
+    annotation: Any = model
+    field: Any = None
+    for part in loc:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = next((f for name, f in annotation.model_fields.items()
+                          if part in (name, f.alias)), None)
+            if field is None:
+                return None, None
+            annotation = field.annotation
+            continue
+        origin, arguments = get_origin(annotation), get_args(annotation)
+        if origin is dict and len(arguments) == 2:
+            annotation = arguments[1]
+        elif origin in (list, tuple, set, frozenset) and arguments:
+            fixed = origin is tuple and Ellipsis not in arguments and isinstance(part, int)
+            annotation = arguments[part] if fixed and part < len(arguments) else arguments[0]
+        else:
+            return None, None
+        field = FieldInfo.from_annotation(annotation)
+        annotation = field.annotation
+    return annotation, field
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The type inside Annotated[...] and Optional[...]."""
+    while True:
+        if get_origin(annotation) is Annotated:
+            annotation = get_args(annotation)[0]
+            continue
+        arguments = [a for a in get_args(annotation) if a is not type(None)]
+        if get_origin(annotation) in (Union, UnionType) and len(arguments) == 1:
+            annotation = arguments[0]
+            continue
+        return annotation
+
+
+def _model_at(model: type[BaseModel] | None, loc: Sequence[str | int]) -> type[BaseModel] | None:
+    annotation = _unwrap(_walk(model, loc)[0])
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _field_at(model: type[BaseModel] | None, loc: Sequence[str | int]) -> Any:
+    return _walk(model, loc)[1] if loc else None
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    """The keys a model takes, as the user writes them (aliases where set)."""
+    return [f.alias or name for name, f in model.model_fields.items()]
 
 
 def _constraints(field: Any) -> tuple[str, dict[str, float]]:
@@ -257,4 +353,13 @@ def _allowed(first: dict[str, Any], field: Any) -> str:
         return "text"
     if kind == "missing":
         return "set"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "a mapping"
+    if kind in ("list_type", "tuple_type"):
+        return "a list"
+    if kind in ("too_short", "too_long"):
+        count = ctx.get("min_length" if kind == "too_short" else "max_length", 0)
+        what = ("a mapping", "key") if ctx.get("field_type") == "Dictionary" else ("a list", "item")
+        return f"{what[0]} of at {'least' if kind == 'too_short' else 'most'} {count} " \
+               f"{what[1]}{'' if count == 1 else 's'}"
     return first["msg"].lower()

@@ -59,9 +59,10 @@ def error_of(mapping) -> str:
     (space(constraints={"invalid": "ignore"}), "constraints.invalid", "error, drop"),
     (space(space={"lr": {"uniform": [0.1, 0.01]}}), "space.lr", "low < high"),
     (space(space={"lr": {"loguniform": [0.0, 0.1]}}), "space.lr", "low > 0"),
-    (space(space={"local_epochs": {"int": [1.5, 3]}}), "space.local_epochs", "integers"),
+    (space(space={"local_epochs": {"int": [1.5, 3]}}), "space.local_epochs.int[0]", "an integer"),
     (space(space={"lr": {"grid": [0.1], "step": 2}}), "space.lr.step", "nothing else"),
-    (space(space={"threat": {"grid": [{"attack": "alie", "beta": 0.2}]}}), "beta", "byzantine_fraction"),
+    (space(space={"threat": {"grid": [{"attack": "alie", "beta": 0.2}]}}), "space.threat.grid[0].beta",
+     "byzantine_fraction"),
     (space(space={"attack": {"grid": ["alie"]}, "threat": {"grid": [{"attack": "ipm"}]}}),
      "sets attack", "one axis per RunSpec key"),
     (space(run={**BASE, "device": "cuda"}), "run.device", "resources.gpu"),
@@ -70,6 +71,49 @@ def test_bad_yaml_is_one_line_naming_key_and_allowed(mapping, key, allowed):
     message = error_of(mapping)
     assert message.startswith("t.yaml: ")
     assert key in message and allowed in message, message
+
+
+def test_an_unknown_domain_kind_is_named_with_the_allowed_kinds():
+    message = error_of(space(space={"lr": {"normal": [0.0, 1.0]}}))
+    assert message == ("t.yaml: space.lr.normal is not a domain kind; allowed: grid, choice, uniform, "
+                       "loguniform, int; got [0.0, 1.0]")
+
+
+@pytest.mark.parametrize("mapping, line", [
+    (space(name="my sweep"), "name must be a non-empty word without '/' or spaces; got 'my sweep'"),
+    (space(run=[1]), "run must be a mapping; got [1]"),
+    ({"run": {**BASE, 5: 1}}, "run key 5 must be text"),
+    (space(space={"lr": {"uniform": [0.1, "a"]}}), "space.lr.uniform[1] must be a finite number; got 'a'"),
+    (space(space={"lr": {"uniform": [0.1, 0.2, 0.3]}}), "space.lr.uniform must be [low, high]; got [0.1, 0.2, 0.3]"),
+    (space(space={"lr": {"grid": []}}), "space.lr.grid must be a list of at least 1 item; got []"),
+    (space(space={"local_epochs": {"int": [1, 3], "step": 0.5}}),
+     "space.local_epochs.step must be an integer >= 1 beside int; got 0.5"),
+    (space(space={"threat": {"grid": [{"attack": ["alie"]}]}}), "space.threat.grid[0].attack must be a scalar; got ['alie']"),
+    (space(search={"seed": -1}), "search.seed must be an integer >= 0; got -1"),
+    (space(search={"metric": 5}), "search.metric must be text; got 5"),
+    (space(search={"mode": ["max", "top"], "metric": ["accuracy", "loss"]}),
+     "search.mode[1] must be one of max, min; got 'top'"),
+    (space(scheduler={"type": "asha", "reduction_factor": 1}), "scheduler.reduction_factor must be a number > 1; got 1"),
+    (space(scheduler={"type": "asha", "max_t": 0}), "scheduler.max_t must be an integer >= 1; got 0"),
+    (space(scheduler={"grace_period": 2}), "scheduler.grace_period applies to scheduler type asha only; allowed "
+                                           "with none: type; got 2"),
+    (space(resources={"cpu": True}), "resources.cpu must be a number, not true/false; got True"),
+    (space(resources={"gpu": -1}), "resources.gpu must be a number >= 0; got -1"),
+    (space(max_concurrent=-1), "max_concurrent must be an integer >= 0; got -1"),
+    (space(max_concurrent=1.5), "max_concurrent must be an integer; got 1.5"),
+    (space(constraints={"attack_matches_byzantine": "yes"}),
+     "constraints.attack_matches_byzantine must be true or false; got 'yes'"),
+    (space(constraints={"drop": [{}]}), "constraints.drop[0] must be a mapping of at least 1 key; got {}"),
+])
+def test_a_bad_value_in_each_section_names_its_dotted_key(mapping, line):
+    assert error_of(mapping) == f"t.yaml: {line}"
+
+
+def test_unknown_runspec_keys_are_named_where_they_are():
+    for mapping, key in [({"run": {**BASE, "speed": 3}}, "run.speed"),
+                         (space(constraints={"drop": [{"speed": 1}]}), "constraints.drop[0].speed")]:
+        message = error_of(mapping)
+        assert message.startswith(f"t.yaml: {key} is not a RunSpec key; allowed: ") and "byzantine_fraction" in message
 
 
 def test_a_bad_value_fails_before_ray_naming_the_runspec_key():
@@ -286,7 +330,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     result = CliRunner().invoke(app, ["sweep", str(bad), "--dry-run"])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == ["error: bad.yaml: search.sampler 'anneal' is not allowed; allowed: tpe, gp, nsga2, cmaes"]
+    assert lines == ["error: bad.yaml: search.sampler must be one of tpe, gp, nsga2, cmaes; got 'anneal'"]
     result = CliRunner().invoke(app, ["sweep", str(tmp_path / "none.yaml")])
     assert result.exit_code == 2 and "does not exist" in result.output
     good = tmp_path / "good.yaml"

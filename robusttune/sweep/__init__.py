@@ -4,7 +4,9 @@ federated run (`Simulation` wrapped by a function trainable); Optuna proposes th
 This package is the only place in robusttune that imports ray, and it does so lazily: importing
 ``robusttune.sweep`` (for ``--dry-run`` or to read a space) never imports or starts Ray.
 
-- `space`     YAML -> SweepSpec (validation, grid expansion, constraints)     no ray
+- `space_file` the YAML's pydantic schema, one model per section               no ray
+- `domains`   Domain and Axis (one space: entry), their Tune translation     ray only in to_tune
+- `space`     SweepSpec: load/parse, grid expansion, constraints, configs    no ray
 - `trainable` the function trainable around Simulation                       ray inside
 - `runner`    `run_sweep`: a sweep run or resumed, step by step              ray inside
 - `storage`   STORAGE/NAME, sweep.yaml and trials.csv beside the results     no ray
