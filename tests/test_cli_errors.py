@@ -92,3 +92,13 @@ def test_report_on_a_folder_without_finished_runs(tmp_path):
     (errored / "rounds.csv").write_text("round,accuracy\n1,0.5\n")  # a trial that died: no summary
     one_line_exit_2(["report", str(tmp_path / "errored")], "no finished run")
     assert not (tmp_path / "errored" / "report").exists()
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--num-samples", "0", "search.num_samples must be an integer >= 1; got 0"),
+    ("--max-concurrent", "-1", "max_concurrent must be an integer >= 0; got -1"),
+])
+def test_a_bad_command_line_override_is_named_as_typed(option, value, words):
+    line = one_line_exit_2(["sweep", str(SPACES / "quickstart.yaml"), "--dry-run", option, value],
+                           words)
+    assert f"with {option} {value}:" in line  # not blamed on the YAML

@@ -240,9 +240,16 @@ class SweepSpec:
         """A new spec with command-line overrides (name, num_samples, max_concurrent, cpu, gpu,
         run keys via ``run={...}``), validated like the file."""
         raw = _deep_copy(self.raw)
+        flags = {"name": "--name", "num_samples": "--num-samples", "max_concurrent": "--max-concurrent",
+                 "cpu": "--cpus-per-trial", "gpu": "--gpus-per-trial"}
+        given = []
         for key, value in changes.items():
             if value is None:
                 continue
+            if key == "run":
+                given += [f"--set {k}={format_value(v)}" for k, v in value.items()]
+            elif key in flags:
+                given.append(f"{flags[key]} {format_value(value)}")
             if key == "name":
                 raw["name"] = value
             elif key == "num_samples":
@@ -258,7 +265,9 @@ class SweepSpec:
                 raw["run"].update(value)
             else:
                 raise ValueError(f"unknown override {key!r}")
-        return parse_sweep(raw, name=self.name, source=self.source)
+        # a bad value given on the command line is named as the user typed it
+        source = f"{self.source} with {' '.join(given)}" if given else self.source
+        return parse_sweep(raw, name=self.name, source=source)
 
     # -- validation helpers ------------------------------------------------------------------
     def _check(self, point: Mapping[str, Any], random_values: Mapping[str, Any]) -> tuple[RunSpec | None, str | None]:
