@@ -321,12 +321,14 @@ def breakdown(
         result = bisect_breakdown(plan.cells, evaluate, max_fraction=plan.max_fraction,
                                   threshold=plan.threshold, relative_threshold=plan.relative_threshold,
                                   verify_radius=plan.verify_radius, on_non_monotone=plan.on_non_monotone)
-    path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}")
+    path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}", base=plan.base)
+    from robusttune.breakdown.report import breakdown_table
     from robusttune.terminal import print_table
 
-    table = result.to_frame()
-    shown = [c for c in table.columns if c in (*plan.cells[0].as_dict(), "breakdown_fraction",
-                                                "status", "clean_accuracy", "trials")]
+    table = breakdown_table(result, plan.base)
+    shown = [c for c in table.columns if c in (*plan.cells[0].as_dict(), "breakdown", "broken_by",
+                                                "theory_fraction", "p_majority_run",
+                                                "clean_accuracy", "trials")]
     print_table(table[shown], floatfmt=".3g")
     typer.echo(f"cost: {result.cost_line()}")
     typer.echo(f"report: {path}")

@@ -125,8 +125,8 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
                       column: str = "participation", panel: str = "attack") -> Path | None:
     """Heatmap of ``breakdown_fraction``: rows = aggregator (or method), columns = participation,
     one panel per attack (and per dataset when several); a cell over several rows shows their
-    minimum. Non-monotone cells carry '*', cells whose clean run failed 'x'. None when the table
-    is empty."""
+    minimum. A cell that never broke shows ">=" its lattice top, non-monotone cells carry '*',
+    cells whose clean run failed 'x'. None when the table is empty."""
     if table.empty or "breakdown_fraction" not in table:
         return None
     table = table.copy()
@@ -159,9 +159,11 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
         sub = table[table[panel] == name]
         grid = np.full((len(rows), len(columns)), np.nan)
         marks = [["" for _ in columns] for _ in rows]
+        never = np.zeros((len(rows), len(columns)), dtype=bool)
         for (r, c), group in sub.groupby([row, column], sort=False):
             i, j = rows.index(r), columns.index(c)
             grid[i, j] = group["breakdown_fraction"].min()
+            never[i, j] = bool((group["status"] == "survives_all").all())
             if (group["status"] == "non_monotone").any():
                 marks[i][j] = "*"
             if (group["status"] == "fails_clean").any():
@@ -170,7 +172,9 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
                             aspect="auto")
         for i in range(len(rows)):
             for j in range(len(columns)):
-                text = "" if math.isnan(grid[i, j]) else f"{grid[i, j]:.2f}"
+                # a cell that never broke survived the whole lattice: its fraction is a floor
+                text = "" if math.isnan(grid[i, j]) else \
+                    (f">={grid[i, j]:.2f}" if never[i, j] else f"{grid[i, j]:.2f}")
                 axis.text(j, i, text + marks[i][j], ha="center", va="center", fontsize=8,
                           color="white" if not math.isnan(grid[i, j]) and grid[i, j] < 0.6 * top else "black")
         axis.set_xticks(range(len(columns)), [f"{c:g}" if isinstance(c, float) else str(c) for c in columns])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from robusttune.breakdown import (Cell, Outcome, Point, bisect_breakdown, lattice_top,
-                                  spec_evaluator, write_breakdown)
+                                  load_plan, spec_evaluator, write_breakdown)
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
@@ -259,3 +259,76 @@ def test_breakdown_cli_bad_input(tmp_path):
     space.write_text(SPACE.replace("attack: {grid: [sign_flip]}", "byzantine_fraction: {grid: [0.1]}"))
     result = CliRunner().invoke(app, ["breakdown", str(space), "--local"])
     assert result.exit_code == 2 and "lattice" in result.stderr
+
+
+REAL = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 1.0, "rounds": 4,
+        "dirichlet_alpha": float("inf"),  # IID: the bound, not heterogeneity, is under test
+        "local_epochs": 2, "eval_every": 4}
+
+
+def _real_map(tmp_path, aggregator: str, attack: str):
+    from robusttune.breakdown.report import breakdown_table
+    from robusttune.runners import InProcessRunner
+
+    cells = [Cell.of(10, aggregator=aggregator, attack=attack)]
+    result = bisect_breakdown(cells, spec_evaluator(REAL, InProcessRunner()), verify_radius=0)
+    return result, breakdown_table(result, REAL).iloc[0]
+
+
+def test_the_mean_breaks_at_the_first_byzantine_client_under_the_default_adversary(tmp_path):
+    result, row = _real_map(tmp_path, "mean", "sign_flip")
+    assert row["breakdown_byzantine"] == 0 and row["theory_fraction"] == 0.0
+    assert row["broken_by"].startswith("attack_strength=")
+    assert row["breakdown"] == "0"
+
+
+def test_the_median_does_not_break_before_its_bound(tmp_path):
+    """Median of n = 10 inputs holds while 2f < n: theory 0.4; the measured breakdown under the
+    worst of IPM's ladder is at least that."""
+    result, row = _real_map(tmp_path, "median", "ipm")
+    assert row["theory_fraction"] == pytest.approx(0.4) and row["inputs"] == 10
+    assert row["breakdown_fraction"] >= row["theory_fraction"] - 1e-9
+
+
+def test_a_cell_with_no_attack_is_refused(tmp_path):
+    space = tmp_path / "b.yaml"
+    space.write_text("run: {dataset: synthetic, clients: 4}\n"
+                     "space: {aggregator: {grid: [mean, median]}, attack: {grid: [none, ipm]}}\n")
+    with pytest.raises(SpecError, match="has no attack"):
+        load_plan(space)
+
+
+def test_the_map_reads_at_a_glance():
+    """A cell that never broke reads '>= top', and breakdown.md opens with sentences from the
+    numbers."""
+    from robusttune.breakdown.report import answer, breakdown_table
+
+    cells = {Cell.of(10, aggregator=a, attack="ipm"): b for a, b in {"mean": 0, "median": 9}.items()}
+    result = bisect_breakdown(list(cells), lambda points: [p.byzantine <= cells[p.cell]
+                                                           for p in points])
+    table = breakdown_table(result)
+    assert list(table["breakdown"]) == ["0", ">= 0.5"]
+    lines = answer(table)
+    assert lines[0].startswith("Breaks at the first Byzantine client (1 cells): aggregator=mean")
+    assert lines[1].startswith("Never broke on the lattice (1 cells")
+    assert "aggregator=median" in lines[1]
+
+
+def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
+    from robusttune.breakdown.theory import theory_columns
+    from robusttune.calibration import Deployment, p_majority_round
+
+    base = {"dataset": "synthetic", "clients": 20, "participation": 0.1, "rounds": 30}
+    cells = [Cell.of(20, aggregator="krum", attack="ipm")]
+    result = bisect_breakdown(cells, lambda points: [p.byzantine <= 1 for p in points])
+    columns = theory_columns(base, result.cells[0])
+    # n = round(0.1 * 20) = 2 sampled: Krum needs n > 2f + 2, so no f is covered
+    assert columns["inputs"] == 2 and columns["theory_fraction"] == 0.0
+    q = p_majority_round(Deployment(clients=20, participation=0.1, byzantine_fraction=2 / 20,
+                                    rounds=30))
+    assert columns["p_majority_round"] == pytest.approx(q)
+    assert columns["p_majority_run"] == pytest.approx(1 - (1 - q) ** 30)
+    cached = theory_columns({**base, "method": "swb_dm"},
+                            bisect_breakdown([Cell.of(20, attack="ipm")],
+                                             lambda points: [p.byzantine <= 1 for p in points]).cells[0])
+    assert cached["inputs"] == 20 and cached["p_majority_round"] == 0.0  # 2 of 20 cached rows
