@@ -318,16 +318,16 @@ def barycenter_rows(y: Tensor, k: int) -> Tensor:
     # medoid is the nearest row with a defined distance. (A NaN medoid gave a finite but wrong z:
     # b placed back in the order of the NaN row's argsort.)
     dist.masked_fill_(torch.isnan(dist), math.inf)
-    medoid = dist.argmin(dim=1)
+    # Different rows can tie exactly (their sorted values agree, e.g. coordinate permutations of
+    # each other): among the rows at the lowest distance, pick by a fixed projection of Y_i, not
+    # by client index. Computed for every chunk (one matrix-vector product over y, small next to
+    # the two sorts) and selected with where, since testing for a tie first read the device back
+    # once per block.
     lowest = dist.min(dim=1, keepdim=True).values
-    tied = (dist == lowest).sum(dim=1) > 1
-    if bool(tied.any()):
-        # Different rows can tie exactly (their sorted values agree, e.g. coordinate
-        # permutations of each other); pick by a fixed projection, not by client index.
-        which = tied.nonzero().squeeze(1)
-        keys = tie_keys(y[which])
-        keys = torch.where(dist[which] == lowest[which], keys, torch.inf)
-        medoid[which] = keys.argmin(dim=1)
+    at_lowest = dist == lowest
+    tied = at_lowest.sum(dim=1) > 1
+    keys = torch.where(at_lowest, tie_keys(y), torch.inf)
+    medoid = torch.where(tied, keys.argmin(dim=1), dist.argmin(dim=1))
     rank_to_coordinate = argsort_last(y[torch.arange(nb, device=y.device), medoid])
     return torch.empty_like(b).scatter_(1, rank_to_coordinate.to(y.device), b)
 
