@@ -273,6 +273,28 @@ def test_bucketing_buckets_then_inner_rule():
     torch.testing.assert_close(agg(y, weights=w), make_aggregator("mean")(y, weights=w))
 
 
+@pytest.mark.parametrize("n,s", [(10, 2), (11, 3), (2, 5), (7, 1)])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_bucket_sums_by_formula_in_blocks(monkeypatch, n, s, weighted):
+    # sums_k = sum over shuffled positions p in [ks, (k+1)s) of w_order[p] x_order[p], by a
+    # Python loop; the rule's blocks forced down to one bucket each so the block seams are used.
+    from robusttune.aggregators import base
+    from robusttune.aggregators.wrappers import bucket_sums
+    gen = torch.Generator().manual_seed(n * 10 + s)
+    x = torch.randn(n, 6, generator=gen, dtype=torch.float64)
+    w = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5 if weighted else None
+    order = torch.randperm(n, generator=gen)
+    monkeypatch.setattr(base, "BLOCK_ELEMENTS", s * 6)
+    sums, totals = bucket_sums(x, order, s, w)
+    buckets = math.ceil(n / s)
+    assert sums.shape == (buckets, 6) and totals.shape == (buckets,)
+    for k in range(buckets):
+        members = order[k * s:(k + 1) * s].tolist()
+        weight = [1.0 if w is None else float(w[i]) for i in members]
+        torch.testing.assert_close(sums[k], sum(c * x[i] for c, i in zip(weight, members)))
+        assert totals[k].item() == pytest.approx(sum(weight))
+
+
 # -- robustness, preconditions ---------------------------------------------------------------
 
 

@@ -26,6 +26,17 @@ AGGREGATORS: Registry[type["Aggregator"]] = Registry("aggregator", RUNSPEC_KEYS)
 # much as the arithmetic on this machine.
 BLOCK_ELEMENTS = 1 << 24
 
+# Device types whose values a rule may read back to branch on (to skip a slow path that is almost
+# never taken) or hand to numpy: free on the CPU, while on CUDA every read-back waits for all
+# queued kernels. Elsewhere the rules take branch-free paths. tests/test_host_syncs.py empties it
+# to run those paths on CPU tensors and count read-backs.
+HOST_DEVICE_TYPES: frozenset[str] = frozenset({"cpu"})
+
+
+def on_host(x: Tensor) -> bool:
+    """Whether reading ``x``'s values back to Python costs no device synchronisation."""
+    return x.device.type in HOST_DEVICE_TYPES
+
 
 class Aggregator:
     """Base of every rule: ``rule(updates, f=..., weights=..., reference=..., previous=...,
@@ -182,7 +193,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _numpy_ok(x: Tensor) -> bool:
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+    return on_host(x) and x.dtype in (torch.float32, torch.float64)
 
 
 def sort_values(x: Tensor, dim: int) -> Tensor:
@@ -235,21 +246,21 @@ def tie_keys(rows: Tensor) -> Tensor:
 def rank_ascending(scores: Tensor, rows: Tensor | None = None, keys: Tensor | None = None) -> Tensor:
     """Indices that sort ``scores`` ascending; exact ties are broken by :func:`tie_keys` of
     ``rows`` (row i belongs to score i), or by precomputed ``keys``, so the ranking is a function
-    of the set of messages, not of their order.
+    of the set of messages, not of their order: the lexicographic order of (score_i, key_i),
+    from a stable argsort by key followed by a stable argsort by score.
+
+    Ties are broken unconditionally: two stable argsorts of n values cost nothing next to the
+    scores, where testing for a tie first read a device value back on every call.
 
     A row holding inf or NaN has a NaN or infinite key, and rows with NaN keys keep their input
     order among themselves (argsort puts NaN last, stably). That never reaches a result: such a
     row is at distance +inf from every other (:func:`pairwise_sq_distances`), so its Krum score
     is +inf and it ranks after every row with a finite score, whose keys are finite."""
-    order = torch.argsort(scores, stable=True)
-    ordered = scores[order]
-    if scores.numel() > 1 and bool((ordered[1:] == ordered[:-1]).any()):
-        if keys is None:
-            assert rows is not None, "ties need rows or keys"
-            keys = tie_keys(rows)
-        by_key = torch.argsort(keys, stable=True)
-        order = by_key[torch.argsort(scores[by_key], stable=True)]
-    return order
+    if keys is None:
+        assert rows is not None, "ties need rows or keys"
+        keys = tie_keys(rows)
+    by_key = torch.argsort(keys, stable=True)
+    return by_key[torch.argsort(scores[by_key], stable=True)]
 
 
 def column_blocks(d: int, rows: int) -> Iterator[slice]:
@@ -335,14 +346,21 @@ def pairwise_sq_distances(x: Tensor) -> Tensor:
     among 11 put the honest rows ~2e6 from the centre, making their float32 distances noise).
     The product is then recomputed centred at the coordinate-wise :func:`column_centre`, which
     stays among the honest values while they are a majority, so the honest-honest entries only
-    ever see honest values. Ordinary rounds thus pay no median; such rounds pay two passes."""
+    ever see honest values. Ordinary rounds thus pay no median; such rounds pay two passes.
+
+    Off the host (:func:`on_host`) the product is always centred at :func:`column_centre`:
+    choosing between the two centres reads the test's outcome back, which would stall the device
+    once per call. The median costs a sort per column block there, more than the Gram product
+    itself; it is the price of a Krum call that never waits for the device."""
     n, d = x.shape
     if n * n * d <= 1 << 22:
         dist = (x[:, None, :] - x[None, :, :]).square_().sum(dim=-1)
-    else:
+    elif on_host(x):
         dist, gram = _centred_gram_distances(x, median_centre=False)
         if not _mean_centre_is_precise(dist, gram):
             dist, _ = _centred_gram_distances(x, median_centre=True)
+    else:
+        dist, _ = _centred_gram_distances(x, median_centre=True)
     dist = dist.masked_fill_(torch.isnan(dist), math.inf)
     dist.fill_diagonal_(0)
     return dist
@@ -377,23 +395,64 @@ def distances_to(x: Tensor, point: Tensor) -> Tensor:
     return out
 
 
+def finite_rows(x: Tensor) -> Tensor:
+    """Tensor[n] of bool: whether row i holds only finite values, in row blocks (no n x d mask)."""
+    out = torch.empty(x.shape[0], dtype=torch.bool, device=x.device)
+    for rows in row_blocks(*x.shape):
+        out[rows] = torch.isfinite(x[rows]).all(dim=1)
+    return out
+
+
+def _masked_rows(x: Tensor, mask: Tensor) -> Iterator[tuple[Tensor, Tensor | slice]]:
+    """(rows of x, their indices) covering every row where ``mask`` is True. On the host only the
+    masked rows, gathered (usually none: nothing to compute); elsewhere every row in row blocks,
+    since gathering needs their count on the host. Callers weight the rows by the mask."""
+    if on_host(x):
+        which = mask.nonzero().squeeze(1)
+        if which.numel():
+            yield x[which], which
+        return
+    for rows in row_blocks(*x.shape):
+        yield x[rows], rows
+
+
+def direction_sum(x: Tensor, coefficients: Tensor, centre: Tensor | None, mask: Tensor) -> Tensor:
+    """sum_{i : mask_i} c_i u_i with u_i the :func:`robust_directions` of x_i - centre: the
+    contribution of the rows whose norm is not finite, without gathering them off the host."""
+    out = torch.zeros(x.shape[1], device=x.device, dtype=x.dtype)
+    for part, rows in _masked_rows(x, mask):
+        # Finite unit (or zero) directions: a zero weight on an unmasked row adds exactly 0.
+        out += torch.where(mask[rows], coefficients[rows], 0.0) @ robust_directions(part, centre)
+    return out
+
+
+def direction_dots(x: Tensor, vector: Tensor, centre: Tensor | None, mask: Tensor) -> Tensor:
+    """Tensor[n]: u_i . vector for the rows where ``mask`` is True (u_i as in
+    :func:`direction_sum`), 0 elsewhere."""
+    out = torch.zeros(x.shape[0], device=x.device, dtype=x.dtype)
+    for part, rows in _masked_rows(x, mask):
+        out[rows] = torch.where(mask[rows], robust_directions(part, centre) @ vector, 0.0)
+    return out
+
+
 def combine_centred(x: Tensor, coefficients: Tensor, centre: Tensor | None,
                     skip: Tensor | None = None) -> Tensor:
-    """sum_i c_i (x_i - centre) from explicit differences, in row blocks. Rows whose indices are
-    in ``skip`` contribute exactly nothing whatever their values (a coefficient 0 on a row of inf
-    or NaN would give 0 * inf = NaN); only the row blocks holding one of them pay for it."""
-    if centre is None and (skip is None or skip.numel() == 0):
+    """sum_i c_i (x_i - centre) from explicit differences, in row blocks. Rows where the boolean
+    mask ``skip`` is True contribute exactly nothing whatever their values (a coefficient 0 on a
+    row of inf or NaN would give 0 * inf = NaN): their rows of the block are zeroed first.
+
+    On the host only the row blocks holding a skipped row pay for that (a branch on the mask);
+    elsewhere every block is masked (one more elementwise pass), since the branch would read the
+    mask back once per block."""
+    if centre is None and skip is None:
         return coefficients @ x
-    dropped = None
-    if skip is not None and skip.numel():
-        dropped = torch.zeros(x.shape[0], dtype=torch.bool, device=x.device)
-        dropped[skip] = True
+    host = on_host(x)
     out = torch.zeros(x.shape[1], device=x.device, dtype=x.dtype)
     for rows in row_blocks(*x.shape):
         part = x[rows] if centre is None else x[rows] - centre
-        if dropped is not None and bool(dropped[rows].any()):
-            keep = ~dropped[rows]
-            out += coefficients[rows][keep] @ part[keep]
+        if skip is not None and (not host or bool(skip[rows].any())):
+            part = torch.where(skip[rows, None], 0.0, part)
+            out += coefficients[rows].masked_fill(skip[rows], 0.0) @ part
             continue
         out += coefficients[rows] @ part
     return out

@@ -9,8 +9,8 @@ from torch import Tensor
 
 from robusttune.aggregators.base import (
     AGGREGATORS, Aggregator, check_int, check_positive, column_centre, combine_centred,
-    distances_to, pairwise_sq_distances, rank_ascending, robust_directions, sort_values,
-    sorted_median, tie_keys,
+    direction_sum, distances_to, finite_rows, on_host, pairwise_sq_distances, rank_ascending,
+    sort_values, sorted_median, tie_keys,
 )
 
 
@@ -42,7 +42,8 @@ class Krum(Aggregator):
 
     def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
         scores = krum_scores(pairwise_sq_distances(x), f)
-        return x[rank_ascending(scores, x)[0]].clone()
+        # index_select by a one-element index: x[t] with a 0-dim t reads t back (ATen item()).
+        return x.index_select(0, rank_ascending(scores, x)[:1])[0]
 
 
 @AGGREGATORS.register("multi_krum")
@@ -85,20 +86,41 @@ class Bulyan(Aggregator):
     def precondition(self, n: int, f: int) -> bool:
         return n >= 4 * f + 3
 
+    @staticmethod
+    def select(dist: Tensor, keys: Tensor, f: int, theta: int) -> Tensor:
+        """Step 1: the indices of the theta messages picked by iterated Krum, in pick order.
+
+        The picks stay on the device: a pick is a one-element index tensor, never a Python int
+        (which would read it back, ~2 n syncs per call). With R the remaining set (|R| = n - t
+        at pick t, known on the host), the distances to messages already picked are +inf, so
+        the |R| - f - 2 smallest distances of a row in R (clamped to [1, |R| - 1]) are exactly
+        those of the rows of R, in the same sorted order: the scores equal those of the
+        |R| x |R| submatrix bit for bit. A picked row's score is NaN, which sorts after every
+        score of R (+inf included), and :func:`rank_ascending` orders R by (score, key,
+        index), as the submatrix did."""
+        n = dist.shape[0]
+        others = dist + torch.diag(dist.new_full((n,), math.inf))
+        picked = torch.zeros(n, dtype=torch.bool, device=dist.device)
+        chosen = []
+        for t in range(theta):
+            size = n - t
+            k = min(max(size - f - 2, 1), size - 1)
+            if k:
+                scores = torch.topk(others, k, dim=1, largest=False).values.sum(dim=1)
+            else:  # one message left: it is the pick
+                scores = dist.new_zeros(n)
+            pick = rank_ascending(scores.masked_fill(picked, math.nan), keys=keys)[:1]
+            chosen.append(pick)
+            picked.index_fill_(0, pick, True)
+            others.index_fill_(1, pick, math.inf)
+        return torch.cat(chosen)
+
     def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
         n = x.shape[0]
         theta = min(max(n - 2 * f, 1), n)
         beta = max(theta - 2 * f, 1)
-        dist = pairwise_sq_distances(x)
-        keys = tie_keys(x)  # once: indexing x by the remaining set would copy n x d each time
-        remaining = torch.arange(n, device=x.device)
-        chosen = []
-        for _ in range(theta):
-            sub = dist[remaining][:, remaining]
-            pick = int(rank_ascending(krum_scores(sub, f), keys=keys[remaining])[0])
-            chosen.append(remaining[pick])
-            remaining = torch.cat([remaining[:pick], remaining[pick + 1:]])
-        selected = sort_values(x[torch.stack(chosen)], dim=0)  # sorted: ties resolve by rank
+        chosen = self.select(pairwise_sq_distances(x), tie_keys(x), f, theta)
+        selected = sort_values(x.index_select(0, chosen), dim=0)  # sorted: ties resolve by rank
         med = sorted_median(selected)
         # In sorted order the beta values closest to med are a window [s, s + beta): slide right
         # while the value leaving on the left is farther from med than the one entering on the
@@ -146,26 +168,27 @@ class GeometricMedian(Aggregator):
             else weights / weights.sum()
         v = column_centre(x)
         dist = distances_to(x, v)
+        # Only rows at non-finite distance can hold inf or NaN; those that do are dropped (b_i = 0
+        # and their values masked out of the sum). On the host the check is skipped in ordinary
+        # rounds (no such row, read back for free); elsewhere every row is checked, one pass.
         far = ~torch.isfinite(dist)
-        if bool(far.any()):
-            # Only rows at non-finite distance can hold inf or NaN: check just those, and drop
-            # the ones that do, once (a copy of the kept rows, only in such rounds).
+        broken = None
+        if not on_host(x):
+            broken = far & ~finite_rows(x)
+        elif bool(far.any()):
             candidates = far.nonzero().squeeze(1)
-            broken = candidates[~torch.isfinite(x[candidates]).all(dim=1)]
-            if broken.numel():
-                keep = torch.ones(n, dtype=torch.bool, device=x.device)
-                keep[broken] = False
-                if not bool(keep.any()):
-                    return v
-                x, a, dist = x[keep], a[keep], dist[keep]
+            bad = candidates[~torch.isfinite(x[candidates]).all(dim=1)]
+            if bad.numel():
+                broken = torch.zeros(n, dtype=torch.bool, device=x.device).index_fill_(0, bad, True)
+        if broken is not None:
+            a = a.masked_fill(broken, 0.0)
         for step in range(self.gm_iters):
             if step:
                 dist = distances_to(x, v)
             b = a / dist.masked_fill_(torch.isnan(dist), math.inf).clamp_min(self.nu)
             total = b.sum()
-            if not bool(total > 0):  # every row infinitely far: nothing to move towards
-                break
-            v = (b @ x) / total
+            # Every row infinitely far (or dropped): nothing to move towards, v stays.
+            v = torch.where(total > 0, combine_centred(x, b, None, skip=broken) / total, v)
         return v
 
 
@@ -181,7 +204,8 @@ class CenteredClipping(Aggregator):
     inf) is clipped to tau u_i with u_i its direction computed without overflow
     (:func:`~robusttune.aggregators.base.robust_directions`; for inf coordinates the limit
     direction sign(z) on them). A row holding NaN has no direction and contributes 0, as a message
-    at v does. Only those rows take this path, so ordinary rounds cost the same.
+    at v does. On the host only those rows take this path, so ordinary rounds cost the same; on a
+    device every row does (masked: no read-back to find them), a few elementwise passes more.
     """
 
     def __init__(self, f: int | None = None, cclip_tau: float = 10.0, cclip_iters: int = 1) -> None:
@@ -199,9 +223,8 @@ class CenteredClipping(Aggregator):
             norms = distances_to(x, v)
             # tau / 0 = inf, clamped to 1: a message at v is "clipped" to itself.
             scale = (self.cclip_tau / norms).clamp_max(1.0)
-            far = (~torch.isfinite(norms)).nonzero().squeeze(1)
+            far = ~torch.isfinite(norms)
             step = combine_centred(x, scale, v, skip=far)
-            if far.numel():
-                step += self.cclip_tau * robust_directions(x[far], v).sum(dim=0)
+            step += self.cclip_tau * direction_sum(x, torch.ones_like(norms), v, far)
             v = v + step / n
         return v

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, combine_centred, robust_directions, row_blocks,
+    AGGREGATORS, Aggregator, combine_centred, direction_dots, direction_sum, row_blocks,
 )
 
 
@@ -53,19 +53,15 @@ class FLTrust(Aggregator):
         usable = (norms > 0) & (norm0 > 0) & ~far
         # Divided one factor at a time: norms * norm0 can overflow where each is finite.
         cos = torch.where(usable, dots / norms.clamp_min(tiny) / norm0.clamp_min(tiny), 0.0)
-        far_rows = far.nonzero().squeeze(1)
-        directions = None
-        if far_rows.numel():
-            directions = robust_directions(x[far_rows], previous)
-            if bool(norm0 > 0):
-                cos[far_rows] = directions @ (g0 / norm0)
+        # Rows at non-finite norm or dot enter by their direction u_i: cos_i = u_i . g_0 / ||g_0||.
+        # Selections by torch.where, not branches, so nothing is read back off the host.
+        unit0 = g0 / norm0.clamp_min(tiny)
+        cos = torch.where(far & (norm0 > 0), direction_dots(x, unit0, previous, far), cos)
         trust = torch.relu(cos)
         total = trust.sum()
-        base = torch.zeros(d, device=x.device, dtype=x.dtype) if previous is None else previous.clone()
-        if not bool(total > 0):
-            return base
+        base = torch.zeros(d, device=x.device, dtype=x.dtype) if previous is None else previous
         coefficients = torch.where(usable, trust * norm0 / norms.clamp_min(tiny), 0.0)
-        out = combine_centred(x, coefficients / total, previous, skip=far_rows)
-        if directions is not None:  # rescaled to ||g_0||: norm0 * u_i
-            out += (trust[far_rows] * norm0 / total) @ directions
-        return base + out
+        out = combine_centred(x, coefficients / total, previous, skip=far)
+        out += direction_sum(x, trust * norm0 / total, previous, far)  # rescaled: norm0 * u_i
+        # Every TS_i = 0 (total 0, out NaN): the server keeps its model.
+        return torch.where(total > 0, base + out, base)
