@@ -17,10 +17,10 @@ import time
 
 import torch
 
+from robusttune.aggregators.swb import ROTATIONS
 from robusttune.config import RunSpec
 from robusttune.simulation import Simulation
 
-ROTATIONS = ("haar", "shared", "hadamard")
 
 
 def final_accuracy(**keys) -> float:

@@ -8,6 +8,7 @@ pydantic, and the adapter that turns pydantic's errors into the tool's one-line 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from types import UnionType
@@ -15,13 +16,13 @@ from typing import (Annotated, Any, ClassVar, Literal, Optional, Sequence, Union
                     get_origin)
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      ValidationError, model_validator)
+                      TypeAdapter, ValidationError, model_validator)
 from pydantic.fields import FieldInfo
 
 from robusttune.registry import SpecError
 
 __all__ = ["Checked", "RunSchema", "RUNSPEC_KEYS", "KeyedError", "spec_error", "check_model",
-           "dotted", "optional_int", "optional_finite"]
+           "check_key", "check_value", "dotted", "optional_int", "optional_finite"]
 
 
 def _not_bool(value: Any) -> Any:
@@ -363,3 +364,30 @@ def _allowed(first: dict[str, Any], field: Any) -> str:
         return f"{what[0]} of at {'least' if kind == 'too_short' else 'most'} {count} " \
                f"{what[1]}{'' if count == 1 else 's'}"
     return first["msg"].lower()
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(annotation: Any) -> TypeAdapter:
+    return TypeAdapter(annotation)
+
+
+def check_value(key: str, value: Any, annotation: Any) -> Any:
+    """``value`` validated (and coerced) as ``annotation`` (a type with pydantic metadata), or
+    one SpecError line naming ``key``: for the parameters of a rule built on its own."""
+    try:
+        return _adapter(annotation).validate_python(value)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        if first["type"] == "value_error":
+            message = str(first.get("ctx", {}).get("error", first["msg"])).removeprefix("Value error, ")
+            raise SpecError(f"{key} {message}; got {value!r}") from None
+        field = FieldInfo.from_annotation(annotation)
+        raise SpecError(f"{key} must be {_allowed(first, field)}; got {value!r}") from None
+
+
+def check_key(key: str, value: Any) -> Any:
+    """``value`` validated as RunSpec key ``key`` is (the schema's type and range): a rule's
+    constructor checks its RunSpec-named parameters with the one rule the RunSpec uses."""
+    field = RunSchema.model_fields[key]
+    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    return check_value(key, value, annotation)

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from robusttune.registry import Registry, SpecError
-from robusttune.schema import RUNSPEC_KEYS
+from robusttune.registry import Registry
+from robusttune.schema import RUNSPEC_KEYS, check_value, optional_int
 
 AGGREGATORS: Registry[type["Aggregator"]] = Registry("aggregator", RUNSPEC_KEYS)
 
@@ -65,9 +65,7 @@ class Aggregator:
         return None
 
     def __init__(self, f: int | None = None) -> None:
-        if f is not None and (not isinstance(f, (int, np.integer)) or isinstance(f, bool) or f < 0):
-            raise SpecError(f"f must be an integer >= 0; got {f!r}")
-        self.f = None if f is None else int(f)
+        self.f = check_value("f", f, optional_int(ge=0))
 
     def precondition(self, n: int, f: int) -> bool:
         """Whether the rule's guarantee holds for n inputs of which f may be corrupted."""
@@ -142,38 +140,6 @@ def make_aggregator(name: str, /, **params: Any) -> Aggregator:
     """Build rule ``name`` from keyword parameters spelled as RunSpec keys (f, trim_ratio, krum_m,
     cclip_tau, gm_iters, swb_chunk, seed ...); RunSpec keys the rule does not use are ignored."""
     return AGGREGATORS.make(name, **params)
-
-
-# -- parameter checks (constructor side) ------------------------------------------------------
-
-
-def check_int(key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise SpecError(f"{key} must be an integer >= {minimum}; got {value!r}")
-    return int(value)
-
-
-def check_float(key: str, value: Any, low: float, high: float, *, high_open: bool = True) -> float:
-    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
-    ok = ok and math.isfinite(float(value)) and low <= float(value)
-    ok = ok and (float(value) < high if high_open else float(value) <= high)
-    if not ok:
-        bracket = ")" if high_open else "]"
-        raise SpecError(f"{key} must be a number in [{low}, {high}{bracket}; got {value!r}")
-    return float(value)
-
-
-def check_positive(key: str, value: Any) -> float:
-    ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
-    if not (ok and math.isfinite(float(value)) and float(value) > 0):
-        raise SpecError(f"{key} must be a finite number > 0; got {value!r}")
-    return float(value)
-
-
-def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise SpecError(f"{key} {value!r} is not allowed; allowed: {', '.join(allowed)}")
-    return str(value)
 
 
 def trim_count(ratio: float, n: int) -> int:

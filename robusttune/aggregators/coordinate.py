@@ -5,8 +5,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, check_choice, check_float, sort_values, sorted_median, trim_count,
+    AGGREGATORS, Aggregator, sort_values, sorted_median, trim_count,
 )
+from robusttune.schema import check_key
 
 
 @AGGREGATORS.register("mean")
@@ -37,7 +38,7 @@ class Median(Aggregator):
 
     def __init__(self, f: int | None = None, median_even: str = "midpoint") -> None:
         super().__init__(f)
-        self.median_even = check_choice("median_even", median_even, ("midpoint", "lower"))
+        self.median_even = check_key("median_even", median_even)
 
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n
@@ -60,7 +61,7 @@ class TrimmedMean(Aggregator):
 
     def __init__(self, f: int | None = None, trim_ratio: float | None = None) -> None:
         super().__init__(f)
-        self.trim_ratio = None if trim_ratio is None else check_float("trim_ratio", trim_ratio, 0.0, 0.5)
+        self.trim_ratio = check_key("trim_ratio", trim_ratio)
 
     def _trim(self, n: int, f: int) -> int:
         return f if self.trim_ratio is None else trim_count(self.trim_ratio, n)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, check_int, check_positive, column_centre, combine_centred,
+    AGGREGATORS, Aggregator, column_centre, combine_centred,
     direction_sum, distances_to, finite_rows, on_host, pairwise_sq_distances, rank_ascending,
     sort_values, sorted_median, tie_keys,
 )
+from robusttune.schema import check_key, check_value
 
 
 def krum_scores(dist: Tensor, f: int) -> Tensor:
@@ -54,7 +57,7 @@ class MultiKrum(Krum):
 
     def __init__(self, f: int | None = None, krum_m: int | None = None) -> None:
         super().__init__(f)
-        self.krum_m = None if krum_m is None else check_int("krum_m", krum_m, 1)
+        self.krum_m = check_key("krum_m", krum_m)
 
     def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
         n = x.shape[0]
@@ -156,8 +159,8 @@ class GeometricMedian(Aggregator):
 
     def __init__(self, f: int | None = None, gm_iters: int = 10, nu: float = 1e-6) -> None:
         super().__init__(f)
-        self.gm_iters = check_int("gm_iters", gm_iters, 1)
-        self.nu = check_positive("nu", nu)
+        self.gm_iters = check_key("gm_iters", gm_iters)
+        self.nu = check_value("nu", nu, Annotated[float, Field(gt=0, allow_inf_nan=False)])
 
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n
@@ -210,8 +213,8 @@ class CenteredClipping(Aggregator):
 
     def __init__(self, f: int | None = None, cclip_tau: float = 10.0, cclip_iters: int = 1) -> None:
         super().__init__(f)
-        self.cclip_tau = check_positive("cclip_tau", cclip_tau)
-        self.cclip_iters = check_int("cclip_iters", cclip_iters, 1)
+        self.cclip_tau = check_key("cclip_tau", cclip_tau)
+        self.cclip_iters = check_key("cclip_iters", cclip_iters)
 
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n

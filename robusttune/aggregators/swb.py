@@ -6,18 +6,19 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, get_args
 
 import torch
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, argsort_last, check_choice, check_float, check_int, generator_for,
+    AGGREGATORS, Aggregator, argsort_last, generator_for,
     on_host, sort_values, tie_keys, trim_count,
 )
+from robusttune.schema import RunSchema, check_key
 from robusttune.registry import SpecError
 
-ROTATIONS = ("haar", "shared", "hadamard")
+ROTATIONS = tuple(get_args(RunSchema.model_fields["swb_rotation"].annotation))
 
 # Chunks of one view are processed in blocks of at most this many elements of rotated messages
 # (n * chunks * C), and at most MAX_BLOCK_CHUNKS chunks, so temporaries stay in the tens of MB
@@ -222,15 +223,15 @@ class SWB(Aggregator):
     def __init__(self, f: int | None = None, trim_ratio: float | None = None, swb_chunk: int = 512,
                  swb_views: int = 2, swb_rotation: str = "haar", seed: int = 0) -> None:
         super().__init__(f)
-        self.trim_ratio = 0.25 if trim_ratio is None else check_float("trim_ratio", trim_ratio, 0.0, 0.5)
-        self.swb_chunk = check_int("swb_chunk", swb_chunk, 1)
-        self.swb_views = check_int("swb_views", swb_views, 1)
-        self.swb_rotation = check_choice("swb_rotation", swb_rotation, ROTATIONS)
+        self.trim_ratio = 0.25 if trim_ratio is None else check_key("trim_ratio", trim_ratio)
+        self.swb_chunk = check_key("swb_chunk", swb_chunk)
+        self.swb_views = check_key("swb_views", swb_views)
+        self.swb_rotation = check_key("swb_rotation", swb_rotation)
         if self.swb_rotation == "hadamard" and self.swb_chunk & (self.swb_chunk - 1):
             raise SpecError(
                 f"swb_chunk must be a power of two with swb_rotation 'hadamard'; got {swb_chunk}"
             )
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_key("seed", seed)
         self._generators: dict[str, torch.Generator] = {}
 
     @classmethod

@@ -9,8 +9,9 @@ import torch
 from torch import Tensor
 
 from robusttune.aggregators.base import (
-    AGGREGATORS, Aggregator, check_int, generator_for, make_aggregator, row_blocks, tie_keys,
+    AGGREGATORS, Aggregator, generator_for, make_aggregator, row_blocks, tie_keys,
 )
+from robusttune.schema import check_key
 from robusttune.registry import SpecError
 
 
@@ -34,8 +35,8 @@ class Bucketing(Aggregator):
     def __init__(self, inner: str | Aggregator = "mean", bucket_size: int = 2, seed: int = 0,
                  f: int | None = None, **inner_params: Any) -> None:
         super().__init__(f)
-        self.bucket_size = max(check_int("bucket_size", bucket_size, 0), 1)
-        self.seed = check_int("seed", seed, 0)
+        self.bucket_size = max(check_key("bucket_size", bucket_size), 1)
+        self.seed = check_key("seed", seed)
         if isinstance(inner, Aggregator):
             self.inner = inner
         elif isinstance(inner, str):
