@@ -121,7 +121,7 @@ def figure_names() -> list[str]:
     names.append("swb_paper_n500_over_haar")
     for name in rule_names():
         names += timed(f"rule_{name}_n500")
-    names += timed("demoa_round_n25")
+    names += timed("demoa_round_n25") + ["sync_calls_demoa_round_n25"]
     for dtype in ("float32", "bfloat16"):
         names += timed(f"swb_dm_round_n500_{dtype}") + [f"swb_dm_cache_n500_{dtype}_mib"]
     names += ["deterministic_train_batched_cnn2_10_clients_seconds",
@@ -322,12 +322,15 @@ def round_figures(bench: Bench, sizes: Sizes) -> None:
     # DeMoA's setting (N = 25, Bernoulli p = 0.1, CCLIP), under ALIE: one minibatch step a round
     if bench.expired():
         bench.timed("demoa_round_n25", lambda: None)
+        bench.figure("sync_calls_demoa_round_n25", math.nan)
     else:
         sim = Simulation(round_spec(sizes, bench.device, clients=sizes.demoa_clients,
                                     participation=0.1, participation_mode="bernoulli",
                                     method="demoa", attack="alie"))
         bench.timed("demoa_round_n25", sim.step, repeats=sizes.rounds,
                     warmup=lambda: [sim.step() for _ in range(3)])
+        # a round should wait for the device once, for its record (no evaluation in this round)
+        bench.figure("sync_calls_demoa_round_n25", bench.sync_calls(sim.step))
         del sim
     # SWB-DM at the paper's scale: N = 500 cached states, p = 0.1 (50 trained a round), IPM
     for dtype in ("float32", "bfloat16"):
