@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 test: install
 	$(PY) -m pytest
 
+# the quickstart, then its report: accuracy by method and attack, where FedAvg breaks
 sweep: install
 	$(VENV)/bin/robusttune sweep search_spaces/quickstart.yaml
+	$(VENV)/bin/robusttune report results/quickstart
 
 bench: install
 	$(PY) bench/training.py --quick

@@ -10,7 +10,7 @@ import io
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from robusttune.config import RunSpec
 from robusttune.files import write_json_atomic, write_text_atomic
@@ -24,6 +24,57 @@ TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "no
                        "aggregate_seconds")
 # Hyperparameters shown in the HParams view: the knobs a sweep varies, not paths.
 HPARAM_EXCLUDE = ("data_root",)
+# The HParams view's metrics: (tag, display name, what it is).
+RUN_METRICS = (("final/accuracy", "final accuracy", "test accuracy after the last round (fraction)"),
+               ("final/loss", "final loss", "test loss after the last round"),
+               ("final/collapsed", "collapsed", "1: accuracy at chance + 0.5 points or non-finite "
+                                                "parameters"))
+
+
+def _hparam_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+            for k, v in values.items() if k not in HPARAM_EXCLUDE}
+
+
+def experiment_summary(params: Mapping[str, Any], varied: Sequence[str] = ()) -> Any:
+    """The HParams experiment declared for TensorBoard: one column per RunSpec key of ``params``
+    (a resolved spec), the keys the sweep ``varied`` first and marked as differing, the fixed
+    ones after, and the run metrics (RUN_METRICS) named. TensorBoard orders its columns by
+    (differs, name) and shows the first few by default, so the swept keys are what a user sees
+    and the fixed ones are one tick away. Returns a Summary protobuf to write once per logdir."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.plugins.hparams import api_pb2, metadata
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+    from torch.utils.tensorboard.summary import hparams
+
+    inferred, _, _ = hparams(_hparam_values(params), {tag: 0.0 for tag, _, _ in RUN_METRICS})
+    infos = {info.name: info for info in
+             metadata.parse_experiment_plugin_data(inferred.value[0].metadata.plugin_data.content)
+             .hparam_infos}
+    order = [k for k in varied if k in infos] + sorted(k for k in infos if k not in varied)
+    experiment = api_pb2.Experiment()
+    for name in order:
+        info = infos[name]
+        info.differs = name in varied
+        experiment.hparam_infos.append(info)
+    for tag, display, description in RUN_METRICS:
+        experiment.metric_infos.append(api_pb2.MetricInfo(
+            name=api_pb2.MetricName(tag=tag), display_name=display, description=description))
+    content = HParamsPluginData(experiment=experiment, version=metadata.PLUGIN_DATA_VERSION)
+    summary_metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(
+        plugin_name=metadata.PLUGIN_NAME, content=content.SerializeToString()))
+    return Summary(value=[Summary.Value(tag=metadata.EXPERIMENT_TAG, metadata=summary_metadata)])
+
+
+def declare_experiment(folder: str | Path, params: Mapping[str, Any],
+                       varied: Sequence[str] = ()) -> None:
+    """Write the sweep's HParams experiment (`experiment_summary`) into ``folder``, the logdir
+    TensorBoard is pointed at; its trials then write only their own hyperparameter values."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(folder))
+    writer.file_writer.add_summary(experiment_summary(params, varied))
+    writer.close()
 
 
 class RunWriter:
@@ -35,10 +86,13 @@ class RunWriter:
     k + 1 on (``SummaryWriter(purge_step=k + 1)``), so no round appears twice."""
 
     def __init__(self, folder: str | Path, spec: RunSpec, tensorboard: bool = True,
-                 resume_at: int | None = None) -> None:
+                 resume_at: int | None = None, declares_experiment: bool = True) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.spec = spec
+        # a lone run declares its own HParams experiment; a sweep's trials leave that to the
+        # sweep (`declare_experiment`): TensorBoard takes the first experiment it finds
+        self.declares_experiment = declares_experiment
         self.csv_path = self.folder / "rounds.csv"
         self._csv_file = None
         self._csv: csv.DictWriter | None = None
@@ -111,12 +165,13 @@ class RunWriter:
     def _write_hparams(self, summary: RunSummary) -> None:
         from torch.utils.tensorboard.summary import hparams
 
-        params = {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
-                  for k, v in self.spec.to_dict().items() if k not in HPARAM_EXCLUDE}
         metrics = {"final/accuracy": summary.final_accuracy, "final/loss": summary.final_loss,
                    "final/collapsed": float(summary.collapsed)}
-        experiment, session_start, session_end = hparams(params, metrics)
-        for entry in (experiment, session_start, session_end):
+        _, session_start, session_end = hparams(_hparam_values(self.spec.to_dict()), metrics)
+        entries = [session_start, session_end]
+        if self.declares_experiment:
+            entries.insert(0, experiment_summary(self.spec.to_dict()))
+        for entry in entries:
             self._tensorboard.file_writer.add_summary(entry)
         for key, value in metrics.items():
             self._tensorboard.add_scalar(key, value, summary.rounds_run)

@@ -181,3 +181,21 @@ def test_markdown_table():
     text = markdown_table(frame)
     assert text.splitlines()[0] == "| method | a | b |"
     assert "| m | 1.23 | x\\|y |" in text and "| n |  |  |" in text
+
+
+def test_accuracy_by_attack_shows_where_each_rule_breaks():
+    runs = pd.DataFrame({
+        "run_id": list("abcdef"), "dataset": "digits", "participation": 0.5, "seed": 1,
+        "method": ["fedavg", "fedavg", "fedavg", "median", "median", "median"],
+        "attack": ["none", "ipm", "alie", "none", "ipm", "alie"],
+        "attack_strength": [None, 10.0, None, None, 10.0, None],
+        "byzantine_fraction": [0.0, 0.2, 0.2, 0.0, 0.2, 0.2],
+        "final_accuracy": [0.97, 0.13, 0.92, 0.95, 0.75, 0.46], "collapsed": False})
+    from robusttune.results import attack_table
+
+    table = attack_table(runs)
+    assert list(table.columns) == ["none", "alie", "ipm x10", "worst"]
+    assert list(table.index) == ["fedavg", "median"]
+    assert table.loc["fedavg", "ipm x10"] == pytest.approx(13.0)
+    assert table.loc["fedavg", "worst"] == pytest.approx(13.0)
+    assert table.loc["median", "worst"] == pytest.approx(46.0)

@@ -106,6 +106,30 @@ def test_tensorboard_scalars_and_hparams_read_back(grid_sweep):
     assert hparams["seed"].number_value == summary["spec"]["seed"]
     assert hparams["attack"].string_value == summary["spec"]["attack"]
     assert hparams["method"].string_value == "fedavg"
+    assert "_hparams_/experiment" not in content  # the sweep declares the experiment, not a trial
+
+
+def test_the_sweep_declares_its_hparams_experiment_swept_keys_first(grid_sweep):
+    """TensorBoard orders HParams columns by (differs, name) and shows the first few: the sweep
+    folder's experiment lists the swept keys first, marked as differing, and names the metrics.
+    TensorBoard's own backend reads it from the sweep folder."""
+    from tensorboard.backend.event_processing import plugin_event_multiplexer
+    from tensorboard.plugins.hparams import metadata
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(grid_sweep.path))
+    multiplexer.Reload()
+    experiments = [content[metadata.EXPERIMENT_TAG]
+                   for content in multiplexer.PluginRunToTagToContent("hparams").values()
+                   if metadata.EXPERIMENT_TAG in content]
+    assert len(experiments) == 1
+    experiment = metadata.parse_experiment_plugin_data(experiments[0])
+    swept = [info.name for info in experiment.hparam_infos if info.differs]
+    assert set(swept) == {"seed", "attack", "byzantine_fraction"}
+    assert [info.name for info in experiment.hparam_infos][:3] == swept
+    assert [m.name.tag for m in experiment.metric_infos] == ["final/accuracy", "final/loss",
+                                                             "final/collapsed"]
+    assert all(m.display_name for m in experiment.metric_infos)
 
 
 # -- Optuna -----------------------------------------------------------------------------------

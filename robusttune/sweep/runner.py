@@ -21,19 +21,19 @@ from typing import Any, Callable
 
 import yaml
 
+from robusttune.recording import declare_experiment
 from robusttune.registry import SpecError
 from robusttune.sweep.cluster import check_cluster, ray_session
 from robusttune.sweep.progress import ProgressCallback, Timeline, TimelineCallback
 from robusttune.sweep.space import SweepSpec
 from robusttune.sweep.storage import (DEFAULT_STORAGE, SWEEP_FILE, TRIALS_FILE, experiment_path,
-                                      read_text, restorable, stored_sweep, write_text)
+                                      is_local, read_text, restorable, stored_sweep, write_text)
 from robusttune.sweep.trials import saved_statuses, trials_table
 from robusttune.sweep.tuner import make_trainable, new_tuner, restored_tuner, tune_environment
 
 # Names that lived in this module before it was split, kept importable from here: other code
 # imports them from here, and a stored experiment state (tuner.pkl) names the pickled
 # TrialDirname and callbacks by this module.
-from robusttune.sweep.storage import is_local  # noqa: F401
 from robusttune.sweep.tuner import TrialDirname, make_sampler, make_scheduler, make_search  # noqa: F401
 
 __all__ = ["SweepOutcome", "MAX_FAILURES", "run_sweep"]
@@ -81,6 +81,7 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
             raise SpecError(f"--resume: {path} holds no Tune state yet; run it again without --resume")
         if not resume:  # a resumed sweep runs what sweep.yaml already says
             write_text(path, SWEEP_FILE, yaml.safe_dump({"name": spec.name, **spec.raw}, sort_keys=False))
+            _declare_hparams(spec, path, say)
         extra = [*(callbacks or [])]
         if progress:
             extra.append(ProgressCallback(spec.search.metric,
@@ -98,6 +99,15 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
         write_text(path, TRIALS_FILE, table.to_csv(index=False))
     timeline.mark("exit")
     return _outcome(path, table, statuses, timeline, grid)
+
+
+def _declare_hparams(spec: SweepSpec, path: str, say: Callable[[str], None]) -> None:
+    """The sweep's HParams experiment in its folder (swept keys first, shown by default)."""
+    if not is_local(path):
+        say("note: TensorBoard's HParams columns are inferred from the trials on remote storage")
+        return
+    example = spec.run_spec(spec.example_point()).to_dict()
+    declare_experiment(path, example, [k for k in spec.varied_keys if k in example])
 
 
 def _tuner(spec: SweepSpec, path: str, bound: Any, *, resume: bool, storage: str,

@@ -281,6 +281,16 @@ class SweepSpec:
         reason = constraint_violation(spec, self.constraints)
         return (None, reason) if reason else (spec, None)
 
+    def example_point(self) -> dict[str, Any]:
+        """One configuration of the space (a Tune config): the first grid point (or each
+        discrete axis' first value under Optuna) with drawn axes at the middle of their domain."""
+        if self.search.algorithm == "grid":
+            points = self.expand().points
+            if points:
+                return {**self._middle_of_random_axes(), **points[0]}
+        return {**{a.name: a.domain.discrete_values()[0] for a in self.axes if a.domain.is_discrete},
+                **self._middle_of_random_axes()}
+
     def _middle_of_random_axes(self) -> dict[str, Any]:
         """Drawn axes stand at the middle of their domain while the grid is expanded; their
         ends are checked separately (`_check_random_axes`)."""

@@ -120,7 +120,8 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
             simulation.load_state_dict(load_checkpoint(Path(folder) / CHECKPOINT_FILE))
         fetch_run_files(context, run_folder)
         resume_at = simulation.rounds_done
-    writer = RunWriter(run_folder, spec, resume_at=resume_at)
+    # the sweep declared the HParams experiment in its folder; a trial adds its values only
+    writer = RunWriter(run_folder, spec, resume_at=resume_at, declares_experiment=False)
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
     every = spec.checkpoint_every
     try:
