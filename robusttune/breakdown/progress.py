@@ -134,7 +134,8 @@ class MapProgress:
         else:
             seconds = self.seconds_left()
             left = "?" if seconds is None else "~" + duration(seconds)
-        trials = f"{self.ran} trials" + (f" (+{self.reused} kept from before)" if self.reused else "")
+        trials = f"{self.ran} trials" + (f" (+{self.reused} kept)" if self.reused else "")
+        # short enough for an 80-column terminal: a wrapped line is not redrawn in place cleanly
         return (f"breakdown: {self.cells_done}/{len(self.points)} cells done, "
-                f"{sum(self.points.values())} points evaluated, {trials}, wave {self.waves}, "
+                f"{sum(self.points.values())} points, {trials}, wave {self.waves}, "
                 f"elapsed {duration(elapsed)}, left {left}")
