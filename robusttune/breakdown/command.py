@@ -71,9 +71,10 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
                      "variants per attacked point": f"{len(cost.variants)}: {variants}",
                      "points (bisection)": cost.expected_points, "points (lattice)": cost.k_max + 1,
                      "trials (bisection)": cost.expected, "trials (bound)": cost.bound})
+    tuning = (f"budget {plan.budget} Optuna trials per point for {', '.join(plan.tune)}"
+              if plan.tune else "no tuned knob")
     print_table(rows, console=console,
-                title=f"{plan.name}: {len(costs)} cells, {len(plan.seeds)} seed(s), "
-                      f"{'budget ' + str(plan.budget) + ' Optuna trials per point for ' + ', '.join(plan.tune) if plan.tune else 'no tuned knob'}")
+                title=f"{plan.name}: {len(costs)} cells, {len(plan.seeds)} seed(s), {tuning}")
     bound = sum(c.bound for c in costs)
     expected = sum(c.expected for c in costs)
     console.print(f"trials: about {expected} by bisection (1 clean point, ceil(log2(k_max + 1)) "
