@@ -141,17 +141,21 @@ def sweep(
 # calibrate, breakdown, report (issue 6). Logic lives in robusttune.calibration, .breakdown and
 # .results; these commands parse options, choose a runner and print.
 # =============================================================================================
-def _choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str]) -> Any:
+def _choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str],
+                   max_concurrent: int = 0, notes: bool = True, tune_verbose: int = 0) -> Any:
     """The runner trials go through: Ray Tune (robusttune.sweep.batch; one sweep folder per wave
-    under OUT) or, with --local, one run after another in this process (no Ray)."""
+    under OUT) or, with --local, one run after another in this process (no Ray). ``notes``: the
+    sweep layer's one-line notes of each wave on stderr; ``tune_verbose``: Tune's own verbosity
+    (0: no per-wave tables)."""
     from robusttune.runners import InProcessRunner
 
     if local:
         return InProcessRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
     from robusttune.sweep.batch import TuneBatchRunner
 
-    return TuneBatchRunner(out, resources=resources, address=address,
-                           announce=lambda text: typer.echo(text, err=True))
+    return TuneBatchRunner(out, resources=resources, address=address, max_concurrent=max_concurrent,
+                           announce=(lambda text: typer.echo(text, err=True)) if notes else None,
+                           verbose=tune_verbose)
 
 
 def _ray_or_nothing(local: bool, address: Optional[str]) -> Any:
@@ -293,34 +297,61 @@ def _print_calibration(f: dict[str, Any]) -> None:
 def breakdown(
     space: Path = typer.Argument(..., help="Breakdown YAML: run, space (grid axes = cells, drawn "
                                  "axes = defence knobs tuned per point), breakdown."),
+    name: Optional[str] = typer.Option(None, "--name", help="Map name (default: the YAML's name or file name)."),
+    storage: str = typer.Option("results", "--storage", help="Results root, a local or shared folder; the map goes to STORAGE/NAME."),
+    set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable; overrides run: in the YAML."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a killed map without re-running finished runs."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the cells, lattices and trial counts; start nothing."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
+    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
+    gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
+    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
     threshold: Optional[float] = typer.Option(None, "--threshold", help="Absolute accuracy a point must reach."),
     relative_threshold: Optional[float] = typer.Option(None, "--relative-threshold",
                                                        help="Fraction of the cell's clean accuracy (default 0.5)."),
     budget: Optional[int] = typer.Option(None, "--budget", help="Optuna trials per lattice point for the drawn knobs."),
     max_fraction: Optional[float] = typer.Option(None, "--max-fraction", help="Top of the lattice (default 0.5)."),
     on_non_monotone: Optional[str] = typer.Option(None, "--on-non-monotone", help="flag | scan."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Results folder (default results/NAME)."),
     local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join this Ray cluster."),
+    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output for every wave, besides the progress line."),
+    out: Optional[Path] = typer.Option(None, "--out", hidden=True,
+                                       help="The results folder itself (--storage OUT's parent, --name its name)."),
 ) -> None:
     """Largest surviving Byzantine fraction per cell, by parallel bisection over {0, 1/N, ...}.
 
     Writes breakdown.csv, breakdown_points.csv (the trials behind each number), breakdown.md and
-    breakdown.png (aggregator x p heatmap, one panel per attack) under --out."""
-    from robusttune.breakdown import bisect_breakdown, load_plan, spec_evaluator, write_breakdown
+    breakdown.png (aggregator x p heatmap, one panel per attack) under STORAGE/NAME, beside
+    plan.yaml (the plan as run) and runs.jsonl (every finished run, what --resume keeps)."""
+    from robusttune.breakdown import write_breakdown
+    from robusttune.breakdown.command import (EXIT_INTERRUPTED, command_line, dry_run_report,
+                                              map_folder, prepare_plan, run_map)
 
-    plan = load_plan(space).with_overrides(
-        threshold=threshold, relative_threshold=relative_threshold, budget=budget,
-        max_fraction=max_fraction, on_non_monotone=on_non_monotone)
-    folder = out or Path("results") / plan.name
-    with _ray_or_nothing(local, address):
-        runner = _choose_runner(folder / "trials" if not local else folder, local, plan.resources, address)
-        evaluate = spec_evaluator(plan.base, runner, seeds=plan.seeds, tune=plan.tune or None,
-                                  budget=plan.budget if plan.tune else 1, adversary=plan.adversary or None,
-                                  sampler_seed=plan.sampler_seed)
-        result = bisect_breakdown(plan.cells, evaluate, max_fraction=plan.max_fraction,
-                                  threshold=plan.threshold, relative_threshold=plan.relative_threshold,
-                                  verify_radius=plan.verify_radius, on_non_monotone=plan.on_non_monotone)
+    if out is not None:  # the older spelling: the folder itself
+        if name is not None:
+            raise SpecError("--out and --name exclude each other; allowed: --storage and --name")
+        storage, name = str(out.parent), out.name
+    plan = prepare_plan(space, name=name, assignments=set_, cpus_per_trial=cpus_per_trial,
+                        gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
+                        threshold=threshold, relative_threshold=relative_threshold, budget=budget,
+                        max_fraction=max_fraction, on_non_monotone=on_non_monotone)
+    folder = map_folder(storage, plan.name)
+    if dry_run:
+        if resume:
+            raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
+        dry_run_report(plan, folder)
+        return
+    how = ["--local"] if local else (["--address", address] if address else [])
+    command = command_line(space, plan, storage, how)
+    runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+                            max_concurrent=plan.max_concurrent, notes=verbose,
+                            tune_verbose=1 if verbose else 0)  # the progress line replaces both
+    try:
+        result, stored = run_map(plan, folder, runner, resume=resume, local=local,
+                                 session=_ray_or_nothing(local, address), command=command)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: the finished runs are kept in {folder / 'runs.jsonl'}", err=True)
+        typer.echo(f"continue with: {command} --resume", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
     path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}", base=plan.base)
     from robusttune.breakdown.report import breakdown_table
     from robusttune.terminal import print_table
@@ -331,6 +362,9 @@ def breakdown(
                                                 "clean_accuracy", "trials")]
     print_table(table[shown], floatfmt=".3g")
     typer.echo(f"cost: {result.cost_line()}")
+    if resume:
+        typer.echo(f"resumed: {stored.reused} runs kept from before ({folder / 'runs.jsonl'}), "
+                   f"{stored.ran} new")
     typer.echo(f"report: {path}")
 
 

@@ -233,7 +233,7 @@ def test_end_to_end_breakdown_on_digits(tmp_path):
 
     space = tmp_path / "e2e.yaml"
     space.write_text(SPACE)
-    result = CliRunner().invoke(app, ["breakdown", str(space), "--local", "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(app, ["breakdown", str(space), "--local", "--storage", str(tmp_path), "--name", "out"])
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "out" / "breakdown.csv").set_index("aggregator")
     fraction = table["breakdown_fraction"]

@@ -42,7 +42,8 @@ def test_breakdown_options_out_of_range(tmp_path, option, value, allowed):
     space.write_text(TINY_BREAKDOWN % 4)
     out = tmp_path / "out"
     key = option.removeprefix("--").replace("-", "_")
-    one_line_exit_2(["breakdown", str(space), "--local", "--out", str(out), option, value],
+    one_line_exit_2(["breakdown", str(space), "--local", "--storage", str(tmp_path), "--name", "out",
+                     option, value],
                     f"breakdown.{key}", value, allowed)
     assert not out.exists()
 
@@ -50,7 +51,7 @@ def test_breakdown_options_out_of_range(tmp_path, option, value, allowed):
 def test_a_fractional_budget_in_the_yaml_is_refused_not_truncated(tmp_path):
     space = tmp_path / "b.yaml"
     space.write_text(TINY_BREAKDOWN % 2.7)
-    one_line_exit_2(["breakdown", str(space), "--local", "--out", str(tmp_path / "out")],
+    one_line_exit_2(["breakdown", str(space), "--local", "--storage", str(tmp_path), "--name", "out"],
                     "b.yaml", "breakdown.budget", "2.7", "integer")
 
 

@@ -310,6 +310,62 @@ def test_breakdown_waves_run_as_tune_trials_with_the_same_results(ray_session, t
     assert [s.spec["attack"] for s in through_tune] == ["none", "sign_flip"]
 
 
+def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(ray_session, tmp_path,
+                                                                                 monkeypatch):
+    """`robusttune breakdown` on Ray, Ctrl-C after its first wave, then `--resume`: no RunSpec
+    reaches Ray Tune twice, and the map is the one an in-process map of the same plan gives."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    import robusttune.breakdown.command as command
+    from robusttune.breakdown.store import run_key
+    from robusttune.cli import app
+    from robusttune.sweep.batch import TuneBatchRunner
+
+    space = tmp_path / "map.yaml"
+    space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 1, local_epochs: 1,\n"
+                     "      synthetic_samples: 200, trainer: sequential}\n"
+                     "space: {aggregator: {grid: [mean]}, attack: {grid: [sign_flip]}}\n"
+                     "breakdown: {seeds: [1], adversary: {attack_strength: [3.0]}, verify_radius: 0}\n")
+    handed: list[str] = []
+    real_call, real_bisect = TuneBatchRunner.__call__, command.bisect_breakdown
+
+    def counted(self, specs):
+        handed.extend(run_key(s) for s in specs)
+        return real_call(self, specs)
+
+    def killed_after_one_wave(cells, evaluate, **options):
+        waves: list = []
+
+        def one_wave(points):
+            waves.append(points)
+            if len(waves) > 1:
+                raise KeyboardInterrupt
+            return evaluate(points)
+
+        return real_bisect(cells, one_wave, **options)
+
+    monkeypatch.setattr(TuneBatchRunner, "__call__", counted)
+    args = ["breakdown", str(space), "--storage", str(tmp_path), "--name", "ray"]
+    with monkeypatch.context() as patch:
+        patch.setattr(command, "bisect_breakdown", killed_after_one_wave)
+        first = CliRunner().invoke(app, args)
+    assert first.exit_code == 130, first.output
+    before = list(handed)
+    assert len(before) == 2                           # k = 0 and k = 2 of the lattice 0..2
+    assert "Trial status" not in first.output          # no Tune tables, the one progress line
+    handed.clear()
+    resumed = CliRunner().invoke(app, [*args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert handed and not set(handed) & set(before)
+    local = CliRunner().invoke(app, ["breakdown", str(space), "--local", "--storage", str(tmp_path),
+                                     "--name", "local"])
+    assert local.exit_code == 0, local.output
+    columns = ["breakdown_fraction", "status", "evaluated", "trials", "clean_accuracy"]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ray" / "breakdown.csv")[columns],
+                                  pd.read_csv(tmp_path / "local" / "breakdown.csv")[columns])
+
+
 @pytest.mark.parametrize("sampler", ["tpe", "gp", "nsga2", "cmaes"])
 def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
     import optuna

@@ -5,9 +5,11 @@ the sweep-layer space's grid axes, the defence knobs to tune from its drawn axes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import copy
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional
 
 from pydantic import Field
 
@@ -15,11 +17,11 @@ from robusttune.breakdown.bisection import Cell
 from robusttune.config import RunSpec
 from robusttune.registry import SpecError
 from robusttune.schema import RUNSPEC_KEYS, Checked, Number, optional_finite
+from robusttune.sweep.domains import format_value
 from robusttune.sweep.space import parse_sweep
 from robusttune.yaml_input import read_yaml
 
-__all__ = ["PLAN_KEYS", "BreakdownPlan", "load_plan"]
-
+__all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "parse_plan", "plan_costs"]
 
 
 class BreakdownSection(Checked):
@@ -55,7 +57,11 @@ class BreakdownSearch(Checked):
 class BreakdownPlan:
     """A breakdown search space: a sweep-layer search space (``run``, ``space``, ``resources``
     ...) whose grid axes are the cells and whose drawn axes are the defence knobs tuned at each
-    point, plus a ``breakdown:`` section (keys PLAN_KEYS)."""
+    point, plus a ``breakdown:`` section (keys PLAN_KEYS).
+
+    ``raw`` is the mapping as run (the file with the command line's overrides written into it):
+    what a results folder keeps as plan.yaml, so ``--resume`` can tell whether it is asked to
+    continue the same map. ``given`` lists those overrides as typed (``--set rounds=2``)."""
 
     name: str
     base: dict[str, Any]
@@ -71,45 +77,89 @@ class BreakdownPlan:
     adversary: dict[str, list[Any]] = field(default_factory=dict)
     sampler_seed: int = 0
     resources: dict[str, float] = field(default_factory=dict)
+    max_concurrent: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+    source: str = "<mapping>"
+    given: tuple[str, ...] = ()
 
-    def with_overrides(self, **changes: Any) -> "BreakdownPlan":
-        """The plan with command-line values (None: not given) for its ``breakdown:`` keys,
-        validated as the YAML's are."""
-        given = {k: v for k, v in changes.items() if v is not None}
-        keys = {f: getattr(self, f) for f in BreakdownSection.model_fields}
-        section = BreakdownSection(**{**keys, **given})
-        return replace(self, **section.model_dump())
+    def with_overrides(self, *, name: str | None = None, run: Mapping[str, Any] | None = None,
+                       cpu: float | None = None, gpu: float | None = None,
+                       max_concurrent: int | None = None, **section: Any) -> "BreakdownPlan":
+        """The plan with command-line values (None: not given): ``name``, ``run`` (RunSpec keys
+        of the base run, ``--set``), per-trial ``cpu``/``gpu``, ``max_concurrent`` and the
+        ``breakdown:`` keys (PLAN_KEYS). They are written into the mapping, which is parsed again,
+        so they are validated exactly as the YAML's values are, and a bad one is named as typed."""
+        unknown = set(section) - set(PLAN_KEYS)
+        if unknown:
+            raise ValueError(f"unknown override {sorted(unknown)}")
+        raw = copy.deepcopy(self.raw)
+        given = list(self.given)
+        if name is not None:
+            raw["name"] = name
+            given.append(f"--name {name}")
+        for key, value in (run or {}).items():
+            raw["run"] = {**(raw.get("run") or {}), key: value}
+            given.append(f"--set {key}={format_value(value)}")
+        for key, value, flag in (("cpu", cpu, "--cpus-per-trial"), ("gpu", gpu, "--gpus-per-trial")):
+            if value is not None:
+                raw["resources"] = {**(raw.get("resources") or {}), key: value}
+                given.append(f"{flag} {format_value(value)}")
+        if max_concurrent is not None:
+            raw["max_concurrent"] = max_concurrent
+            given.append(f"--max-concurrent {max_concurrent}")
+        for key, value in section.items():
+            if value is not None:
+                raw["breakdown"] = {**(raw.get("breakdown") or {}), key: value}
+                given.append(f"--{key.replace('_', '-')} {format_value(value)}")
+        if len(given) == len(self.given):
+            return self
+        return parse_plan(raw, source=self.source, default_name=self.name, given=tuple(given))
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the map's outcomes: the mapping without its name, resources and
+        max_concurrent (where and how fast it runs). A resumed map must match it."""
+        return {k: v for k, v in self.raw.items() if k not in ("name", "resources", "max_concurrent")}
 
 
 def load_plan(path: str | Path) -> BreakdownPlan:
-    """Read a breakdown YAML. The cells come from the space's grid axes (every combination,
-    expanded and validated by the sweep layer's parser); byzantine_fraction is the lattice's, so
-    the space must not set it."""
+    """Read a breakdown YAML (see `parse_plan`); errors name the file."""
     path = Path(path)
     raw = read_yaml(path, "breakdown space")
-    if not isinstance(raw, dict):
-        raise SpecError(f"{path.name}: a breakdown space is a mapping (run, space, breakdown ...)")
+    return parse_plan(raw, source=path.name, default_name=path.stem)
+
+
+def parse_plan(mapping: Any, *, source: str, default_name: str,
+               given: tuple[str, ...] = ()) -> BreakdownPlan:
+    """Validate a breakdown mapping. The cells come from the space's grid axes (every
+    combination, expanded and validated by the sweep layer's parser); byzantine_fraction is the
+    lattice's, so the space must not set it. ``given`` (overrides already written into the
+    mapping) is named in every error, so a bad command-line value is not blamed on the file."""
+    where = f"{source} with {' '.join(given)}" if given else source
+    if not isinstance(mapping, dict):
+        raise SpecError(f"{where}: a breakdown space is a mapping (run, space, breakdown ...)")
+    kept = copy.deepcopy(mapping)
+    raw = copy.deepcopy(mapping)
     section_values = raw.pop("breakdown", None) or {}
     if not isinstance(section_values, dict):
-        raise SpecError(f"{path.name}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
+        raise SpecError(f"{where}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
     search_values = raw.pop("search", None) or {}
     if not isinstance(search_values, dict):
-        raise SpecError(f"{path.name}: search in a breakdown space is a mapping of sampler (tpe) "
+        raise SpecError(f"{where}: search in a breakdown space is a mapping of sampler (tpe) "
                         f"and seed")
     try:
         search = BreakdownSearch(**search_values)
         seeds = section_values.get("seeds", [(raw.get("run") or {}).get("seed", 42)])
         section = BreakdownSection(**{**section_values, "seeds": seeds})
     except SpecError as error:
-        raise SpecError(f"{path.name}: {error}") from None
+        raise SpecError(f"{where}: {error}") from None
     space = raw.get("space") or {}
     if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
-        raise SpecError(f"{path.name}: byzantine_fraction is the breakdown lattice's; remove it "
+        raise SpecError(f"{where}: byzantine_fraction is the breakdown lattice's; remove it "
                         f"from run and space")
     # the lattice sets byzantine_fraction later; an attacked cell is legal at k = 0
     raw["constraints"] = {**(raw.get("constraints") or {}), "attack_matches_byzantine": False}
     raw["search"] = {"algorithm": "grid"}
-    sweep = parse_sweep(raw, name=path.stem, source=path.name)
+    sweep = parse_sweep(raw, name=default_name, source=where)
 
     cells = []
     attacks_listed = section.adversary.get("attack")
@@ -119,25 +169,74 @@ def load_plan(path: str | Path) -> BreakdownPlan:
         cell = Cell.of(spec.clients, **values)
         if spec.attack == "none" and not attacks_listed:
             # it would report "survives all" for a map nobody attacked
-            raise SpecError(f"{path.name}: cell {cell.label} has no attack (attack: none), so "
+            raise SpecError(f"{where}: cell {cell.label} has no attack (attack: none), so "
                             f"nothing can break it; allowed: any other attack, in run, space or "
                             f"breakdown.adversary.attack")
         cells.append(cell)
     tune = {axis.name: axis.domain for axis in sweep.random_axes}
     if any(axis.groups is not None for axis in sweep.random_axes):
-        raise SpecError(f"{path.name}: a drawn joint axis cannot be tuned per point; use grid")
+        raise SpecError(f"{where}: a drawn joint axis cannot be tuned per point; use grid")
 
     plan = BreakdownPlan(
         name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune,
         **section.model_dump(), sampler_seed=search.seed,
         resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
+        max_concurrent=sweep.max_concurrent, raw=kept, source=source, given=given,
     )
     adversary = section.adversary
     cell_keys = {k for cell in cells for k in cell.as_dict()}
     for key in adversary:
         if key not in RUNSPEC_KEYS:
-            raise SpecError(f"{path.name}: breakdown.adversary.{key} is not a RunSpec key")
+            raise SpecError(f"{where}: breakdown.adversary.{key} is not a RunSpec key")
         if key in cell_keys or key in tune or key == "byzantine_fraction":
-            raise SpecError(f"{path.name}: breakdown.adversary.{key} is also set by space; "
+            raise SpecError(f"{where}: breakdown.adversary.{key} is also set by space; "
                             f"allowed: one of them")
     return plan
+
+
+@dataclass(frozen=True)
+class CellCost:
+    """What one cell of a plan costs: its lattice top k_max (points 0 .. k_max of N), the
+    adversary variants an attacked point runs, and trials for the full lattice (``bound``) and
+    for the bisection (``expected``: the clean point, ceil(log2(k_max + 1)) midpoints and up to
+    2 x verify_radius verification points, at most the whole lattice)."""
+
+    cell: Cell
+    k_max: int
+    variants: list[dict[str, Any]]
+    clean_trials: int          # trials of the clean point: seeds x budget
+    attacked_trials: int       # trials of a point with k > 0: seeds x variants x budget
+    expected_points: int
+
+    @property
+    def bound(self) -> int:
+        return self.clean_trials + self.k_max * self.attacked_trials
+
+    @property
+    def expected(self) -> int:
+        return self.clean_trials + (self.expected_points - 1) * self.attacked_trials
+
+    @property
+    def lattice(self) -> str:
+        N = self.cell.clients
+        return "{0}" if self.k_max == 0 else \
+            "{0, 1/%d}" % N if self.k_max == 1 else "{0, 1/%d, ..., %d/%d}" % (N, self.k_max, N)
+
+
+def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
+    """Every cell's `CellCost` under ``plan`` (what ``--dry-run`` prints, and what the progress
+    display's estimate of the time left counts down)."""
+    from robusttune.breakdown.bisection import lattice_top
+    from robusttune.breakdown.evaluate import adversary_variants
+
+    budget = plan.budget if plan.tune else 1   # without drawn knobs there is nothing to tune
+    costs = []
+    for cell in plan.cells:
+        k_max = lattice_top(cell.clients, plan.max_fraction)
+        attack = cell.as_dict().get("attack", plan.base.get("attack", "none"))
+        variants = adversary_variants(attack, plan.adversary or None)
+        steps = math.ceil(math.log2(k_max + 1)) if k_max > 0 else 0
+        expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
+        costs.append(CellCost(cell, k_max, variants, len(plan.seeds) * budget,
+                              len(plan.seeds) * len(variants) * budget, expected))
+    return costs

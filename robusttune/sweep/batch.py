@@ -28,17 +28,20 @@ class TuneBatchRunner:
 
     ``folder`` holds one sweep folder per call; ``resources`` is the per-trial {cpu, gpu};
     ``address`` joins a running cluster (else the caller's or a local Ray). A trial that errored
-    comes back as ``RunSummary.failed(reason)`` (collapsed, NaN accuracy)."""
+    comes back as ``RunSummary.failed(reason)`` (collapsed, NaN accuracy). ``verbose`` is Tune's
+    (0: none of its per-wave tables, which the breakdown's one progress line replaces);
+    ``announce`` receives the sweep layer's one-line notes of each wave."""
 
     def __init__(self, folder: str | Path, resources: dict[str, float] | None = None,
                  address: str | None = None, max_concurrent: int = 0, prefix: str = "wave",
-                 announce: Callable[[str], None] | None = None) -> None:
+                 announce: Callable[[str], None] | None = None, verbose: int = 0) -> None:
         self.folder = Path(folder).resolve()
         self.resources = {k: v for k, v in (resources or {"cpu": 1}).items() if v is not None}
         self.address = address
         self.max_concurrent = max_concurrent
         self.prefix = prefix
         self.announce = announce
+        self.verbose = verbose
         existing = sorted(self.folder.glob(f"{prefix}[0-9][0-9][0-9]")) if self.folder.exists() else []
         self.calls = len(existing)    # a rerun into the same folder appends waves, never reuses one
 
@@ -67,7 +70,7 @@ class TuneBatchRunner:
         sweep = parse_sweep(raw, name=name, source=f"{name} (batch of {len(distinct)} runs)")
         axis = sweep.axes[0]
         label_of = {json.dumps(g, sort_keys=True, default=str): label for label, g in axis.groups.items()}
-        outcome = run_sweep(sweep, storage=str(self.folder), address=self.address, verbose=0,
+        outcome = run_sweep(sweep, storage=str(self.folder), address=self.address, verbose=self.verbose,
                             announce=self.announce)
         if outcome.unfinished:
             # Ctrl-C: Tune stopped the wave and returned. Its stopped runs have no final figures,

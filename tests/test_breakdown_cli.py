@@ -1,0 +1,261 @@
+"""``robusttune breakdown`` as a user drives it: the folder STORAGE/NAME, ``--set``, ``--dry-run``,
+and ``--resume`` after a kill, which must run no finished run again and end in the map an
+uninterrupted command gives. Tiny synthetic runs, in process (``--local``); the same resume on
+Ray is in tests/test_sweep.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import robusttune.breakdown.command as command
+from robusttune.breakdown.store import PLAN_FILE, RUNS_FILE, MapStore, StoredRunner, run_key
+from robusttune.cli import app
+from robusttune.config import RunSpec
+from robusttune.records import RunSummary
+from robusttune.runners import InProcessRunner
+
+# 2 cells on N = 10 (lattice 0..5), 2 seeds, one attack strength: 2 runs per point, 0.1 s each
+TINY = """
+name: tiny
+run: {dataset: synthetic, model: mlp, clients: 10, rounds: 3, lr: 0.1, local_epochs: 1,
+      synthetic_samples: 300, trainer: sequential}
+space:
+  aggregator: {grid: [mean, median]}
+  attack: {grid: [sign_flip]}
+breakdown: {seeds: [1, 2], adversary: {attack_strength: [3.0]}}
+"""
+
+
+@pytest.fixture
+def space(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+class CountingRuns:
+    """Replaces InProcessRunner.__call__: records the key of every run it is handed and, from the
+    ``kill_at``-th run on, raises KeyboardInterrupt (Ctrl-C) instead of running it."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.kill_at: int | None = None
+        self.real = InProcessRunner.__call__
+
+    def __call__(self, runner: InProcessRunner, specs):
+        for spec in specs:
+            if self.kill_at is not None and len(self.keys) >= self.kill_at:
+                raise KeyboardInterrupt
+            self.keys.append(run_key(spec))
+        return self.real(runner, specs)
+
+
+@pytest.fixture
+def runs(monkeypatch) -> CountingRuns:
+    counting = CountingRuns()
+    monkeypatch.setattr(InProcessRunner, "__call__", lambda self, specs: counting(self, specs))
+    return counting
+
+
+def breakdown(*args: str) -> "object":
+    return CliRunner().invoke(app, ["breakdown", *map(str, args)])
+
+
+def kill_after_first_wave(monkeypatch) -> None:
+    """The bisection's evaluator raises KeyboardInterrupt when it is asked for a second wave."""
+    real = command.bisect_breakdown
+
+    def bisect(cells, evaluate, **options):
+        waves = []
+
+        def killed(points):
+            waves.append(points)
+            if len(waves) > 1:
+                raise KeyboardInterrupt
+            return evaluate(points)
+
+        return real(cells, killed, **options)
+
+    monkeypatch.setattr(command, "bisect_breakdown", bisect)
+
+
+COMPARED = ["aggregator", "breakdown_fraction", "status", "evaluated", "points_evaluated", "trials",
+            "clean_accuracy"]
+
+
+TUNED = TINY.replace("aggregator: {grid: [mean, median]}",
+                     "aggregator: {grid: [trimmed_mean]}\n  trim_ratio: {uniform: [0.0, 0.4]}") \
+    .replace("seeds: [1, 2]", "seeds: [1], budget: 2")
+
+
+@pytest.mark.parametrize("kill", ["after the first wave", "in the middle of a wave",
+                                  "in the middle of a tuned wave"])
+def test_a_killed_map_resumes_without_running_a_finished_run_again(tmp_path, space, runs,
+                                                                   monkeypatch, kill):
+    """The map is a deterministic function of its plan and its runs (a seeded Optuna study asks
+    the same knobs once told the same scores), so the resumed map replays it and only the runs
+    that never finished reach the runner."""
+    if "tuned" in kill:
+        space.write_text(TUNED)
+    whole = breakdown(space, "--local", "--storage", tmp_path, "--name", "whole")
+    assert whole.exit_code == 0, whole.output
+    uninterrupted = list(runs.keys)
+    runs.keys.clear()
+
+    with monkeypatch.context() as patch:
+        if kill == "after the first wave":
+            kill_after_first_wave(patch)
+        else:
+            runs.kill_at = 3       # the second point's first seed ran, its second did not
+        killed = breakdown(space, "--local", "--storage", tmp_path, "--name", "map")
+    assert killed.exit_code == 130, killed.output
+    assert "--resume" in killed.stderr.splitlines()[-1]
+    before = list(runs.keys)
+    kept = (tmp_path / "map" / RUNS_FILE).read_text().splitlines()
+    assert len(kept) == len(before) == (8 if kill == "after the first wave" else 3)
+    if "tuned" in kill:  # the kept runs are Optuna's: their trim ratios differ
+        assert len({json.loads(line)["summary"]["spec"]["trim_ratio"] for line in kept}) > 1
+    assert not (tmp_path / "map" / "breakdown.csv").exists()
+
+    runs.keys.clear()
+    runs.kill_at = None
+    resumed = breakdown(space, "--local", "--storage", tmp_path, "--name", "map", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    after = list(runs.keys)
+    assert after and not set(after) & set(before)         # no finished run ran again
+    assert sorted(before + after) == sorted(uninterrupted)  # and every run the map needs ran once
+    assert f"{len(before)} runs kept from before" in resumed.output
+    same = pd.read_csv(tmp_path / "map" / "breakdown.csv")[COMPARED]
+    pd.testing.assert_frame_equal(same, pd.read_csv(tmp_path / "whole" / "breakdown.csv")[COMPARED])
+
+
+def test_name_storage_and_set_place_and_record_the_map(tmp_path, space, runs):
+    result = breakdown(space, "--local", "--storage", tmp_path / "store", "--name", "placed",
+                       "--set", "rounds=2")
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "store" / "placed"
+    assert (folder / "breakdown.csv").exists() and not (tmp_path / "results").exists()
+    text = (folder / PLAN_FILE).read_text()
+    assert text.startswith("# robusttune breakdown") and "--set rounds=2" in text.splitlines()[0]
+    plan = yaml.safe_load(text)
+    assert plan["name"] == "placed" and plan["run"]["rounds"] == 2
+    summaries = [json.loads(line)["summary"] for line in (folder / RUNS_FILE).read_text().splitlines()]
+    assert len(summaries) == len(runs.keys)
+    assert {s["rounds_run"] for s in summaries} == {2} and {s["spec"]["rounds"] for s in summaries} == {2}
+    # one progress line per wave off a terminal, none of Ray's tables
+    progress = [line for line in result.stderr.splitlines() if line.startswith("breakdown: ")]
+    assert progress and "2/2 cells done" in progress[-1] and "left 0s" in progress[-1]
+
+    # what a user may do next, and what is refused in one line
+    def refused(*args: str, words: tuple[str, ...]) -> None:
+        again = breakdown(space, "--local", "--storage", tmp_path / "store", *args)
+        lines = again.output.strip().splitlines()
+        assert again.exit_code == 2 and len(lines) == 1, again.output
+        assert all(word in lines[0] for word in words), lines[0]
+
+    refused("--name", "placed", "--set", "rounds=2", words=("already holds", "--resume", "--name"))
+    refused("--name", "placed", "--resume", words=("different plan", "run.rounds: 2 there, 3 now",
+                                                   "--name"))
+    refused("--name", "placed", "--set", "rounds=2", "--max-fraction", "0.3", "--resume",
+            words=("different plan", "breakdown", "--name"))
+    refused("--name", "nothing", "--resume", words=("holds no breakdown map",))
+    refused("--name", "placed", "--dry-run", "--resume", words=("exclude",))
+    assert not (tmp_path / "store" / "nothing").exists()
+
+    # the same plan with more CPUs per trial is the same map: nothing runs again
+    runs.keys.clear()
+    again = breakdown(space, "--local", "--storage", tmp_path / "store", "--name", "placed",
+                      "--set", "rounds=2", "--cpus-per-trial", "2", "--resume")
+    assert again.exit_code == 0, again.output
+    assert runs.keys == []
+
+
+def test_dry_run_prints_cells_lattices_and_the_bound_and_writes_nothing(tmp_path, space, runs):
+    result = breakdown(space, "--dry-run", "--storage", tmp_path / "store")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "mean" in out and "median" in out and "{0, 1/10, ..., 5/10}" in out
+    assert "1: attack_strength=3.0" in out
+    # per cell: clean 2 seeds + 5 attacked points x 2 seeds x 1 variant = 12; bisection: 1 clean
+    # + ceil(log2 6) = 3 midpoints + 2 verification points = 6, the whole lattice here
+    assert "at most 24" in out and "about 24" in out
+    assert not (tmp_path / "store").exists() and runs.keys == []
+
+    # the default adversary (the attack's ladder) and a tuned knob multiply the trials
+    tuned = space.with_name("tuned.yaml")
+    tuned.write_text(TINY.replace("clients: 10", "clients: 20")
+                     .replace("adversary: {attack_strength: [3.0]}", "budget: 3")
+                     .replace("attack: {grid: [sign_flip]}",
+                              "attack: {grid: [sign_flip]}\n  trim_ratio: {uniform: [0.0, 0.4]}"))
+    out = breakdown(tuned, "--dry-run", "--storage", tmp_path / "store").output
+    assert "4: attack_strength=1.0 | attack_strength=3.0 | attack_strength=10.0" in out
+    # per cell: 2 seeds x 3 budget x (1 + 10 x 4 variants) = 246; bisection: 1 + 4 + 2 = 7 points
+    assert "at most 492" in out and "about 2 x" not in out
+    assert f"about {2 * 6 * (1 + 6 * 4)}" in out
+    assert "budget 3 Optuna trials per point for trim_ratio" in out
+
+
+def test_bad_command_line_values_are_one_line_and_named_as_typed(tmp_path, space):
+    for args, words in [(["--set", "rounds=0"], ("with --set rounds=0", "rounds must be")),
+                        (["--cpus-per-trial", "-1"], ("--cpus-per-trial -1", "resources.cpu")),
+                        (["--max-concurrent", "-2"], ("--max-concurrent -2", "max_concurrent")),
+                        (["--name", "a b"], ("--name a b", "name")),
+                        (["--storage", "s3://bucket/maps"], ("--storage s3://bucket/maps",))]:
+        result = breakdown(space, "--local", "--storage", tmp_path, *args) if args[0] != "--storage" \
+            else breakdown(space, "--local", *args)
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert all(word in lines[0] for word in words), lines[0]
+    assert list(tmp_path.iterdir()) == [space]
+
+
+# -- the store, on its own --------------------------------------------------------------------
+def summary(accuracy: float, error: str | None = None) -> RunSummary:
+    return RunSummary.from_dict({"final_accuracy": accuracy, "collapsed": False, "rounds_run": 1,
+                                 "error": error})
+
+
+def test_a_torn_last_line_is_skipped_with_a_note_and_never_misread(tmp_path):
+    store = MapStore(tmp_path)
+    specs = [RunSpec.from_dict({"dataset": "synthetic", "seed": s}) for s in (1, 2, 3)]
+    store.append(specs[0], summary(0.5))
+    store.append(specs[1], summary(float("nan")))
+    # a kill in the middle of the third line's write
+    line = json.dumps({"key": run_key(specs[2]), "summary": summary(0.7).to_dict()})
+    with store.runs_path.open("a") as handle:
+        handle.write(line[: len(line) // 2])
+    finished = store.finished()
+    assert set(finished) == {run_key(specs[0]), run_key(specs[1])}
+    assert finished[run_key(specs[0])].final_accuracy == 0.5
+    assert finished[run_key(specs[1])].final_accuracy != finished[run_key(specs[1])].final_accuracy
+    assert len(store.notes) == 1 and "line 3" in store.notes[0] and "run again" in store.notes[0]
+    # the run is run again and kept on a line of its own
+    store.append(specs[2], summary(0.7))
+    again = MapStore(tmp_path)
+    assert again.finished()[run_key(specs[2])].final_accuracy == 0.7 and len(again.notes) == 1
+
+
+def test_the_stored_runner_sends_a_wave_missing_runs_together_and_keeps_no_error(tmp_path):
+    """On Ray a wave's missing runs go to TuneBatchRunner as one call (its trials run side by
+    side); the kept ones never reach it; an errored run is not kept, so a resume retries it."""
+    calls: list[list[int]] = []
+
+    def wave(specs):
+        calls.append([s.seed for s in specs])
+        return [summary(0.1 * s.seed, error="lost node" if s.seed == 4 else None) for s in specs]
+
+    store = MapStore(tmp_path)
+    specs = [RunSpec.from_dict({"dataset": "synthetic", "seed": s}) for s in (1, 2, 3, 4)]
+    store.append(specs[1], summary(0.9))
+    runner = StoredRunner(wave, store, store.finished())
+    out = runner(specs + [specs[0]])
+    assert calls == [[1, 3, 4]]          # one call, the kept run left out, no run twice
+    assert [s.final_accuracy for s in out] == pytest.approx([0.1, 0.9, 0.3, 0.4, 0.1])
+    assert set(store.finished()) == {run_key(s) for s in specs[:3]}
+    assert (runner.ran, runner.reused) == (3, 1)   # the repeated run was run once, not kept before
