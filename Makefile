@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install test sweep bench clean
+.PHONY: install browser test sweep bench clean
 
 install: $(STAMP)
 
@@ -16,7 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e ".[test]"
 	touch $(STAMP)
 
-test: install
+# Headless Chromium (Debian's package) opens report.html in the tests; CI runs as root.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
+
+test: install browser
 	$(PY) -m pytest
 
 # the quickstart, then its report: accuracy by method and attack, where FedAvg breaks

@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {title}\n")
         print(markdown_table(table) if not table.empty else f"_(no run reached round {args.gain_to})_")
         print()
-    figure = plots.error_vs_corruption(runs, out / "figure2.png", attacks=args.attack)
+    figure, skipped = plots.error_vs_corruption(runs, out / "figure2.png", attacks=args.attack)
     print(f"figure 2: {figure if figure else '(no attacked runs)'}")
+    for attack, reason in skipped.items():
+        print(f"  no panel for {attack}: {reason}")
     print(f"tables: {out}")
     return 0
 

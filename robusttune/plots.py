@@ -20,7 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["round_curves", "error_vs_corruption", "breakdown_heatmap", "fit_sqrt_bound"]
+__all__ = ["round_curves", "error_vs_corruption", "breakdown_heatmap", "fit_sqrt_bound",
+           "threat_label"]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -50,9 +51,9 @@ def _run_label(run: pd.Series) -> str:
 
 
 def round_curves(rounds: pd.DataFrame, runs: pd.DataFrame, run_ids: Sequence[str],
-                 path: str | Path) -> Path | None:
-    """Two panels over rounds: test accuracy (evaluated rounds only) and parameter norm, one line
-    per run in ``run_ids``. None when there is nothing to draw."""
+                 path: str | Path, title: str | None = None) -> Path | None:
+    """Two panels over rounds (integer ticks): test accuracy (evaluated rounds only) and
+    parameter norm, one line per run in ``run_ids``. None when there is nothing to draw."""
     chosen = [r for r in run_ids if (rounds["run_id"] == r).any()] if len(rounds) else []
     if not chosen:
         return None
@@ -65,11 +66,16 @@ def round_curves(rounds: pd.DataFrame, runs: pd.DataFrame, run_ids: Sequence[str
         evaluated = rows[rows["accuracy"].notna()]
         line, = left.plot(evaluated["round"], 100 * evaluated["accuracy"], marker=".", label=label)
         right.plot(rows["round"], rows["param_norm"], color=line.get_color(), marker=".")
+    from matplotlib.ticker import MaxNLocator
+
     left.set(xlabel="round", ylabel="test accuracy (%)", title="accuracy")
     right.set(xlabel="round", ylabel="‖w‖₂", title="parameter norm")
     for axis in (left, right):
         axis.grid(alpha=0.3)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     left.legend(fontsize=7, loc="best")
+    if title:
+        figure.suptitle(title)
     return _save(figure, path)
 
 
@@ -81,44 +87,63 @@ def fit_sqrt_bound(beta: np.ndarray, error: np.ndarray) -> tuple[float, float]:
 
 
 def error_vs_corruption(runs: pd.DataFrame, path: str | Path, attacks: Sequence[str] | None = None,
-                        fit_method: str | None = None) -> Path | None:
+                        fit_method: str | None = None) -> tuple[Path | None, dict[str, str]]:
     """Mean test error (1 - final accuracy, in %) per method against beta, one panel per attack
-    (default: ALIE and IPM, in Baruch's / fixed-eps form or the SWB-DM study's, when present, as
-    the paper's Figure 2, else every attack). The clean runs
-    (beta = 0) are every panel's first point. A dashed E0 + C sqrt(beta) is fitted to
-    ``fit_method`` (default swb if present, else the first method)."""
+    at its strength (default: every attack present). The clean runs (beta = 0) are every
+    panel's first point. A dashed E0 + C sqrt(beta) is fitted to ``fit_method`` (default swb if
+    present, else the first method) where its curve has at least three points: two points fit
+    any two-parameter curve exactly, which says nothing. Returns the figure's path (None when no
+    panel can be drawn) and, per attack left out, why."""
+    skipped: dict[str, str] = {}
     if runs.empty or "attack" not in runs:
-        return None
-    attacked = runs[runs["attack"] != "none"]
-    present = list(dict.fromkeys(attacked["attack"]))
-    if attacks is None:
-        attacks = [a for a in ("alie", "alie_swbdm", "ipm", "ipm_swbdm") if a in present] or present
-    attacks = [a for a in attacks if a in present]
-    if not attacks:
-        return None
-    clean = runs[runs["byzantine_fraction"] == 0]
+        return None, skipped
+    strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
+    labelled = runs.assign(threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
+    attacked = labelled[labelled["attack"] != "none"]
+    present = list(dict.fromkeys(attacked["threat"]))
+    wanted = present if attacks is None else [a for a in present if a.split(" x")[0] in attacks]
+    clean = labelled[labelled["byzantine_fraction"] == 0]
+    panels = []
+    for threat in wanted:
+        betas = attacked[(attacked["threat"] == threat) & (attacked["byzantine_fraction"] > 0)]
+        if betas.empty:
+            skipped[threat] = "no run at a Byzantine fraction above 0"
+        elif clean.empty and betas["byzantine_fraction"].nunique() < 2:
+            skipped[threat] = "one Byzantine fraction and no clean run: no curve against β"
+        else:
+            panels.append(threat)
+    if not panels:
+        return None, skipped
     methods = list(dict.fromkeys(runs["method"]))
     fit_method = fit_method or ("swb" if "swb" in methods else methods[0])
-    figure = _figure(5 * len(attacks), 3.8)
-    axes = np.atleast_1d(figure.subplots(1, len(attacks), sharey=True))
-    for axis, attack in zip(axes, attacks):
-        subset = pd.concat([clean, runs[(runs["attack"] == attack) & (runs["byzantine_fraction"] > 0)]])
+    figure = _figure(5 * len(panels), 3.8)
+    axes = np.atleast_1d(figure.subplots(1, len(panels), sharey=True))
+    for axis, threat in zip(axes, panels):
+        subset = pd.concat([clean, labelled[(labelled["threat"] == threat)
+                                            & (labelled["byzantine_fraction"] > 0)]])
         for method in methods:
             rows = subset[subset["method"] == method]
             if rows.empty:
                 continue
             curve = (100 * (1 - rows.groupby("byzantine_fraction")["final_accuracy"].mean())).sort_index()
             line, = axis.plot(curve.index, curve.values, marker="o", label=method)
-            if method == fit_method and len(curve) >= 2:
+            if method == fit_method and len(curve) >= 3:
                 e0, c = fit_sqrt_bound(curve.index.to_numpy(float), curve.to_numpy(float))
                 grid = np.linspace(0, curve.index.max(), 50)
                 axis.plot(grid, e0 + c * np.sqrt(grid), "--", color=line.get_color(),
-                          label=f"{method}: {e0:.1f} + {c:.1f}√β")
-        axis.set(xlabel="Byzantine fraction β", title=attack)
+                          label=f"{method}: {e0:.1f} {'+' if c >= 0 else '-'} {abs(c):.1f}√β")
+        axis.set(xlabel="Byzantine fraction β", title=threat)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
     axes[0].set_ylabel("test error (%)")
-    return _save(figure, path)
+    return _save(figure, path), skipped
+
+
+def threat_label(attack: str, strength: Any) -> str:
+    """An attack as a heading: its name, and its strength when one was set (``ipm x10``)."""
+    if strength is None or (isinstance(strength, float) and math.isnan(strength)):
+        return str(attack)
+    return f"{attack} x{float(strength):g}"
 
 
 def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = None,

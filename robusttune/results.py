@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from robusttune.config import RUNSPEC_KEYS
+from robusttune.plots import threat_label
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
@@ -126,13 +127,6 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     return _sort_methods(table)
 
 
-def attack_label(attack: str, strength: Any) -> str:
-    """An attack as a column heading: its name, and its strength when one was set."""
-    if strength is None or (isinstance(strength, float) and math.isnan(strength)):
-        return str(attack)
-    return f"{attack} x{float(strength):g}"
-
-
 def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean final accuracy (%) per method (rows; per dataset and participation when several) x
     attack at its strength (columns, the clean runs as ``none``), and each method's ``worst``
@@ -141,7 +135,7 @@ def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
     labelled = runs.assign(accuracy=100 * runs["final_accuracy"],
-                           threat=[attack_label(a, s) for a, s in zip(runs["attack"], strength)])
+                           threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
     index = _by_dataset(runs) + (["participation"] if runs["participation"].nunique() > 1 else []) \
         + ["method"]
     table = labelled.pivot_table(index=index, columns="threat", values="accuracy", aggfunc="mean")
@@ -227,8 +221,9 @@ def _short(name: Any) -> str:
 
 # -- the report ----------------------------------------------------------------------------------
 def default_curve_runs(runs: pd.DataFrame, limit: int = 8) -> list[str]:
-    """Runs worth a per-round look: per method, its worst attacked run (lowest final accuracy at
-    byzantine_fraction > 0), else its first run; at most ``limit``."""
+    """Runs worth a per-round look when one figure is asked for: per method, its worst attacked
+    run (lowest final accuracy at byzantine_fraction > 0), else its first run; at most
+    ``limit``."""
     if runs.empty:
         return []
     attacked = runs[runs["byzantine_fraction"] > 0] if "byzantine_fraction" in runs else runs
@@ -236,6 +231,45 @@ def default_curve_runs(runs: pd.DataFrame, limit: int = 8) -> list[str]:
     chosen = (pool.sort_values("final_accuracy", na_position="first")
               .groupby("method", sort=False).head(1))
     return list(_sort_methods(chosen.set_index("method")).head(limit)["run_id"])
+
+
+def curve_groups(runs: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """Like-for-like per-round figures: one per attack present (at its strength), at that
+    attack's largest Byzantine fraction, holding one run per method (the first seed, and the
+    lowest participation when several), so the lines of a figure differ in the method alone.
+    Returns (title, run ids) pairs; the clean runs make a figure of their own."""
+    if runs.empty:
+        return []
+    strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
+    labelled = runs.assign(threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
+    groups = []
+    for threat in ["none"] + sorted(t for t in labelled["threat"].unique() if t != "none"):
+        rows = labelled[labelled["threat"] == threat]
+        if rows.empty:
+            continue
+        beta = rows["byzantine_fraction"].max()
+        rows = rows[rows["byzantine_fraction"] == beta]
+        if "participation" in rows:
+            rows = rows[rows["participation"] == rows["participation"].min()]
+        rows = rows.sort_values(["seed", "run_id"]).groupby("method", sort=False).head(1)
+        ordered = _sort_methods(rows.set_index("method"))
+        title = "clean" if threat == "none" else f"{threat} at β={beta:g}"
+        if "participation" in rows and runs["participation"].nunique() > 1:
+            title += f", p={rows['participation'].iloc[0]:g}"
+        groups.append((title, list(ordered["run_id"])))
+    return groups
+
+
+def gain_rounds_for(rounds: pd.DataFrame, runs: pd.DataFrame, start: int, end: int) -> tuple[int, int]:
+    """The rounds Table IV compares: the requested (start, end) when every run reached ``end``;
+    otherwise ``end`` becomes the last round every run has and ``start`` its half (at least 1),
+    so short runs still get their warm-up gain (report.md says which rounds)."""
+    if rounds.empty:
+        return start, end
+    reached = int(rounds.groupby("run_id")["round"].max().min())
+    if reached >= end:
+        return start, end
+    return max(1, min(start, reached // 2)), reached
 
 
 def report(results_dir: str | Path, out: str | Path | None = None,
@@ -261,8 +295,8 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     table1, table2 = accuracy_table(runs), collapse_table(runs)
     by_attack = attack_table(runs)
     by_attack.to_csv(out_dir / "accuracy_by_attack.csv")
-    start, end = gain_rounds
-    table4 = gain_table(runs, rounds, start, end) if len(runs) else pd.DataFrame()
+    start, end = gain_rounds_for(rounds, runs, *gain_rounds)
+    table4 = gain_table(runs, rounds, start, end) if len(runs) and start < end else pd.DataFrame()
     for name, table in (("table1_accuracy", table1), ("table2_collapses", table2), ("table4_gain", table4)):
         table.to_csv(out_dir / f"{name}.csv")
 
@@ -281,20 +315,36 @@ def report(results_dir: str | Path, out: str | Path | None = None,
              "## Table II: collapsed runs (final accuracy <= chance + 0.5 points, or non-finite)", "",
              markdown_table(table2), "",
              f"## Table IV: mean accuracy gain (points) from round {start} to round {end}", ""]
+    if (start, end) != tuple(gain_rounds):
+        lines += [f"The runs are shorter than round {gain_rounds[1]}: the gain is taken from round "
+                  f"{start} to round {end}, the last round every run has.", ""]
     lines += [markdown_table(table4) if not table4.empty else
-              f"_(no run reached round {end}; rerun with rounds >= {end} to fill this table)_", ""]
-    figure = plots.round_curves(rounds, runs, chosen, out_dir / "curves.png")
-    if figure is not None:
-        lines += ["## Per-round accuracy and parameter norm", "",
-                  "Runs: " + ", ".join(f"`{r}`" for r in chosen), "", f"![curves]({figure.name})", ""]
-    figure = plots.error_vs_corruption(runs, out_dir / "error_vs_corruption.png")
+              f"_(no gain to compute: the runs have {end} round(s))_", ""]
+    lines += ["## Per-round accuracy and parameter norm", ""]
+    if curve_runs:
+        groups = [("chosen runs", _resolve_runs(runs, curve_runs))]
+    else:
+        lines += ["One figure per attack (at its strength and largest β, one run per method, the "
+                  "first seed), so the lines of a figure differ in the method alone.", ""]
+        groups = curve_groups(runs)
+    for index, (title, chosen) in enumerate(groups):
+        name = "curves.png" if curve_runs else f"curves_{index:02d}.png"
+        figure = plots.round_curves(rounds, runs, chosen, out_dir / name, title=title)
+        if figure is not None:
+            lines += [f"### {title}", "", "Runs: " + ", ".join(f"`{r}`" for r in chosen), "",
+                      f"![{title}]({figure.name})", ""]
+    figure, skipped = plots.error_vs_corruption(runs, out_dir / "error_vs_corruption.png")
     if figure is not None:
         lines += ["## Test error against corruption (Figure 2 style)", "",
-                  "Mean test error (1 - final accuracy) per method against β, one panel per attack; "
-                  "dashed: E(β) = E0 + C sqrt(β) fitted to SWB when present, else to the first "
-                  "method (the paper's Eq. 1 shape; the paper plots aggregation error, which runs "
-                  "do not record).", "",
-                  f"![error against corruption]({figure.name})", ""]
+                  "Mean test error (1 - final accuracy) per method against β, one panel per attack "
+                  "present (at its strength); dashed: E(β) = E0 + C sqrt(β) fitted to SWB when "
+                  "present, else to the first method, where its curve has at least three points "
+                  "(the paper's Eq. 1 shape; the paper plots aggregation error, which runs do not "
+                  "record).", "", f"![error against corruption]({figure.name})", ""]
+        for attack, reason in skipped.items():
+            lines += [f"- no panel for {attack}: {reason}"]
+        if skipped:
+            lines.append("")
     breakdown_csv = next(iter(sorted(root.rglob("breakdown.csv"))), None)
     if breakdown_csv is not None:
         table = pd.read_csv(breakdown_csv)
@@ -303,11 +353,51 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         lines += ["## Breakdown map", "", markdown_table(table[shown], floatfmt=".3g", index=False), ""]
         if figure is not None:
             lines += [f"![breakdown]({figure.name})", ""]
-    lines += ["CSV files beside this report: runs.csv, table1_accuracy.csv, table2_collapses.csv, "
-              "table4_gain.csv.", ""]
+    lines += ["CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
+              "table2_collapses.csv, table4_gain.csv.", ""]
     path = out_dir / "report.md"
-    path.write_text("\n".join(lines))
+    text = "\n".join(lines)
+    path.write_text(text)
+    (out_dir / "report.html").write_text(report_html(text, out_dir, title=f"Results: {root.resolve().name}"))
     return path
+
+
+def report_html(markdown_text: str, folder: Path, title: str) -> str:
+    """report.md as one self-contained HTML page: the markdown rendered (tables included), every
+    figure embedded as a data: URI, so the page opens anywhere without its folder. A small script
+    counts the figures that loaded into ``data-figures-loaded`` on <body> (the tests read it in a
+    headless browser)."""
+    import base64
+    import re
+
+    import markdown
+
+    def embed(match: re.Match[str]) -> str:
+        alt, name = match.group(1), match.group(2)
+        data = base64.b64encode((folder / name).read_bytes()).decode()
+        return f"![{alt}](data:image/png;base64,{data})"
+
+    body = markdown.markdown(re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", embed, markdown_text),
+                             extensions=["tables"])
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem; }}
+table {{ border-collapse: collapse; margin: 1rem 0; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: right; }}
+img {{ max-width: 100%; }}
+</style></head>
+<body data-figures-loaded="pending">
+{body}
+<script>
+window.addEventListener("load", () => {{
+  const figures = Array.from(document.images);
+  const loaded = figures.filter(img => img.complete && img.naturalWidth > 0).length;
+  document.body.dataset.figuresLoaded = loaded + "/" + figures.length;
+}});
+</script>
+</body></html>
+"""
 
 
 def _resolve_runs(runs: pd.DataFrame, wanted: Sequence[str]) -> list[str]:

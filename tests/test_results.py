@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -137,11 +138,69 @@ def test_report_writes_tables_and_figures(results, tmp_path):
     text = path.read_text()
     assert "Table I" in text and "Table II" in text and "Table IV" in text
     assert "| fedavg |" in text
-    for name in ("runs.csv", "table1_accuracy.csv", "table2_collapses.csv", "curves.png",
-                 "error_vs_corruption.png"):
+    for name in ("runs.csv", "table1_accuracy.csv", "table2_collapses.csv", "curves_00.png",
+                 "error_vs_corruption.png", "report.html"):
         assert (tmp_path / "report" / name).stat().st_size > 0, name
     table = pd.read_csv(tmp_path / "report" / "table2_collapses.csv", index_col=0)
     assert table.loc["fedavg", "collapsed"] == 4
+    # one like-for-like figure per attack present (and the clean runs), every method in each
+    for attack in ("alie", "ipm"):
+        assert f"### {attack} at β=0.3" in text
+    assert "### clean, p=0.1" in text
+    assert "no panel for" not in text  # both attacks have a panel
+
+
+def test_like_for_like_curve_groups_and_short_runs_gain(results):
+    from robusttune.results import curve_groups, gain_rounds_for
+
+    root, _ = results
+    runs, rounds = load_runs(root), load_rounds(root, load_runs(root))
+    groups = dict(curve_groups(runs))
+    assert set(groups) == {"clean, p=0.1", "alie at β=0.3, p=0.1", "ipm at β=0.3, p=0.1"}
+    for title, ids in groups.items():
+        chosen = runs.set_index("run_id").loc[ids]
+        assert sorted(chosen["method"]) == sorted(runs["method"].unique())  # one run per method
+        assert chosen["attack"].nunique() == 1 and chosen["byzantine_fraction"].nunique() == 1
+        assert chosen["seed"].nunique() == 1
+    # these runs have 3 rounds: the gain runs from round 1 to 3; runs of 30 keep the paper's 10 -> 25
+    assert gain_rounds_for(rounds, runs, 10, 25) == (1, 3)
+    long = pd.DataFrame({"run_id": ["a"] * 30 + ["b"] * 30, "round": list(range(1, 31)) * 2})
+    assert gain_rounds_for(long, runs, 10, 25) == (10, 25)
+    assert gain_rounds_for(long[long["round"] <= 12], runs, 10, 25) == (6, 12)
+
+
+def test_fits_need_three_points_and_every_attack_gets_a_panel_or_a_reason(tmp_path):
+    from robusttune import plots
+
+    runs = pd.DataFrame({"method": ["swb"] * 3, "attack": ["none", "ipm", "sign_flip"],
+                         "attack_strength": [None, 10.0, None],
+                         "byzantine_fraction": [0.0, 0.2, 0.2], "final_accuracy": [0.9, 0.5, 0.7]})
+    figure, skipped = plots.error_vs_corruption(runs, tmp_path / "e.png")
+    assert figure is not None and skipped == {}
+    only_attacked = runs[runs["attack"] != "none"]
+    figure, skipped = plots.error_vs_corruption(only_attacked, tmp_path / "f.png")
+    assert figure is None and set(skipped) == {"ipm x10", "sign_flip"}
+
+
+def test_the_html_report_loads_every_figure_in_a_real_browser(results, tmp_path):
+    """report.html is self-contained: headless Chromium (Debian's package; the Makefile installs
+    it) opens it from a folder of its own and every embedded figure loads."""
+    import shutil
+    import subprocess
+
+    root, _ = results
+    report(root, out=tmp_path / "report")
+    page = tmp_path / "elsewhere" / "report.html"
+    page.parent.mkdir()
+    shutil.copy(tmp_path / "report" / "report.html", page)  # no PNG beside it
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "chromium is missing: `make test` installs it (apt-get install chromium)"
+    out = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    loaded = re.search(r'data-figures-loaded="(\d+)/(\d+)"', out.stdout)
+    assert loaded, out.stdout[-500:] + out.stderr[-500:]
+    assert int(loaded.group(2)) >= 3 and loaded.group(1) == loaded.group(2)
 
 
 def test_real_run_folder_and_cli(tmp_path):
