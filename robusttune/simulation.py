@@ -173,7 +173,7 @@ class Simulation:
             messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
                                           scope=spec.attack_scope, generator=self.noise_rng)
         # read back with the record's other figures, not here in the middle of the round
-        nonfinite_messages = (~torch.isfinite(messages)).any(dim=1).sum()
+        bad_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 
         aggregated = False
         if n_sampled or self.algorithm.aggregates_cache:
@@ -196,7 +196,7 @@ class Simulation:
         aggregate_seconds = time.perf_counter() - started
 
         # the round's one read-back (beside evaluation): counts and norm together
-        figures = torch.stack([nonfinite_messages.double(),
+        figures = torch.stack([bad_messages.double(),
                                (~torch.isfinite(self.params)).sum().double(),
                                torch.linalg.vector_norm(self.params).double()]).tolist()
         nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]
