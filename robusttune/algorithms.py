@@ -29,11 +29,24 @@ from robusttune.caches import ByzantineMomenta, MomentumCache, StateCache
 from robusttune.registry import Registry
 from robusttune.sampling import Sample
 from robusttune.schema import RUNSPEC_KEYS
+from robusttune.training import batch_orders, client_gradients, train_clients
 
 if TYPE_CHECKING:  # the resolver (config) sits above this registry and reads its entries
+    from torch import nn
+
     from robusttune.config import RunSpec
 
 ALGORITHMS: Registry[type["ServerAlgorithm"]] = Registry("algorithm", RUNSPEC_KEYS)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """Who works this round and what kind of round it is, chosen by the algorithm from the
+    participation draw before anyone computes (Byz-VR-MARINA-PP's coin: a full round asks
+    every client for its full local gradient)."""
+
+    clients: Tensor     # long[k] on the host, sorted
+    full: bool = False  # a full-participation round (every client, full local gradients)
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,7 @@ class RoundState:
     sample: Sample
     honest: Tensor      # [k, d] what each sampled client would honestly send, in update space
     decay: float = 1.0  # factor applied to every unsampled momentum this round (DeMoA's P)
+    full: bool = False  # RoundPlan.full: Byz-VR-MARINA-PP's full-gradient round
 
 
 @dataclass(frozen=True)
@@ -61,8 +75,9 @@ class AggregatorInput:
     """What the rule receives this round, and which of its rows come from Byzantine clients."""
 
     rows: Tensor
-    weights: Tensor
+    weights: Tensor | None  # None: unweighted (``aggregate_weights: uniform``)
     byzantine_rows: Tensor  # bool[n_in], on the host
+    previous: Tensor | None = None  # the rule's centre when the round sets it (else previous())
 
 
 class ServerAlgorithm:
@@ -76,13 +91,17 @@ class ServerAlgorithm:
     What the resolver reads by the algorithm's name: ``default_server_lr`` (eta when server_lr
     is not given), ``methods`` (the ``method:`` presets that run this algorithm, each with its
     rule), ``rule_methods`` (every rule's name is also a method of this algorithm: FedAvg) and
-    ``rule_overridable`` (its methods take another rule, labelled ALGORITHM+RULE).
+    ``rule_overridable`` (its methods take another rule, labelled ALGORITHM+RULE) and
+    ``default_weights`` (what ``aggregate_weights: auto`` resolves to: ``samples`` weighs the
+    rule's inputs by the clients' sample counts, ``uniform`` gives each client one vote).
     """
 
     name: str = "base"
     trains_locally: bool = True
     aggregates_cache: bool = False
     default_server_lr: float = 1.0
+    # FedAvg (McMahan et al., 2017) weighs client k by n_k / n; SWB-DM's code does the same
+    default_weights: str = "samples"
     methods: dict[str, str] = {}
     rule_methods: bool = False
     rule_overridable: bool = False
@@ -93,13 +112,38 @@ class ServerAlgorithm:
         self.num_clients = spec.clients
         self.sample_counts = sample_counts.to(initial.device, torch.float32)
 
+    def weights(self, counts: Tensor) -> Tensor | None:
+        """The rule's weights for inputs from clients with sample ``counts``: the counts, or None
+        (unweighted) under ``aggregate_weights: uniform``."""
+        return counts if self.spec.aggregate_weights == "samples" else None
+
+    def plan(self, drawn: Tensor, generator: torch.Generator) -> RoundPlan:
+        """Who works this round, from the participation draw ``drawn`` (host long[k]). Most
+        algorithms take the draw as it is; ``generator`` is the run's sampling stream (a coin an
+        algorithm draws there is checkpointed with it)."""
+        return RoundPlan(drawn)
+
+    def local_work(self, plan: RoundPlan, net: nn.Module, params: Tensor,
+                   data: list[tuple[Tensor, Tensor]], seeds: list[int], trainer: str) -> Tensor:
+        """What each of ``data``'s owners computes at the global model ``params``: trained
+        states (E local epochs of SGD(lr, momentum)) or one minibatch gradient, rows aligned
+        with ``data``."""
+        spec = self.spec
+        if self.trains_locally:
+            return train_clients(net, params, data, epochs=spec.local_epochs,
+                                 batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
+                                 seeds=seeds, strategy=trainer)
+        return client_gradients(net, params, data, batch_size=spec.batch_size, seeds=seeds,
+                                strategy=trainer)
+
     def participation_rate(self, sampled: int) -> float:
         """p_t: the Bernoulli probability, or n/N for a fixed-size draw."""
         if self.spec.participation_mode == "bernoulli":
             return self.spec.participation
         return sampled / self.num_clients
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor) -> RoundState:
+    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
+                    plan: RoundPlan | None = None) -> RoundState:
         """The honest messages of the sampled clients (update space) from what they computed
         (``local``: trained states or minibatch gradients, rows aligned with the sample)."""
         raise NotImplementedError
@@ -117,8 +161,9 @@ class ServerAlgorithm:
         """The point the rule's inputs move from (CCLIP's centre, FLTrust's origin)."""
         return model
 
-    def step(self, model: Tensor, aggregate: Tensor) -> Tensor:
-        """The new global model from the aggregate."""
+    def step(self, model: Tensor, aggregate: Tensor, state: RoundState | None = None) -> Tensor:
+        """The new global model from the aggregate (``state``: the round, for algorithms whose
+        step depends on its kind)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
@@ -132,10 +177,11 @@ class _StateAlgorithm(ServerAlgorithm):
     """Messages are trained states; w <- w + eta (Agg - w), eta = server_lr (1: replace). Clients
     start every round from the global model, so they hold no state of their own."""
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor) -> RoundState:
+    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
+                    plan: RoundPlan | None = None) -> RoundState:
         return RoundState(sample, local - model)
 
-    def step(self, model: Tensor, aggregate: Tensor) -> Tensor:
+    def step(self, model: Tensor, aggregate: Tensor, state: RoundState | None = None) -> Tensor:
         if self.spec.server_lr == 1.0:
             return aggregate
         return model + self.spec.server_lr * (aggregate - model)
@@ -151,7 +197,7 @@ class FedAvg(_StateAlgorithm):
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         return AggregatorInput(model + messages,
-                               self.sample_counts.index_select(0, state.sample.clients),
+                               self.weights(self.sample_counts.index_select(0, state.sample.clients)),
                                state.sample.byzantine_cpu.clone())
 
 
@@ -175,7 +221,7 @@ class StateCacheAlgorithm(_StateAlgorithm):
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self.cache.refresh(state.sample, model + messages)
-        return AggregatorInput(self.cache.read(), self.sample_counts,
+        return AggregatorInput(self.cache.read(), self.weights(self.sample_counts),
                                self.cache.written_by_byzantine.clone())
 
     def state_dict(self) -> dict[str, Any]:
@@ -200,6 +246,8 @@ class _MomentumAlgorithm(ServerAlgorithm):
     # algorithms replace the model by the aggregate: eta = 1)
     default_server_lr = 0.1
     rule_overridable = True  # DeMoA's experiments run it with CM, Krum, RFA and CCLIP
+    # DeMoA (Sec. 3) aggregates the n clients' momenta with a (delta, c)-robust rule, one vote each
+    default_weights = "uniform"
 
     def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
@@ -215,7 +263,8 @@ class _MomentumAlgorithm(ServerAlgorithm):
     def unsampled_decay(self, p: float) -> float:
         return 1.0
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor) -> RoundState:
+    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
+                    plan: RoundPlan | None = None) -> RoundState:
         p = self.participation_rate(sample.size)
         held = self.momenta.slots.index_select(0, sample.clients).float()
         byzantine = sample.clients.index_select(0, sample.byzantine_rows)
@@ -236,7 +285,7 @@ class _MomentumAlgorithm(ServerAlgorithm):
     def previous(self, model: Tensor) -> Tensor:
         return self.last_aggregate
 
-    def step(self, model: Tensor, aggregate: Tensor) -> Tensor:
+    def step(self, model: Tensor, aggregate: Tensor, state: RoundState | None = None) -> Tensor:
         self.last_aggregate = aggregate
         return model - self.spec.server_lr * aggregate
 
@@ -292,7 +341,7 @@ class DeMoA(_MomentumAlgorithm):
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self._remember(state, messages)
-        return AggregatorInput(self.momenta.read(), self.sample_counts,
+        return AggregatorInput(self.momenta.read(), self.weights(self.sample_counts),
                                self.momenta.written_by_byzantine.clone())
 
 
@@ -309,7 +358,8 @@ class FedCM(_MomentumAlgorithm):
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self._remember(state, messages)
-        return AggregatorInput(messages, self.sample_counts.index_select(0, state.sample.clients),
+        return AggregatorInput(messages,
+                               self.weights(self.sample_counts.index_select(0, state.sample.clients)),
                                state.sample.byzantine_cpu.clone())
 
 
