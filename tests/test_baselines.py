@@ -217,3 +217,20 @@ def test_new_methods_are_presets_labelled_by_what_ran():
         other = RunSpec(method=method, aggregator="median")
         assert other.method == f"{algorithm}+median" and other.aggregator == "median"
     assert RunSpec(method="fedcm_xu").server_lr == 1.0 and RunSpec(method="fedsgd").server_lr == 0.1
+
+
+def test_drift_is_the_same_in_both_training_strategies():
+    """FedCM's local steps (g + drift) agree between the sequential and the batched trainer."""
+    from robusttune.models import flat_params, make_model
+    from robusttune.training import train_clients
+    torch.manual_seed(0)
+    net = make_model("cnn2", (1, 8, 8), 10, seed=0)
+    start = flat_params(net).detach().clone()
+    data = [(torch.randn(n, 1, 8, 8), torch.randint(0, 10, (n,))) for n in (5, 9)]
+    drift = 0.01 * torch.randn_like(start)
+    runs = [train_clients(net, start, data, epochs=1, batch_size=4, lr=0.05, momentum=0.0,
+                          seeds=[1, 2], strategy=s, drift=drift) for s in ("sequential", "batched")]
+    assert torch.allclose(runs[0], runs[1], atol=1e-5)
+    plain = train_clients(net, start, data, epochs=1, batch_size=4, lr=0.05, momentum=0.0,
+                          seeds=[1, 2], strategy="sequential")
+    assert not torch.allclose(plain, runs[0])
