@@ -19,6 +19,7 @@ honestly hold (`ByzantineMomenta`), apart from the server's copy of what it sent
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from robusttune.caches import ByzantineMomenta, MomentumCache, StateCache
 from robusttune.registry import Registry
 from robusttune.sampling import Sample
 from robusttune.schema import RUNSPEC_KEYS
-from robusttune.training import batch_orders, client_gradients, train_clients
+from robusttune.training import client_gradients, train_clients
 
 if TYPE_CHECKING:  # the resolver (config) sits above this registry and reads its entries
     from torch import nn
@@ -347,8 +348,8 @@ class DeMoA(_MomentumAlgorithm):
 
 @ALGORITHMS.register("fedcm")
 class FedCM(_MomentumAlgorithm):
-    """FedCM as DeMoA's experiments run it (Otsuka et al., arXiv 2509.02970, Sec. 3's contrast
-    of coefficients and Sec. 5's baselines): one minibatch gradient per sampled client and round,
+    """FedCM as DeMoA's experiments run it (Otsuka et al., arXiv 2509.02970: Sec. 3 contrasts
+    its coefficient (1 - alpha p) with FedCM's (1 - alpha); the experiments' baselines): one minibatch gradient per sampled client and round,
     a client-level momentum with FedCM's coefficient (1 - alpha), no decay of unsampled momenta,
     and a robust rule over the round's sample only:
 
@@ -374,8 +375,8 @@ class FedCM(_MomentumAlgorithm):
 
 @ALGORITHMS.register("fedsgd")
 class FedSGD(ServerAlgorithm):
-    """FedAvg as DeMoA's experiments run it (Sec. 5: no momentum, one stochastic gradient per
-    sampled client and round), i.e. McMahan et al.'s FedSGD (2017, Sec. 2) with a robust rule:
+    """FedAvg as DeMoA's experiments run it (arXiv 2509.02970, experiments: no momentum, one
+    stochastic gradient per sampled client and round), i.e. McMahan et al.'s FedSGD (2017, Sec. 2) with a robust rule:
 
         g_i = one minibatch gradient at x for i in S_t,   x <- x - eta Agg({g_i : i in S_t}).
 
@@ -447,8 +448,8 @@ class FedCMXu(ServerAlgorithm):
         self.delta = torch.zeros_like(initial)
         self.last_aggregate = torch.zeros_like(initial)
         # K_i on the host (the server knows n_i): dividing by K needs no device read-back
-        self.steps = [len(batch_orders(int(n), epochs=spec.local_epochs,
-                                       batch_size=spec.batch_size, seed=0))
+        # K_i = E ceil(n_i / B): the number of batches train_clients runs for client i
+        self.steps = [spec.local_epochs * math.ceil(int(n) / spec.batch_size)
                       for n in sample_counts.tolist()]
 
     def local_work(self, plan: RoundPlan, net: nn.Module, params: Tensor,
@@ -555,7 +556,7 @@ class ByzVRMarinaPP(ServerAlgorithm):
     default_server_lr = 0.1
     default_weights = "uniform"  # ARAgg over the n (or C) clients, one vote each
     rule_overridable = True
-    # DeMoA's comparison runs every method with CCLIP (Sec. 5); any rule may be given
+    # DeMoA's main comparison runs every method with CCLIP (its experiments); any rule may be given
     methods = {"byz_vr_marina_pp": "cclip"}
 
     def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,

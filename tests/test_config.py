@@ -53,7 +53,7 @@ def test_method_presets_set_algorithm_and_aggregator():
     assert RunSpec(method="demoa", aggregator="krum").aggregator == "krum"
     assert RunSpec(method="krum").algorithm == "fedavg"
     assert RunSpec(algorithm="state_cache", aggregator="median").method == "delayed_momentum"
-    # DeMoA's comparison (Sec. 5): FedAvg as one gradient, FedCM two ways, Byz-VR-MARINA-PP
+    # DeMoA's comparison (its experiments): FedAvg as one gradient, FedCM two ways, Byz-VR-MARINA-PP
     assert (RunSpec(method="fedsgd").algorithm, RunSpec(method="fedsgd").aggregator) == ("fedsgd", "mean")
     assert RunSpec(method="fedcm_xu").algorithm == "fedcm_xu"
     assert (RunSpec(method="byz_vr_marina_pp").algorithm,
