@@ -141,7 +141,11 @@ class RunSchema(BaseModel):
     # p ~ C/n so a round costs O(C) messages in expectation). marina_clip_multiplier: alpha in the
     # clipping level lambda_{k+1} = alpha ||x^{k+1} - x^k||. marina_compressor: the unbiased
     # compressor Q of the differences (`none`: Q = id, the default; `rand_k`: keep a random
-    # marina_compress_ratio share of coordinates, scaled by d/k).
+    # marina_compress_ratio share of coordinates, scaled by d/k). The paper's theory takes alpha
+    # of the order of the smoothness constant (an honest full-batch difference has norm <=
+    # L ||x^{k+1} - x^k||, so it is then not clipped); 1.0 assumes L = 1. Measured on digits/cnn2
+    # (N=25, fixed p=0.2, mean, no attack, 200 rounds): accuracy 0.73 at alpha 1, 0.97 at 10 and
+    # 100, so a comparison should sweep it.
     marina_p: optional_finite(gt=0, le=1) = None
     marina_clip_multiplier: Annotated[Finite, Field(gt=0)] = 1.0
     marina_compressor: Literal["none", "rand_k"] = "none"
