@@ -131,10 +131,27 @@ def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
         values["assumed_byzantine_fraction"] = beta
     if values.get("server_lr") is None:
         values["server_lr"] = ALGORITHMS[algorithm].default_server_lr
+    if values.get("aggregate_weights", "auto") == "auto":
+        # the algorithm's paper default: FedAvg weighs by n_i, the robust-gradient papers do not
+        values["aggregate_weights"] = ALGORITHMS[algorithm].default_weights
+    if algorithm == "byz_vr_marina_pp" and values.get("marina_p") is None:
+        values["marina_p"] = _marina_p(values)
     if values.get("trim_ratio") is None:
         values["trim_ratio"] = AGGREGATORS[aggregator].calibrated_trim_ratio(
             values["assumed_byzantine_fraction"])
     return values
+
+
+def _marina_p(values: dict[str, Any]) -> float:
+    """Byz-VR-MARINA-PP's full-round probability when not given: p = C / N, C the expected
+    partial-round sample size (Malinovsky et al.: p ~ C/n keeps a round's expected cost at
+    O(C) messages, p n + (1 - p) C <= 2 C)."""
+    schema = RunSchema.model_fields
+    clients = values.get("clients", schema["clients"].default)
+    probe = RunSchema(clients=clients,
+                      participation=values.get("participation", schema["participation"].default),
+                      sample_size=values.get("sample_size"))
+    return min(1.0, probe.expected_sample_size / clients)
 
 
 def _known(key: str, value: Any, registry: Any) -> None:

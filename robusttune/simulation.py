@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from robusttune.aggregators import make_rule
-from robusttune.algorithms import RoundState, ServerAlgorithm, make_algorithm
+from robusttune.algorithms import RoundPlan, RoundState, ServerAlgorithm, make_algorithm
 from robusttune.attacks import Attack, make_attack
 from robusttune.config import RunSpec
 from robusttune.data import load_federated
@@ -25,7 +25,7 @@ from robusttune.models import flat_params, make_model
 from robusttune.records import RoundRecord, RunSummary, is_collapsed
 from robusttune.registry import SpecError
 from robusttune.sampling import Sample, draw_clients
-from robusttune.training import client_gradients, evaluate, resolve_trainer, train_clients
+from robusttune.training import evaluate, resolve_trainer
 
 
 def resolve_device(name: str) -> torch.device:
@@ -128,46 +128,44 @@ class Simulation:
         return draw_clients(spec.participation_mode, spec.clients, spec.participation,
                             spec.expected_sample_size, self.sampling_rng)
 
-    def _client_work(self, data: list[tuple[Tensor, Tensor]], seeds: list[int]) -> Tensor:
-        """What each of ``data``'s owners computes at the global model: trained states (E local
-        epochs) or one minibatch gradient, as the algorithm asks. Returns [len(data), d]."""
-        spec = self.spec
-        if self.algorithm.trains_locally:
-            return train_clients(self.model, self.params, data, epochs=spec.local_epochs,
-                                 batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
-                                 seeds=seeds, strategy=self.trainer)
-        return client_gradients(self.model, self.params, data, batch_size=spec.batch_size,
-                                seeds=seeds, strategy=self.trainer)
+    def _client_work(self, plan: RoundPlan, data: list[tuple[Tensor, Tensor]],
+                     seeds: list[int]) -> Tensor:
+        """What each of ``data``'s owners computes at the global model, as the algorithm asks
+        (trained states, one minibatch gradient, full gradients ...). Returns [len(data), d]."""
+        return self.algorithm.local_work(plan, self.model, self.params, data, seeds, self.trainer)
 
-    def _local_work(self, clients: list[int], round_index: int) -> Tensor:
+    def _local_work(self, plan: RoundPlan, round_index: int) -> Tensor:
+        clients = plan.clients.tolist()
         if not clients:
             return self.params.new_zeros((0, self.params.numel()))
         data = [(self.client_x[c], self.client_y[c]) for c in clients]
-        return self._client_work(data, [client_seed(self.spec.seed, round_index, c) for c in clients])
+        return self._client_work(plan, data,
+                                 [client_seed(self.spec.seed, round_index, c) for c in clients])
 
-    def _server_reference(self, round_index: int) -> Tensor | None:
+    def _server_reference(self, plan: RoundPlan, round_index: int) -> Tensor | None:
         """FLTrust's server message: the server does the clients' work on its clean root set."""
         if not self.aggregator.needs_reference:
             return None
         root = [(self.data.root_x, self.data.root_y)]
-        return self._client_work(root, [client_seed(self.spec.seed, round_index, -1)])[0]
+        return self._client_work(plan, root, [client_seed(self.spec.seed, round_index, -1)])[0]
 
     def step(self) -> RoundRecord:
         """Run the next round and return its record. Never raises on divergence: non-finite
         parameters end the run as collapsed with the record kept."""
         spec = self.spec
         round_index = self.rounds_done + 1
-        sampled_cpu = self._sample()
+        plan = self.algorithm.plan(self._sample(), self.sampling_rng)
+        sampled_cpu = plan.clients
         sample = Sample.of(sampled_cpu, self.byzantine[sampled_cpu], self.device)
         n_sampled, n_byzantine = sample.size, sample.n_byzantine
 
         started = time.perf_counter()
-        local = self._local_work(sampled_cpu.tolist(), round_index)
-        reference = self._server_reference(round_index)
+        local = self._local_work(plan, round_index)
+        reference = self._server_reference(plan, round_index)
         train_seconds = time.perf_counter() - started
 
         started = time.perf_counter()
-        state = self.algorithm.begin_round(sample, local, self.params)
+        state = self.algorithm.begin_round(sample, local, self.params, plan)
         messages = state.honest
         if n_byzantine and not self.attack.data_side and self.attack.name != "none":
             messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
@@ -184,11 +182,12 @@ class Simulation:
             held_assumed = self.aggregator.precondition(n_inputs, f_assumed)
             held_actual = self.aggregator.precondition(n_inputs, byzantine_rows)
             if held_assumed or not spec.guarded:
+                previous = (inputs.previous if inputs.previous is not None
+                            else self.algorithm.previous(self.params))
                 aggregate = self.aggregator(inputs.rows, f=f_assumed, weights=inputs.weights,
-                                            reference=reference,
-                                            previous=self.algorithm.previous(self.params),
+                                            reference=reference, previous=previous,
                                             generator=self.noise_rng)
-                self.params = self.algorithm.step(self.params, aggregate)
+                self.params = self.algorithm.step(self.params, aggregate, state)
                 aggregated = True
             share = byzantine_rows / n_inputs
         else:

@@ -155,11 +155,16 @@ def train_clients(
     momentum: float,
     seeds: Sequence[int],
     strategy: str = "sequential",
+    drift: Tensor | None = None,
 ) -> Tensor:
     """Train every client of ``data`` (a list of ``(x_i, y_i)``) from ``start`` as described in
     the module docstring; return the trained vectors, ``Tensor[k, d]`` in the order of ``data``.
     ``model`` is only the architecture (it is called through ``functional_call`` and never
-    modified). A client without data returns ``start``."""
+    modified). A client without data returns ``start``.
+
+    ``drift`` (Tensor[d], shared by every client): each step's gradient becomes g_t + drift, the
+    gradient of CE + <drift, theta>. FedCM (Xu et al., 2021) runs SGD on
+    v = alpha g + (1 - alpha) Delta, which is lr' = lr alpha on g + ((1 - alpha) / alpha) Delta."""
     _check_args(start, data, seeds, batch_size)
     if epochs < 0:
         raise SpecError(f"local_epochs must be >= 0; got {epochs}")
@@ -168,14 +173,18 @@ def train_clients(
         return start.new_empty((0, start.numel()))
     orders = [batch_orders(len(y), epochs=epochs, batch_size=batch_size, seed=s)
               for (_, y), s in zip(data, seeds)]
+    if drift is not None:
+        drift = drift.detach().to(start.device, start.dtype)
     if resolve_trainer(strategy, start.device) == "batched":
-        return _train_batched(model, start, data, orders, batch_size, lr, momentum)
-    return _train_sequential(model, start, data, orders, batch_size, lr, momentum)
+        return _train_batched(model, start, data, orders, batch_size, lr, momentum, drift)
+    return _train_sequential(model, start, data, orders, batch_size, lr, momentum, drift)
 
 
 def _train_sequential(model: nn.Module, start: Tensor, data: ClientData, orders: list[list[Tensor]],
-                      batch_size: int, lr: float, momentum: float) -> Tensor:
+                      batch_size: int, lr: float, momentum: float,
+                      drift: Tensor | None = None) -> Tensor:
     layout = param_layout(model)
+    drifts = None if drift is None else list(layout.views(drift).values())
     out = start.repeat(len(data), 1)
     buf = torch.empty_like(start) if momentum != 0 else None
     for i, ((x, y), batches) in enumerate(zip(data, orders)):
@@ -194,6 +203,8 @@ def _train_sequential(model: nn.Module, start: Tensor, data: ClientData, orders:
             loss = F.cross_entropy(functional_call(model, theta, (xb,)), yb)
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
+                if drifts is not None:
+                    grads = torch._foreach_add(grads, drifts)
                 if buf is None:
                     torch._foreach_add_(params, grads, alpha=-lr)
                 else:
@@ -251,7 +262,8 @@ def _weighted_loss(model: nn.Module):
 
 
 def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: list[list[Tensor]],
-                   batch_size: int, lr: float, momentum: float) -> Tensor:
+                   batch_size: int, lr: float, momentum: float,
+                   drift: Tensor | None = None) -> Tensor:
     k, device = len(data), start.device
     steps = [len(b) for b in orders]
     # clients in decreasing number of steps: those still training at step t are a prefix
@@ -282,6 +294,9 @@ def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: li
             # theta[:a] is a prefix of a contiguous stack: its per-parameter views are views too
             params = layout.views(theta[:a])
             grads = list(step(params, x_all[idx], y_all[idx], weight[:a, t]).values())
+            if drift is not None:  # one add per parameter tensor, broadcast over the clients
+                for g, b in zip(grads, layout.views(drift).values()):
+                    g.add_(b)
             params = list(params.values())
             if buf is None:
                 torch._foreach_add_(params, grads, alpha=-lr)

@@ -119,3 +119,28 @@ def test_state_cache_attack_view_leaves_the_cache_untouched():
     assert torch.equal(view.rows[[1, 3]], torch.zeros(2, 3))     # untouched: initial - model
     # the slot the Byzantine client is about to overwrite counts as Byzantine
     assert view.byzantine.tolist() == [False, False, True, False]
+
+
+def test_aggregate_weights_auto_is_each_algorithms_paper_default():
+    """FedAvg weighs by n_i (McMahan et al.); DeMoA's and FedCM's robust rules take the n
+    clients' momenta one vote each, so demoa + mean is the plain mean under a skewed split."""
+    assert RunSpec(method="fedavg").aggregate_weights == "samples"
+    assert RunSpec(method="swb_dm").aggregate_weights == "samples"
+    for method in ("demoa", "fedcm"):
+        assert RunSpec(method=method).aggregate_weights == "uniform"
+    assert RunSpec(method="demoa", aggregate_weights="samples").aggregate_weights == "samples"
+    spec = RunSpec(dataset="synthetic", method="demoa", aggregator="mean", clients=2,
+                   participation=1.0, participation_mode="bernoulli", demoa_alpha=1.0)
+    counts = torch.tensor([1.0, 3.0])  # a Dirichlet split: client 1 holds three times the data
+    algorithm = make_algorithm(spec, torch.zeros(1), counts)
+    state = algorithm.begin_round(Sample.of(torch.tensor([0, 1]), torch.tensor([False, False]),
+                                            "cpu"), torch.tensor([[0.0], [4.0]]), torch.zeros(1))
+    inputs = algorithm.inputs(state, state.honest, torch.zeros(1))
+    assert inputs.weights is None
+    from robusttune.aggregators import make_rule
+    mean = make_rule("mean")
+    assert mean(inputs.rows, weights=inputs.weights).item() == 2.0  # not (0 + 3 * 4) / 4 = 3
+    weighted = make_algorithm(spec.updated(aggregate_weights="samples"), torch.zeros(1), counts)
+    state = weighted.begin_round(state.sample, torch.tensor([[0.0], [4.0]]), torch.zeros(1))
+    inputs = weighted.inputs(state, state.honest, torch.zeros(1))
+    assert mean(inputs.rows, weights=inputs.weights).item() == 3.0

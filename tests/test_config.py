@@ -53,6 +53,12 @@ def test_method_presets_set_algorithm_and_aggregator():
     assert RunSpec(method="demoa", aggregator="krum").aggregator == "krum"
     assert RunSpec(method="krum").algorithm == "fedavg"
     assert RunSpec(algorithm="state_cache", aggregator="median").method == "delayed_momentum"
+    # DeMoA's comparison (its experiments): FedAvg as one gradient, FedCM two ways, Byz-VR-MARINA-PP
+    assert (RunSpec(method="fedsgd").algorithm, RunSpec(method="fedsgd").aggregator) == ("fedsgd", "mean")
+    assert RunSpec(method="fedcm_xu").algorithm == "fedcm_xu"
+    assert (RunSpec(method="byz_vr_marina_pp").algorithm,
+            RunSpec(method="byz_vr_marina_pp").aggregator) == ("byz_vr_marina_pp", "cclip")
+    assert RunSpec(method="byz_vr_marina_pp", aggregator="krum").method == "byz_vr_marina_pp+krum"
 
 
 def test_swb_trim_ratio_is_calibrated_to_assumed_corruption():

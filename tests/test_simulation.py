@@ -48,7 +48,8 @@ def test_different_seed_differs():
     assert [r["accuracy"] for r in a] != [r["accuracy"] for r in b]
 
 
-@pytest.mark.parametrize("method", ["fedavg", "swb_dm", "demoa"])
+@pytest.mark.parametrize("method", ["fedavg", "swb_dm", "demoa", "fedsgd", "fedcm_xu",
+                                    "byz_vr_marina_pp"])
 def test_restored_simulation_continues_bit_for_bit(method, tmp_path):
     spec = RunSpec(**{**FAST, "rounds": 4}, method=method, attack="gaussian", byzantine_fraction=0.25)
     whole = Simulation(spec)
