@@ -37,7 +37,7 @@ SUMMARY_KEYS = ("final_accuracy", "final_loss", "collapsed", "rounds_run",
                 "byzantine_majority_rounds", "seconds", "num_classes")
 # The paper's column order; other methods follow alphabetically.
 METHOD_ORDER = ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm",
-                "delayed_momentum", "demoa", "fedcm")
+                "delayed_momentum", "demoa", "fedsgd", "fedcm", "fedcm_xu", "byz_vr_marina_pp")
 IDENTITY = ("dataset", "method", "attack", "byzantine_fraction", "participation", "seed")
 
 
