@@ -4,14 +4,33 @@ experiment state, the keys the space varies, the metric(s), collapse and rounds,
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
 
 from robusttune.sweep.ray_compat import grid_trials
 from robusttune.sweep.space import SweepSpec
+from robusttune.sweep.trainable import CONFIG_ERROR
 
-__all__ = ["saved_statuses", "trials_table"]
+__all__ = ["saved_statuses", "trials_table", "config_error", "config_errors"]
+
+
+def config_error(trial: Any) -> str | None:
+    """The message of a trial that ended on a configuration error (`trainable.CONFIG_ERROR`);
+    Tune saw such a trial end normally, the sweep counts it as errored."""
+    message = (trial.last_result or {}).get(CONFIG_ERROR)
+    return str(message) if message else None
+
+
+def config_errors(grid: Any) -> dict[str, str]:
+    """Trial folder name -> configuration error message, for the trials that had one."""
+    found = {}
+    for trial in grid_trials(grid):
+        message = config_error(trial)
+        if message:
+            found[Path(trial.path).name if trial.path else trial.trial_id] = message
+    return found
 
 
 def saved_statuses(path: str, grid: Any) -> dict[str, str]:
@@ -20,12 +39,25 @@ def saved_statuses(path: str, grid: Any) -> dict[str, str]:
     but the saved state (written before that) keeps them RUNNING: unfinished."""
     from ray.tune import ExperimentAnalysis
 
-    statuses = {trial.trial_id: trial.status for trial in grid_trials(grid)}
+    trials = grid_trials(grid)
+    statuses = {trial.trial_id: trial.status for trial in trials}
+    # ExperimentAnalysis reads every trial's progress.csv and warns, in a block of lines per
+    # trial, about those that have none yet (created, not started, when the sweep was stopped):
+    # expected here, so its warnings are not shown.
+    analysis_logger = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    level = analysis_logger.level
+    analysis_logger.setLevel(logging.ERROR)
     try:
         saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
     except Exception:  # noqa: BLE001 - unreadable state: keep what the driver saw
-        return statuses
-    return {trial_id: saved.get(trial_id, status) for trial_id, status in statuses.items()}
+        saved = {}
+    finally:
+        analysis_logger.setLevel(level)
+    merged = {trial_id: saved.get(trial_id, status) for trial_id, status in statuses.items()}
+    for trial in trials:
+        if config_error(trial):
+            merged[trial.trial_id] = "ERROR"
+    return merged
 
 
 
@@ -48,7 +80,7 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
         for extra in ("last_accuracy", "collapsed"):
             if extra not in row:
                 row[extra] = metrics.get(extra, math.nan)
-        row["rounds_done"] = metrics.get("training_iteration", 0)
+        row["rounds_done"] = 0 if config_error(trial) else metrics.get("training_iteration", 0)
         row["path"] = trial.path
         rows.append(row)
     table = pd.DataFrame(rows)
