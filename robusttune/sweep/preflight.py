@@ -86,14 +86,34 @@ def preflight(spec: SweepSpec, *, joined: bool = False,
     (one line, naming the setting) at the first that fails. ``joined`` (``--address``): the data
     lives on the cluster's nodes, which may not be this machine, so a data error is a note there
     and the trials load their data where they run. Returns the number of settings checked."""
-    import torch
-
     from robusttune.aggregators import make_rule
     from robusttune.attacks import make_attack
+    from robusttune.data import clear_dataset_cache
+
+    data_runs, rule_runs = preflight_specs(spec)
+    try:
+        _build_data_and_models(spec, data_runs, joined, announce)
+    finally:
+        # the driver trains nothing: a cached cifar10 (600 MB as float32) would stay for the sweep
+        clear_dataset_cache()
+    for run in rule_runs:
+        try:
+            make_rule(run.aggregator, **run.aggregator_params())
+            make_attack(run.attack, attack_strength=run.attack_strength)
+        except SpecError as error:
+            where = _label(run, ("aggregator", "attack"))
+            raise SpecError(f"{spec.source}: pre-flight ({where}): {error}") from None
+    return len(data_runs) + len(rule_runs)
+
+
+def _build_data_and_models(spec: SweepSpec, data_runs: list[RunSpec], joined: bool,
+                           announce: Callable[[str], None] | None) -> None:
+    """`preflight`'s data part: ``load_federated`` and ``make_model`` per data setting."""
+    import torch
+
     from robusttune.data import load_federated
     from robusttune.models import make_model
 
-    data_runs, rule_runs = preflight_specs(spec)
     for run in data_runs:
         where = _label(run, ("dataset", "data_root", "model"))
         try:
@@ -109,11 +129,3 @@ def preflight(spec: SweepSpec, *, joined: bool = False,
                 make_model(run.model, data.input_shape, data.num_classes)
         except SpecError as error:
             raise SpecError(f"{spec.source}: pre-flight ({where}): {error}") from None
-    for run in rule_runs:
-        try:
-            make_rule(run.aggregator, **run.aggregator_params())
-            make_attack(run.attack, attack_strength=run.attack_strength)
-        except SpecError as error:
-            where = _label(run, ("aggregator", "attack"))
-            raise SpecError(f"{spec.source}: pre-flight ({where}): {error}") from None
-    return len(data_runs) + len(rule_runs)
