@@ -114,3 +114,17 @@ def test_the_sweep_silences_ray_output_through_environment_variables_tune_reads(
 
     assert 'os.environ.get("RAY_AIR_NEW_OUTPUT", "1") == "0"' in inspect.getsource(output.get_air_verbosity)
     assert "TUNE_PRINT_ALL_TRIAL_ERRORS" in inspect.getsource(controller.TuneController.__init__)
+
+
+def test_experiment_analysis_warns_on_the_logger_the_sweep_quiets():
+    import logging
+
+    import ray.tune.analysis.experiment_analysis as analysis
+
+    assert analysis.logger.name == ray_compat.ANALYSIS_LOGGER
+    assert "Failed to fetch metrics" in inspect.getsource(analysis)
+    logger = logging.getLogger(ray_compat.ANALYSIS_LOGGER)
+    before = logger.level
+    with ray_compat.quiet_analysis():
+        assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
+    assert logger.level == before

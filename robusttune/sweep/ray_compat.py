@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 __all__ = ["RAY_VERSION", "TrialStopped", "autoscaling_ceiling", "restored_run_config",
            "grid_trials", "trial_storage", "TUNE_LOGGER", "TUNE_INTERRUPTED", "TUNE_NOISE",
-           "quiet_tune_logs"]
+           "ANALYSIS_LOGGER", "quiet_analysis", "quiet_tune_logs"]
 
 RAY_VERSION = "2.60.0"
 
@@ -78,14 +78,35 @@ class _TuneNoiseFilter(logging.Filter):
         return False
 
 
+# ExperimentAnalysis (built by `fit` for its ResultGrid, and by `trials.saved_statuses`) reads
+# every trial's progress.csv and warns, in a block of lines per trial, "Failed to fetch metrics"
+# for those that have none yet: trials created but not started when a sweep was stopped, which
+# is expected of an interrupted or resumed sweep.
+ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
+
+
+@contextlib.contextmanager
+def quiet_analysis() -> Iterator[None]:
+    """ExperimentAnalysis's warnings (ANALYSIS_LOGGER) off for the duration; errors stay."""
+    logger = logging.getLogger(ANALYSIS_LOGGER)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 @contextlib.contextmanager
 def quiet_tune_logs(on_interrupt: Callable[[], None] | None = None) -> Iterator[None]:
     """Without Tune's end-of-fit notices (TUNE_NOISE) for the duration; ``on_interrupt`` is
-    called instead of Tune's Ctrl-C notice, so the command can say it in its own words."""
+    called instead of Tune's Ctrl-C notice, so the command can say it in its own words; and
+    without ExperimentAnalysis's warnings (`quiet_analysis`)."""
     logger = logging.getLogger(TUNE_LOGGER)
     noise = _TuneNoiseFilter(on_interrupt)
     logger.addFilter(noise)
     try:
-        yield
+        with quiet_analysis():
+            yield
     finally:
         logger.removeFilter(noise)

@@ -4,12 +4,11 @@ experiment state, the keys the space varies, the metric(s), collapse and rounds,
 
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 from typing import Any
 
-from robusttune.sweep.ray_compat import grid_trials
+from robusttune.sweep.ray_compat import grid_trials, quiet_analysis
 from robusttune.sweep.space import SweepSpec
 from robusttune.sweep.trainable import CONFIG_ERROR
 
@@ -41,18 +40,11 @@ def saved_statuses(path: str, grid: Any) -> dict[str, str]:
 
     trials = grid_trials(grid)
     statuses = {trial.trial_id: trial.status for trial in trials}
-    # ExperimentAnalysis reads every trial's progress.csv and warns, in a block of lines per
-    # trial, about those that have none yet (created, not started, when the sweep was stopped):
-    # expected here, so its warnings are not shown.
-    analysis_logger = logging.getLogger("ray.tune.analysis.experiment_analysis")
-    level = analysis_logger.level
-    analysis_logger.setLevel(logging.ERROR)
     try:
-        saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
+        with quiet_analysis():  # its per-trial warnings about trials not started yet
+            saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
     except Exception:  # noqa: BLE001 - unreadable state: keep what the driver saw
         saved = {}
-    finally:
-        analysis_logger.setLevel(level)
     merged = {trial_id: saved.get(trial_id, status) for trial_id, status in statuses.items()}
     for trial in trials:
         if config_error(trial):
