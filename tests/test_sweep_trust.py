@@ -119,6 +119,16 @@ def test_resume_with_a_change_is_refused_in_one_line(tmp_path, flags, named):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_space_file_changed_since_the_stored_sweep_is_noted_on_resume(tmp_path):
+    from robusttune.sweep.command import differences
+
+    stored = parse_sweep({"run": TINY, "space": {"seed": {"grid": [1, 2]}}})
+    assert differences(stored, stored) == []
+    edited = parse_sweep({"run": {**TINY, "lr": 0.3}, "space": {"seed": {"grid": [1, 2, 3]}},
+                          "max_concurrent": 2})
+    assert differences(edited, stored) == ["run.lr", "space", "max_concurrent"]
+
+
 # -- the progress display -------------------------------------------------------------------------
 class Clock:
     def __init__(self) -> None:
@@ -244,7 +254,8 @@ def test_interrupted_and_resumed_sweep_shows_only_its_own_output(tmp_path):
     first, _, second = text.partition("EXIT 130")
     assert second, text
     for noise in ("Tuner.restore", "Failed to fetch metrics", "Configuration for experiment",
-                  "View detailed results", "Stop signal received", "Traceback"):
+                  "View detailed results", "Stop signal received", "Traceback",
+                  "differs from the stored sweep"):
         assert noise not in text, (noise, text)
     assert "[1/3] " in first and "Ctrl-C: stopping the trials" in first
     assert "continue with: robusttune sweep" in first and "--resume" in first

@@ -63,6 +63,11 @@ def sweep_command(
     # Before Ray (seconds to start) and before any trial: what every trial builds first.
     to_run = stored_sweep(experiment_path(storage, spec.name)) if resume else with_absolute_data_root(spec)
     if to_run is not None:  # a --resume without a stored sweep is refused by run_sweep
+        if resume:
+            changed = differences(with_absolute_data_root(spec), to_run)
+            if changed:
+                echo(f"note: {space} differs from the stored sweep ({', '.join(changed)}); --resume "
+                     f"runs the stored one (start a new sweep with --name to run the file)")
         preflight(to_run, joined=address is not None, announce=echo)
 
     from robusttune.sweep.runner import run_sweep  # imports ray: only when a sweep really runs
@@ -90,6 +95,16 @@ def sweep_command(
     if outcome.unfinished:
         return EXIT_INTERRUPTED
     return EXIT_ERRORED if outcome.errored else 0
+
+
+def differences(spec: SweepSpec, stored: SweepSpec) -> list[str]:
+    """What differs between two sweeps: the ``run:`` keys by name, other sections by name."""
+    changed = [f"run.{key}" for key in sorted(set(spec.run) | set(stored.run))
+               if spec.run.get(key) != stored.run.get(key)]
+    for section in ("axes", "search", "scheduler", "resources", "max_concurrent", "constraints"):
+        if getattr(spec, section) != getattr(stored, section):
+            changed.append("space" if section == "axes" else section)
+    return changed
 
 
 def refuse_changes_on_resume(*, name: Optional[str], storage: str, space: Path,
