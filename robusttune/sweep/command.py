@@ -116,16 +116,18 @@ def refuse_changes_on_resume(*, name: Optional[str], storage: str, space: Path,
     how to proceed, instead of silently running the stored sweep."""
     from robusttune.yaml_input import parse_assignments
 
-    given = [f"--set {key}={format_value(value)}" for key, value in parse_assignments(assignments).items()]
+    # (as typed, what it would change)
+    given = [(f"--set {key}={format_value(value)}", key)
+             for key, value in parse_assignments(assignments).items()]
     flags = {"--num-samples": num_samples, "--max-concurrent": max_concurrent,
              "--cpus-per-trial": cpus_per_trial, "--gpus-per-trial": gpus_per_trial}
-    given += [f"{flag} {format_value(value)}" for flag, value in flags.items() if value is not None]
+    given += [(f"{flag} {format_value(value)}", flag) for flag, value in flags.items() if value is not None]
     if not given:
         return
-    keys = [g.split()[1].split("=")[0] if g.startswith("--set") else g.split()[0] for g in given]
+    typed, keys = ", ".join(g for g, _ in given), ", ".join(k for _, k in given)
     sweep_name = name or load_sweep(space).name  # the YAML's name: or the file's
     raise SpecError(f"--resume runs the stored sweep {experiment_path(storage, sweep_name)} as it "
-                    f"is and does not apply {', '.join(given)}; to change {', '.join(keys)}, start "
+                    f"is and does not apply {typed}; to change {keys}, start "
                     f"a new sweep with --name (e.g. --name {sweep_name}-2), or resume without them")
 
 
