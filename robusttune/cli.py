@@ -123,8 +123,9 @@ def sweep(
     cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
     gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
     set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable; overrides run: in the YAML."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted sweep without re-running finished trials."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted sweep as stored, without re-running finished trials (no --set: start a new --name to change it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the trial count and configurations; start nothing."),
+    verbose: bool = typer.Option(False, "--verbose", help="Ray's own output (trial tables, notices) instead of the one progress line."),
 ) -> None:
     """Run a search space as a Ray Tune sweep: one federated run per trial, Optuna or a grid."""
     from robusttune.sweep.command import sweep_command
@@ -132,7 +133,7 @@ def sweep(
     status = sweep_command(space, name=name, storage=storage, address=address, num_samples=num_samples,
                            max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial,
                            gpus_per_trial=gpus_per_trial, assignments=set_, resume=resume,
-                           dry_run=dry_run, echo=typer.echo)
+                           dry_run=dry_run, verbose=verbose, echo=typer.echo)
     if status:
         raise typer.Exit(status)
 

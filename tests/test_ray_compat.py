@@ -69,3 +69,62 @@ def test_no_other_module_reaches_into_ray_privates():
         for private in ("ray._private", "_local_tuner", "_experiment_analysis", "get_storage()",
                         "_get_file_writer"):
             assert private not in text, f"{path} uses {private}"
+
+
+def test_tune_notices_that_the_sweep_drops_are_still_logged_by_tune():
+    """quiet_tune_logs matches Tune's end-of-fit notices by their text on the ray.tune.tune
+    logger; each text is still in the pinned tune.run, and the filter drops only those."""
+    import logging
+
+    import ray.tune.tune as tune_module
+
+    source = inspect.getsource(tune_module)
+    assert tune_module.logger.name == ray_compat.TUNE_LOGGER
+    for text in ray_compat.TUNE_NOISE:
+        assert text in source, text
+    assert "Tuner.restore(" in source  # the hint the sweep's users must not be shown
+
+    seen: list[str] = []
+    interrupts: list[bool] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger(ray_compat.TUNE_LOGGER)
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        with ray_compat.quiet_tune_logs(on_interrupt=lambda: interrupts.append(True)):
+            logger.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run.")
+            logger.warning("Experiment has been interrupted, but the most recent state was saved.")
+            logger.warning("something else")
+        logger.warning("Experiment has been interrupted, after the filter")
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["something else", "Experiment has been interrupted, after the filter"]
+    assert interrupts == [True]
+
+
+def test_the_sweep_silences_ray_output_through_environment_variables_tune_reads():
+    """RAY_AIR_NEW_OUTPUT=0 (the older output engine, silent at verbose 0) and
+    TUNE_PRINT_ALL_TRIAL_ERRORS are read by the pinned Ray where tuner.tune_environment says."""
+    import ray.tune.execution.tune_controller as controller
+    import ray.tune.experimental.output as output
+
+    assert 'os.environ.get("RAY_AIR_NEW_OUTPUT", "1") == "0"' in inspect.getsource(output.get_air_verbosity)
+    assert "TUNE_PRINT_ALL_TRIAL_ERRORS" in inspect.getsource(controller.TuneController.__init__)
+
+
+def test_experiment_analysis_warns_on_the_logger_the_sweep_quiets():
+    import logging
+
+    import ray.tune.analysis.experiment_analysis as analysis
+
+    assert analysis.logger.name == ray_compat.ANALYSIS_LOGGER
+    assert "Failed to fetch metrics" in inspect.getsource(analysis)
+    logger = logging.getLogger(ray_compat.ANALYSIS_LOGGER)
+    before = logger.level
+    with ray_compat.quiet_analysis():
+        assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
+    assert logger.level == before

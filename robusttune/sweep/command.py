@@ -3,9 +3,14 @@ the CLI prints as one line with exit status 2).
 
     robusttune sweep SPACE.yaml [--name N] [--storage PATH] [--address ADDR] [--num-samples N]
         [--max-concurrent K] [--cpus-per-trial C] [--gpus-per-trial G] [--set key=value]
-        [--resume] [--dry-run]
+        [--resume] [--dry-run] [--verbose]
 
-``--dry-run`` prints the trial count and the configurations without importing Ray.
+``--dry-run`` prints the trial count and the configurations without importing Ray. Before Ray
+starts, the pre-flight (`preflight.preflight`) builds each distinct setting's data, model, rule
+and attack, so an error every trial would hit is one line and exit status 2. ``--resume`` runs
+the stored sweep as it is: with a flag that would change it (``--set``, ``--num-samples``, ...)
+it is refused in one line that says how to proceed. ``--verbose`` gives Ray's own output back
+in place of the one progress display.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from robusttune.registry import SpecError
-from robusttune.sweep.space import SweepSpec, load_sweep
+from robusttune.sweep.preflight import preflight, with_absolute_data_root
+from robusttune.sweep.space import SweepSpec, format_value, load_sweep
+from robusttune.sweep.storage import experiment_path, stored_sweep
 from robusttune.terminal import table_text
 
 # Exit status of a sweep whose trials did not all finish: 1 when some errored, 130 (the shell's
@@ -37,9 +44,14 @@ def sweep_command(
     resume: bool = False,
     dry_run: bool = False,
     num_cpus: Optional[int] = None,
+    verbose: bool = False,
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run ``robusttune sweep``; returns the exit status (0: every trial finished)."""
+    if resume:
+        refuse_changes_on_resume(name=name, storage=storage, space=space, num_samples=num_samples,
+                                 max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial,
+                                 gpus_per_trial=gpus_per_trial, assignments=assignments or [])
     spec = prepare_spec(space, name=name, num_samples=num_samples, max_concurrent=max_concurrent,
                         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                         assignments=assignments or [])
@@ -48,22 +60,75 @@ def sweep_command(
             raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
         echo(dry_run_report(spec))
         return 0
+    # Before Ray (seconds to start) and before any trial: what every trial builds first.
+    to_run = stored_sweep(experiment_path(storage, spec.name)) if resume else with_absolute_data_root(spec)
+    if to_run is not None:  # a --resume without a stored sweep is refused by run_sweep
+        if resume:
+            changed = differences(with_absolute_data_root(spec), to_run)
+            if changed:
+                echo(f"note: {space} differs from the stored sweep ({', '.join(changed)}); --resume "
+                     f"runs the stored one (start a new sweep with --name to run the file)")
+        preflight(to_run, joined=address is not None, announce=echo)
 
     from robusttune.sweep.runner import run_sweep  # imports ray: only when a sweep really runs
 
     outcome = run_sweep(spec, storage=storage, address=address, resume=resume, num_cpus=num_cpus,
-                        verbose=0, announce=echo, progress=True)
+                        verbose=2 if verbose else 0, announce=echo, progress=not verbose)
     echo(best_trials_report(outcome.table, spec))
     echo(f"results: {outcome.path}  (tensorboard --logdir {outcome.path})")
     echo(f"trials: {outcome.finished} finished, {outcome.errored} errored, "
          f"{outcome.unfinished} unfinished")
-    if outcome.unfinished or outcome.errored:
+    from robusttune.sweep.trials import config_errors
+
+    broken = config_errors(outcome.result_grid)
+    if broken:
+        trial, message = next(iter(broken.items()))
+        echo(f"{len(broken)} trial(s) ended on a configuration error, e.g. {trial}: {message}; "
+             f"--resume would run them as they are: fix the space and start a new sweep with "
+             f"--name NEW")
+    retriable = outcome.errored - len(broken)
+    if outcome.unfinished or retriable:
         again = f"robusttune sweep {space} --name {spec.name} --storage {storage} --resume"
         if address:
             again += f" --address {address}"
         echo(f"continue with: {again}")
-        return EXIT_INTERRUPTED if outcome.unfinished else EXIT_ERRORED
-    return 0
+    if outcome.unfinished:
+        return EXIT_INTERRUPTED
+    return EXIT_ERRORED if outcome.errored else 0
+
+
+def differences(spec: SweepSpec, stored: SweepSpec) -> list[str]:
+    """What differs between two sweeps: the ``run:`` keys by name, other sections by name."""
+    changed = [f"run.{key}" for key in sorted(set(spec.run) | set(stored.run))
+               if spec.run.get(key) != stored.run.get(key)]
+    for section in ("axes", "search", "scheduler", "resources", "max_concurrent", "constraints"):
+        if getattr(spec, section) != getattr(stored, section):
+            changed.append("space" if section == "axes" else section)
+    return changed
+
+
+def refuse_changes_on_resume(*, name: Optional[str], storage: str, space: Path,
+                             num_samples: Optional[int], max_concurrent: Optional[int],
+                             cpus_per_trial: Optional[float], gpus_per_trial: Optional[float],
+                             assignments: list[str]) -> None:
+    """``--resume`` continues the stored sweep (its trials, checkpoints and search state), so
+    a flag that would change the sweep cannot apply to it: one line naming what was given and
+    how to proceed, instead of silently running the stored sweep."""
+    from robusttune.yaml_input import parse_assignments
+
+    # (as typed, what it would change)
+    given = [(f"--set {key}={format_value(value)}", key)
+             for key, value in parse_assignments(assignments).items()]
+    flags = {"--num-samples": num_samples, "--max-concurrent": max_concurrent,
+             "--cpus-per-trial": cpus_per_trial, "--gpus-per-trial": gpus_per_trial}
+    given += [(f"{flag} {format_value(value)}", flag) for flag, value in flags.items() if value is not None]
+    if not given:
+        return
+    typed, keys = ", ".join(g for g, _ in given), ", ".join(k for _, k in given)
+    sweep_name = name or load_sweep(space).name  # the YAML's name: or the file's
+    raise SpecError(f"--resume runs the stored sweep {experiment_path(storage, sweep_name)} as it "
+                    f"is and does not apply {typed}; to change {keys}, start "
+                    f"a new sweep with --name (e.g. --name {sweep_name}-2), or resume without them")
 
 
 def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int],

@@ -5,10 +5,13 @@ of the sweep layer uses Ray's public API only."""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import logging
+from typing import Any, Callable, Iterator
 
 __all__ = ["RAY_VERSION", "TrialStopped", "autoscaling_ceiling", "restored_run_config",
-           "grid_trials", "trial_storage"]
+           "grid_trials", "trial_storage", "TUNE_LOGGER", "TUNE_INTERRUPTED", "TUNE_NOISE",
+           "ANALYSIS_LOGGER", "quiet_analysis", "quiet_tune_logs"]
 
 RAY_VERSION = "2.60.0"
 
@@ -47,3 +50,63 @@ def trial_storage(context: Any) -> tuple[Any, str]:
     (``get_storage`` is a developer API)."""
     storage = context.get_storage()
     return storage.storage_filesystem, storage.trial_fs_path
+
+
+# What Ray 2.60's ``tune.run`` (ray/tune/tune.py, logger ``ray.tune.tune``) logs around an
+# interrupted or partly failed fit: the Ctrl-C notice, a hint to call ``Tuner.restore(...)`` (a
+# Python API the command's user never calls: the command says ``--resume``) and the list of
+# incomplete trials (the command prints its own table). Matched by their text, which Ray does
+# not promise to keep: tests/test_ray_compat.py checks it is still in the pinned source.
+TUNE_LOGGER = "ray.tune.tune"
+TUNE_INTERRUPTED = "Stop signal received"
+TUNE_NOISE = (TUNE_INTERRUPTED, "Experiment has been interrupted", "Trials did not complete")
+
+
+class _TuneNoiseFilter(logging.Filter):
+    """Drops TUNE_NOISE records; tells ``on_interrupt`` when the Ctrl-C notice comes by."""
+
+    def __init__(self, on_interrupt: Callable[[], None] | None) -> None:
+        super().__init__()
+        self.on_interrupt = on_interrupt
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        if not any(noise in text for noise in TUNE_NOISE):
+            return True
+        if TUNE_INTERRUPTED in text and self.on_interrupt is not None:
+            self.on_interrupt()
+        return False
+
+
+# ExperimentAnalysis (built by `fit` for its ResultGrid, and by `trials.saved_statuses`) reads
+# every trial's progress.csv and warns, in a block of lines per trial, "Failed to fetch metrics"
+# for those that have none yet: trials created but not started when a sweep was stopped, which
+# is expected of an interrupted or resumed sweep.
+ANALYSIS_LOGGER = "ray.tune.analysis.experiment_analysis"
+
+
+@contextlib.contextmanager
+def quiet_analysis() -> Iterator[None]:
+    """ExperimentAnalysis's warnings (ANALYSIS_LOGGER) off for the duration; errors stay."""
+    logger = logging.getLogger(ANALYSIS_LOGGER)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def quiet_tune_logs(on_interrupt: Callable[[], None] | None = None) -> Iterator[None]:
+    """Without Tune's end-of-fit notices (TUNE_NOISE) for the duration; ``on_interrupt`` is
+    called instead of Tune's Ctrl-C notice, so the command can say it in its own words; and
+    without ExperimentAnalysis's warnings (`quiet_analysis`)."""
+    logger = logging.getLogger(TUNE_LOGGER)
+    noise = _TuneNoiseFilter(on_interrupt)
+    logger.addFilter(noise)
+    try:
+        with quiet_analysis():
+            yield
+    finally:
+        logger.removeFilter(noise)

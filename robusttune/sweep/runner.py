@@ -14,9 +14,7 @@ checkpoint; ``sweep.yaml`` (the space as run, so ``--resume`` rebuilds the same 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import yaml
@@ -24,6 +22,7 @@ import yaml
 from robusttune.recording import declare_experiment
 from robusttune.registry import SpecError
 from robusttune.sweep.cluster import check_cluster, ray_session
+from robusttune.sweep.preflight import with_absolute_data_root
 from robusttune.sweep.progress import ProgressCallback, Timeline, TimelineCallback
 from robusttune.sweep.space import SweepSpec
 from robusttune.sweep.storage import (DEFAULT_STORAGE, SWEEP_FILE, TRIALS_FILE, experiment_path,
@@ -40,7 +39,8 @@ __all__ = ["SweepOutcome", "MAX_FAILURES", "run_sweep"]
 
 # Retries per trial (FailureConfig): a trial whose node dies (a spot instance reclaimed, a
 # machine lost) starts again on another node from its last checkpoint. Tune counts every failure
-# here, an exception in the trial too, so a trial with a bug runs 1 + MAX_FAILURES times.
+# here, an exception in the trial too, so a trial with a bug runs 1 + MAX_FAILURES times; a
+# configuration error (SpecError) is not raised to Tune, so it runs once (trainable.py).
 MAX_FAILURES = 3
 
 
@@ -67,9 +67,11 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
 
     ``trainable`` replaces the federated trainable (same signature: ``(config, sweep)``; a
     resumed sweep needs the same one); ``callbacks`` are extra Tune
-    callbacks; ``announce`` receives one-line notes and ``progress`` prints one line per trial
-    (the command uses both with ``verbose=0``); ``max_failures`` retries of a failed trial
-    from its last checkpoint (a lost node)."""
+    callbacks; ``announce`` receives one-line notes and ``progress`` shows the one progress
+    display (the command uses both with ``verbose=0``, which also keeps Ray's own notices off
+    the terminal: `tune_environment`); ``max_failures`` retries of a failed trial from its
+    last checkpoint (a lost node; a configuration error is never retried, see
+    `trainable.report_config_error`). The command runs `preflight.preflight` before this."""
     say = announce or (lambda text: None)
     timeline = Timeline()
     path = experiment_path(storage, spec.name)
@@ -83,22 +85,30 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
             write_text(path, SWEEP_FILE, yaml.safe_dump({"name": spec.name, **spec.raw}, sort_keys=False))
             _declare_hparams(spec, path, say)
         extra = [*(callbacks or [])]
+        display = None
         if progress:
-            extra.append(ProgressCallback(spec.search.metric,
-                                          spec.trial_count() if not resume else None))
+            # the total is the stored sweep's on --resume too (spec is then the stored one)
+            display = ProgressCallback(spec.search.metric, spec.trial_count(), mode=spec.search.mode,
+                                       name=spec.name)
+            extra.append(display)
         bound = make_trainable(spec, trainable)
-        with tune_environment():
+        with tune_environment(quiet=verbose == 0,
+                              on_interrupt=display.interrupted if display else None):
             tuner = _tuner(spec, path, bound, resume=resume, storage=storage, say=say,
                            callbacks=[TimelineCallback(timeline), *extra],
                            max_failures=max_failures, verbose=verbose)
             timeline.mark("fit_start")
-            grid = tuner.fit()
+            try:
+                grid = tuner.fit()
+            finally:
+                if display is not None:
+                    display.close()
             timeline.mark("fit_end")
         statuses = saved_statuses(path, grid)
         table = trials_table(grid, spec, statuses)
         write_text(path, TRIALS_FILE, table.to_csv(index=False))
     timeline.mark("exit")
-    return _outcome(path, table, statuses, timeline, grid)
+    return _outcome(path, table, statuses, timeline, grid, total=spec.trial_count())
 
 
 def _declare_hparams(spec: SweepSpec, path: str, say: Callable[[str], None]) -> None:
@@ -116,7 +126,7 @@ def _tuner(spec: SweepSpec, path: str, bound: Any, *, resume: bool, storage: str
     """This run's Tuner, announced: the stored one restored with ``resume``, else a fresh one."""
     if resume:
         say(f"resuming {path} (finished trials are kept; unfinished ones continue from "
-            f"their last checkpoint, errored ones start again)")
+            f"their last checkpoint, errored ones start again but for configuration errors)")
         return restored_tuner(path, bound, callbacks=callbacks, verbose=verbose)
     tuner, num_samples = new_tuner(spec, bound, storage=storage, callbacks=callbacks,
                                    max_failures=max_failures, verbose=verbose)
@@ -140,22 +150,17 @@ def _sweep_to_run(spec: SweepSpec, path: str, resume: bool) -> SweepSpec:
     return _absolute_data_root(spec)
 
 
-def _absolute_data_root(spec: SweepSpec) -> SweepSpec:
-    """Trials run in their own working directories: a relative data_root is made absolute at the
-    driver (on a cluster, give a data_root that exists on every node)."""
-    if any("data_root" in axis.keys for axis in spec.axes):
-        return spec
-    root = str(spec.run.get("data_root", "./data"))
-    if "://" in root or os.path.isabs(root):
-        return spec
-    return spec.with_overrides(run={"data_root": str(Path(root).resolve())})
+# a relative data_root made absolute at the driver: one home, in the ray-free pre-flight module
+_absolute_data_root = with_absolute_data_root
 
 
 def _outcome(path: str, table: Any, statuses: dict[str, str], timeline: Timeline,
-             grid: Any) -> SweepOutcome:
-    """The SweepOutcome: trial counts from the saved statuses (what ``--resume`` acts on)."""
+             grid: Any, total: int) -> SweepOutcome:
+    """The SweepOutcome: trial counts from the saved statuses (what ``--resume`` acts on).
+    Unfinished counts the trials Tune had not created yet when the sweep was interrupted too
+    (``total``: the sweep's trial count), so a sweep stopped between two trials is not done."""
     counts = list(statuses.values())
-    return SweepOutcome(path=path, table=table, finished=counts.count("TERMINATED"),
-                        errored=counts.count("ERROR"),
-                        unfinished=len(counts) - counts.count("TERMINATED") - counts.count("ERROR"),
-                        timeline=dict(timeline.marks), result_grid=grid)
+    finished, errored = counts.count("TERMINATED"), counts.count("ERROR")
+    unfinished = max(len(counts), total) - finished - errored
+    return SweepOutcome(path=path, table=table, finished=finished, errored=errored,
+                        unfinished=unfinished, timeline=dict(timeline.marks), result_grid=grid)

@@ -10,6 +10,14 @@ The trial folder also gets the run folder files (rounds.csv, summary.json, Tenso
 HParams) through `RunWriter`, so ``tensorboard --logdir results/NAME`` shows the whole sweep.
 A trial given a fraction of a GPU may allocate only that fraction of its memory
 (`cuda_memory_fraction`).
+
+A configuration error (a `SpecError` while the trial builds its run: data files missing on its
+node, a drawn combination the rules reject) is not an exception for Tune: Tune retries every
+exception ``FailureConfig.max_failures`` times, and the same configuration fails the same way
+each time. The trial instead ends at once with one result that carries the message under
+``CONFIG_ERROR`` (and the metrics as NaN, which Tune requires of a result) and writes it to
+its folder's error.txt; the sweep counts it as errored (`trials.saved_statuses`). Retries
+stay for what a retry can cure: a lost node, a killed worker.
 """
 
 from __future__ import annotations
@@ -24,10 +32,14 @@ from typing import Any, Mapping
 import torch
 
 from robusttune.config import RunSpec
+from robusttune.registry import SpecError
 from robusttune.sweep.ray_compat import TrialStopped, trial_storage
 from robusttune.sweep.space import SweepSpec
 
 CHECKPOINT_FILE = "simulation.pt"
+# The result key of a trial that ended on a configuration error (its value: the one-line message)
+CONFIG_ERROR = "config_error"
+ERROR_FILE = "error.txt"
 # Keys every result row carries even when the space does not vary them, so rows from several
 # sweeps can be put side by side.
 IDENTITY_KEYS = ("dataset", "method", "algorithm", "aggregator", "attack", "byzantine_fraction",
@@ -109,11 +121,14 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     values = sweep.resolve(config)
     requested = str(values.get("device", "auto"))
     device = place_trial(requested, resources, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
-    spec = RunSpec.from_dict({**values, "device": device})
-
-    simulation = Simulation(spec)
-    checkpoint = tune.get_checkpoint()
     run_folder = trial_folder(context)
+    try:
+        spec = RunSpec.from_dict({**values, "device": device})
+        simulation = Simulation(spec)
+    except SpecError as error:
+        report_config_error(str(error), sweep, run_folder)
+        return
+    checkpoint = tune.get_checkpoint()
     resume_at = None
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
@@ -147,6 +162,16 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
         writer.abort()
         raise
     writer.close(simulation.summary(time.perf_counter() - started))
+
+
+def report_config_error(message: str, sweep: SweepSpec, folder: Path) -> None:
+    """End the trial on a configuration error without an exception (so Tune does not retry
+    it): one result with the message and NaN metrics, and the message in error.txt."""
+    from ray import tune
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ERROR_FILE).write_text(f"configuration error: {message}\n")
+    tune.report({**{metric: math.nan for metric in sweep.search.metrics}, CONFIG_ERROR: message})
 
 
 def trial_folder(context: Any) -> Path:

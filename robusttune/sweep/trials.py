@@ -8,10 +8,28 @@ import math
 from pathlib import Path
 from typing import Any
 
-from robusttune.sweep.ray_compat import grid_trials
+from robusttune.sweep.ray_compat import grid_trials, quiet_analysis
 from robusttune.sweep.space import SweepSpec
+from robusttune.sweep.trainable import CONFIG_ERROR
 
-__all__ = ["saved_statuses", "trials_table"]
+__all__ = ["saved_statuses", "trials_table", "config_error", "config_errors"]
+
+
+def config_error(trial: Any) -> str | None:
+    """The message of a trial that ended on a configuration error (`trainable.CONFIG_ERROR`);
+    Tune saw such a trial end normally, the sweep counts it as errored."""
+    message = (trial.last_result or {}).get(CONFIG_ERROR)
+    return str(message) if message else None
+
+
+def config_errors(grid: Any) -> dict[str, str]:
+    """Trial folder name -> configuration error message, for the trials that had one."""
+    found = {}
+    for trial in grid_trials(grid):
+        message = config_error(trial)
+        if message:
+            found[Path(trial.path).name if trial.path else trial.trial_id] = message
+    return found
 
 
 def saved_statuses(path: str, grid: Any) -> dict[str, str]:
@@ -20,12 +38,18 @@ def saved_statuses(path: str, grid: Any) -> dict[str, str]:
     but the saved state (written before that) keeps them RUNNING: unfinished."""
     from ray.tune import ExperimentAnalysis
 
-    statuses = {trial.trial_id: trial.status for trial in grid_trials(grid)}
+    trials = grid_trials(grid)
+    statuses = {trial.trial_id: trial.status for trial in trials}
     try:
-        saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
+        with quiet_analysis():  # its per-trial warnings about trials not started yet
+            saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
     except Exception:  # noqa: BLE001 - unreadable state: keep what the driver saw
-        return statuses
-    return {trial_id: saved.get(trial_id, status) for trial_id, status in statuses.items()}
+        saved = {}
+    merged = {trial_id: saved.get(trial_id, status) for trial_id, status in statuses.items()}
+    for trial in trials:
+        if config_error(trial):
+            merged[trial.trial_id] = "ERROR"
+    return merged
 
 
 
@@ -48,7 +72,7 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
         for extra in ("last_accuracy", "collapsed"):
             if extra not in row:
                 row[extra] = metrics.get(extra, math.nan)
-        row["rounds_done"] = metrics.get("training_iteration", 0)
+        row["rounds_done"] = 0 if config_error(trial) else metrics.get("training_iteration", 0)
         row["path"] = trial.path
         rows.append(row)
     table = pd.DataFrame(rows)

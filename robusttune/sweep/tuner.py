@@ -15,7 +15,7 @@ import re
 from typing import Any, Callable, Iterator
 
 from robusttune.sweep.progress import ProgressCallback, TimelineCallback
-from robusttune.sweep.ray_compat import restored_run_config
+from robusttune.sweep.ray_compat import quiet_tune_logs, restored_run_config
 from robusttune.sweep.space import SweepSpec, format_value
 from robusttune.sweep.storage import is_local, storage_path
 
@@ -132,15 +132,33 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def tune_environment() -> contextlib.AbstractContextManager[None]:
-    """The Tune settings of a sweep's ``fit``, as environment variables for its duration.
+@contextlib.contextmanager
+def tune_environment(quiet: bool = True,
+                     on_interrupt: Callable[[], None] | None = None) -> Iterator[None]:
+    """The Tune settings of a sweep's ``fit``, as environment variables (and, when ``quiet``,
+    log filters) for its duration.
 
     The trial folder's TensorBoard files are the RunWriter's; Tune's own TBX logger would show
     every curve twice, so the default loggers are replaced by JSON and CSV only (`new_tuner`).
     Checkpoints are kept one per trial (num_to_keep=1), which makes Tune snapshot the experiment
-    state at each checkpoint; cheap here, so its warning about it is silenced."""
-    return _environment(TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1",
-                        TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0")
+    state at each checkpoint; cheap here, so its warning about it is silenced.
+
+    ``quiet`` (the command without ``--verbose``): the sweep's own progress display is the only
+    one. Ray's newer output engine prints its experiment box even at verbose=0, so the older one
+    (``RAY_AIR_NEW_OUTPUT=0``), silent at 0, is used; a failed trial's traceback is in its
+    error.txt, which the display names, rather than on the terminal
+    (``TUNE_PRINT_ALL_TRIAL_ERRORS=0``); Tune's end-of-fit notices, among them its
+    ``Tuner.restore(...)`` hint, are dropped (`ray_compat.quiet_tune_logs`), and ``on_interrupt``
+    replaces its Ctrl-C notice."""
+    values = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+              "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0"}
+    if not quiet:
+        with _environment(**values):
+            yield
+        return
+    values.update(RAY_AIR_NEW_OUTPUT="0", TUNE_PRINT_ALL_TRIAL_ERRORS="0")
+    with _environment(**values), quiet_tune_logs(on_interrupt):
+        yield
 
 
 def new_tuner(spec: SweepSpec, bound: Any, *, storage: str, callbacks: list[Any],
@@ -181,7 +199,8 @@ def new_tuner(spec: SweepSpec, bound: Any, *, storage: str, callbacks: list[Any]
 
 def restored_tuner(path: str, bound: Any, *, callbacks: list[Any], verbose: int) -> Any:
     """The Tuner of the interrupted sweep at ``path``: finished trials are kept, unfinished ones
-    continue from their last checkpoint, errored ones start again. ``callbacks`` are this run's
+    continue from their last checkpoint, errored ones start again (a trial that ended on a
+    configuration error ended normally for Tune, so it stays as it is). ``callbacks`` are this run's
     (a timeline and progress callback among them)."""
     from ray import tune
 
