@@ -145,7 +145,7 @@ def test_spec_evaluator_seeds_adversary_and_tuning():
     base = {"dataset": "synthetic", "clients": 10, "rounds": 1}
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]   # the fake runner ignores the rule
     evaluate = spec_evaluator(base, fake_runner(log), seeds=[1, 2],
-                              adversary={"attack_strength": [0.5, 1.0]})
+                              adversary={"attack_strength": [0.5, 1.0]}, staged=False)
     result = bisect_breakdown(cells, evaluate)
     # no trim: survives while 0.9 - 2 beta >= 0.45, i.e. beta <= 0.225 -> k = 2
     assert result.cells[0].breakdown == 2
@@ -185,7 +185,7 @@ def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
     log: list = []
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]
     result = bisect_breakdown(cells, spec_evaluator({"dataset": "synthetic", "clients": 10,
-                                                     "rounds": 1}, fake_runner(log)))
+                                                     "rounds": 1}, fake_runner(log), staged=False))
     # at k = 1 (beta 0.1) strengths 10 and 100 both collapse the run (accuracy 0.05): the
     # breakdown is 0 and the weakest strength that did the worst is named
     assert result.cells[0].breakdown == 0

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from robusttune.breakdown.bisection import (BreakdownMap, Cell, CellResult, Evaluator, Outcome,
                                             Point, Verdict, bisect_breakdown, lattice_top)
-from robusttune.breakdown.evaluate import adversary_variants, spec_evaluator
+from robusttune.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
 from robusttune.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
 from robusttune.breakdown.report import write_breakdown
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "PLAN_KEYS", "BreakdownPlan", "load_plan",
+    "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
     "write_breakdown",
 ]
