@@ -152,8 +152,9 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                                    "byzantine_fraction": point.fraction, "seed": seed})
                 for seed in seeds]
 
-    def judge(knobs: Mapping[str, Any], per_variant: list[Outcome], variants: list[dict],
-              trials: int) -> Outcome:
+    def judge(per_variant: list[Outcome], variants: list[dict], trials: int) -> Outcome:
+        """The worst variant run (the first with the lowest score); ``runs`` counts every
+        variant, run or not: what the point costs in full."""
         position = min(range(len(per_variant)), key=lambda i: _score(per_variant[i]))
         worst = per_variant[position]
         return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
@@ -180,8 +181,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                 judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1],
                                                         **variants[i][j]))
                 trials[i] += sum(new[span])
-        return [judge(knobs, judged[i], variants[i][:len(judged[i])], trials[i])
-                for i, (_, knobs) in enumerate(requests)]
+        return [judge(judged[i], variants[i], trials[i]) for i in range(len(requests))]
 
     if not tune:
         return lambda points: run_batch([(p, {}) for p in points])
