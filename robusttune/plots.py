@@ -204,25 +204,28 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
     axis = figure.subplots(1, 1)
     colours = colormaps["tab20"]
     top = float(frontier["lattice_top"].max())
+    ps = sorted(dict.fromkeys(frontier["participation"].astype(float)))
+    gap = min((b - a for a, b in zip(ps, ps[1:])), default=1.0)
+    shift = 0.25 * gap / max(len(methods), 1)
     for i, method in enumerate(methods):
         rows = frontier[frontier["method"] == method].sort_values("participation")
         x = rows["participation"].to_numpy(float)
         y = pd.to_numeric(rows["breakdown_fraction"], errors="coerce").to_numpy(float)
         never = rows["never_broke"].to_numpy(bool)
-        # a small vertical offset per method keeps equal values (0, the top) from hiding each other
-        offset = (i - (len(methods) - 1) / 2) * 0.004
+        # a small sideways shift per method keeps equal values (0, the top) from hiding each
+        # other; the values themselves are drawn where they are
+        x = x + (i - (len(methods) - 1) / 2) * shift
         colour = colours(i % 20)
-        axis.plot(x, y + offset, "-", color=colour, alpha=0.8, label=method)
-        axis.plot(x[~never], y[~never] + offset, "o", color=colour, markersize=5)
-        axis.plot(x[never], y[never] + offset, "o", markerfacecolor="white", color=colour,
-                  markersize=6)
+        axis.plot(x, y, "-", color=colour, alpha=0.8, label=method)
+        axis.plot(x[~never], y[~never], "o", color=colour, markersize=5)
+        axis.plot(x[never], y[never], "o", markerfacecolor="white", color=colour, markersize=6)
     axis.axhline(top, color="grey", linestyle=":", linewidth=1)
     axis.text(float(frontier["participation"].min()), top, " lattice top (open: never broke)",
               va="bottom", fontsize=7, color="grey")
     axis.set(xlabel="participation p", ylabel="breakdown fraction β*",
              title="the p-frontier: worst case over attacks and sampling modes",
              ylim=(-0.03, top + 0.06))
-    axis.set_xticks(sorted(dict.fromkeys(frontier["participation"].astype(float))))
+    axis.set_xticks(ps)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _save(figure, path)

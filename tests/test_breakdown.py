@@ -384,8 +384,10 @@ def test_write_breakdown_draws_the_frontier(tmp_path):
 # -- savings that never change an answer -------------------------------------------------------
 def ladder_runner(log):
     """Runs nothing: accuracy falls with beta x strength, IPM harder than the sign flip, a
-    collapse past a damage of 0.45; at beta = 0 the attack plays no part (as in a real run), so
-    clean points may be shared. Records every batch."""
+    collapse past a damage of 0.45; where no round samples a Byzantine client (none exists, or
+    the sampling stream never draws one) the attack plays no part, as in a real run, so such
+    points may be shared. Records every batch."""
+    from robusttune.simulation import byzantine_ever_sampled
 
     def run(specs):
         log.append(list(specs))
@@ -394,7 +396,7 @@ def ladder_runner(log):
             weight = {"sign_flip": 1.0, "ipm": 1.6}.get(s.attack, 0.0)
             robust = {"mean": 0.0, "median": 0.3, "trimmed_mean": 0.2}[s.aggregator]
             strength = s.attack_strength or 1.0
-            damage = 0.0 if s.byzantine_fraction == 0 else \
+            damage = 0.0 if not byzantine_ever_sampled(s) else \
                 max(0.0, s.byzantine_fraction - robust) * weight * min(strength, 12.0) ** 0.5
             accuracy = 0.9 - damage if damage < 0.45 else 0.1
             out.append(RunSummary.from_dict({"final_accuracy": accuracy,
@@ -409,7 +411,7 @@ def _map(share: bool, staged: bool):
     log: list = []
     cells = [Cell.of(20, aggregator=a, attack=t, participation=p)
              for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")
-             for p in (0.5, 1.0)]
+             for p in (0.1, 1.0)]
     evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1},
                               ladder_runner(log), seeds=[1, 2], share=share, staged=staged)
     return bisect_breakdown(cells, evaluate), log
@@ -444,8 +446,8 @@ def test_the_staged_ladder_stops_at_the_first_collapse():
     """At k = 10 of 20 the mean collapses at the weakest sign-flip strength: the point runs one
     variant, not four, and names it."""
     log: list = []
-    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1},
-                              ladder_runner(log))
+    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1,
+                               "participation": 1.0}, ladder_runner(log))
     cell = Cell.of(20, aggregator="mean", attack="sign_flip")
     outcome = evaluate([Point(cell, 10)])[0]
     assert outcome.collapsed and outcome.trials == 1 and outcome.runs == 4
@@ -483,3 +485,46 @@ def test_a_run_without_byzantine_clients_ignores_its_attack():
         assert torch.equal(runs[0].params, runs[1].params)
     attacked = RunSpec.from_dict({**base, "byzantine_fraction": 0.34, "attack": "ipm"})
     assert canonical_spec(attacked) is attacked
+
+
+def _same_run(a, b) -> list:
+    """Both specs' runs, asserting equal records (timings aside) and final parameters."""
+    import torch
+
+    from robusttune.simulation import Simulation
+
+    runs = [Simulation(s) for s in (a, b)]
+    records = [[r.to_dict() for r in run] for run in runs]
+    for x, y in zip(*records):
+        assert {k: v for k, v in x.items() if "seconds" not in k} == \
+            {k: v for k, v in y.items() if "seconds" not in k}
+    assert torch.equal(runs[0].params, runs[1].params)
+    return records[0]
+
+
+@pytest.mark.parametrize("mode, seed, method", [("fixed", 43, "median"), ("bernoulli", 42, "krum"),
+                                                ("fixed", 45, "swb_dm"), ("bernoulli", 45, "demoa")])
+def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, seed, method):
+    """With Byzantine clients that the sampling stream never draws, the attack changes nothing
+    either (a cache and a momentum method included): `byzantine_ever_sampled` replays the
+    run's samples, and the run with attack none is the same bit for bit; beta stays."""
+    from robusttune.breakdown import canonical_spec
+    from robusttune.config import RunSpec
+    from robusttune.simulation import byzantine_ever_sampled
+
+    values = {"dataset": "synthetic", "clients": 10, "participation": 0.2, "rounds": 3,
+              "participation_mode": mode, "byzantine_fraction": 0.1, "seed": seed,
+              "method": method, "local_epochs": 1, "checkpoint_every": 0}
+    for attack, strength in (("ipm", 1000.0), ("label_flip", None), ("sign_flip", 3.0)):
+        spec = RunSpec.from_dict({**values, "attack": attack, "attack_strength": strength})
+        assert not byzantine_ever_sampled(spec)
+        canonical = canonical_spec(spec)
+        assert canonical.attack == "none" and canonical.byzantine_fraction == 0.1
+        records = _same_run(spec, canonical)
+        assert all(r["byzantine_sampled"] == 0 for r in records)
+    # one seed on, a Byzantine client is sampled: the attack matters and the spec is its own
+    sampled = RunSpec.from_dict({**values, "seed": 42 if mode == "fixed" else 43, "attack": "ipm"})
+    assert byzantine_ever_sampled(sampled) and canonical_spec(sampled) is sampled
+    from robusttune.simulation import Simulation
+
+    assert any(r.byzantine_sampled > 0 for r in Simulation(sampled))

@@ -5,7 +5,8 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 - `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
               the worst case over each attack's strength ladder)
 - `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
-- `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md
+- `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md,
+              frontier.csv and frontier.png (`frontier_table`: the p-frontier beta*(p))
 """
 
 from __future__ import annotations

@@ -60,13 +60,20 @@ def canonical_spec(spec: RunSpec) -> RunSpec:
     """The RunSpec a run is equal to with the knobs it ignores removed, so that equal runs share
     one key (`spec_evaluator`'s ``share``).
 
-    Rule: a run with no Byzantine client (n_byzantine = floor(beta N) = 0) never calls its attack
-    (the round builds Byzantine messages only for sampled Byzantine clients; a data-side attack
-    poisons only Byzantine clients' labels), so attack, attack_strength and attack_scope do not
-    change a single number of it: they are set to none / the default. Every other spec is its
-    own canonical form. tests/test_breakdown.py checks the run bit for bit against the original."""
-    if spec.n_byzantine == 0 and (spec.attack != "none" or spec.attack_strength is not None
-                                  or spec.attack_scope != "inputs"):
+    Rule: a run in which no round samples a Byzantine client (none exists, k = floor(beta N) =
+    0, or the run's sampling stream never draws one: `simulation.byzantine_ever_sampled`) never
+    calls its attack (a round builds Byzantine messages only for its sampled Byzantine clients;
+    a data-side attack poisons only Byzantine clients' labels, and only sampled clients train;
+    a cache slot of a never-sampled client keeps its initial value), so attack,
+    attack_strength and attack_scope do not change a single number of it: they are set to none
+    and the defaults. beta itself stays (f = floor(n beta) still sets what a rule trims).
+    Every other spec is its own canonical form. tests/test_breakdown.py checks such runs bit
+    for bit against the originals."""
+    if spec.attack == "none" and spec.attack_strength is None and spec.attack_scope == "inputs":
+        return spec
+    from robusttune.simulation import byzantine_ever_sampled  # torch; only when sharing
+
+    if not byzantine_ever_sampled(spec):
         return spec.updated(attack="none", attack_strength=None, attack_scope="inputs")
     return spec
 
