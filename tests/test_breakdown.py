@@ -142,7 +142,7 @@ def fake_runner(log):
 
 def test_spec_evaluator_seeds_adversary_and_tuning():
     log: list = []
-    base = {"dataset": "synthetic", "clients": 10, "rounds": 1}
+    base = {"dataset": "synthetic", "clients": 10, "rounds": 1, "participation": 1.0}
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]   # the fake runner ignores the rule
     evaluate = spec_evaluator(base, fake_runner(log), seeds=[1, 2],
                               adversary={"attack_strength": [0.5, 1.0]}, staged=False)
@@ -184,8 +184,8 @@ def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
         [{"attack": "alie", "attack_strength": s} for s in (1.0, 2.0, 4.0, 8.0)] + [{"attack": "mimic"}]
     log: list = []
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]
-    result = bisect_breakdown(cells, spec_evaluator({"dataset": "synthetic", "clients": 10,
-                                                     "rounds": 1}, fake_runner(log), staged=False))
+    base = {"dataset": "synthetic", "clients": 10, "rounds": 1, "participation": 1.0}
+    result = bisect_breakdown(cells, spec_evaluator(base, fake_runner(log), staged=False))
     # at k = 1 (beta 0.1) strengths 10 and 100 both collapse the run (accuracy 0.05): the
     # breakdown is 0 and the weakest strength that did the worst is named
     assert result.cells[0].breakdown == 0
