@@ -10,10 +10,10 @@ does. Three trial counts, each exact:
                  (seeds runs) + k_max x seeds x the ladder's strengths (`BreakdownMap.grid_trials`)
   bisection      the points bisection and its verification evaluated, each in full (what the map
                  cost before the savings: no run shared, every strength run)
-  map            the runs actually made: bisection, with clean runs shared between cells that
-                 differ only in their attack and the ladder stopped at its first collapse
-                 (`spec_evaluator`'s ``share`` and ``staged``; tests/test_breakdown.py checks
-                 that they change no answer)
+  map            the runs actually made: bisection, with runs shared between cells where the
+                 attack changes nothing (no Byzantine client, or none ever sampled) and each
+                 point's ladder stopped at its first collapse (`spec_evaluator`'s ``share`` and
+                 ``staged``; tests/test_breakdown.py checks that they change no answer)
 
 Ends with one line ``breakdown_trials_vs_full_lattice: <map / full lattice>``.
 
@@ -69,7 +69,7 @@ def main() -> None:
     print(f"full lattice: {full} trials ({result.grid_points} points)")
     print(f"bisection alone: {bisection} trials ({result.points_used} points) = "
           f"{bisection / full:.3f} of the lattice")
-    print(f"map (shared clean runs, staged ladder): {result.trials_used} trials = "
+    print(f"map (shared runs, staged ladder): {result.trials_used} trials = "
           f"{result.trials_used / bisection:.3f} of bisection alone")
     print(f"breakdown_trials_vs_full_lattice: {result.trial_ratio:.3f}")
 
