@@ -9,6 +9,8 @@ global figure state, no GUI backend, safe in a headless sweep driver or a Ray wo
                          attack, with E(beta) = E0 + C sqrt(beta) fitted (the paper's Figure 2 shape)
 - `breakdown_heatmap`    aggregator x participation, colour = breakdown fraction, one panel per
                          attack; non-monotone cells marked with '*', cells failing clean with 'x'
+- `breakdown_frontier`   the p-frontier beta*(p): breakdown fraction against participation, one
+                         line per method; values that never broke are open markers at the top
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["round_curves", "error_vs_corruption", "breakdown_heatmap", "fit_sqrt_bound",
-           "threat_label"]
+__all__ = ["round_curves", "error_vs_corruption", "breakdown_heatmap", "breakdown_frontier",
+           "fit_sqrt_bound", "threat_label"]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -208,4 +210,46 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
     axes[0].set_ylabel(row)
     if image is not None:
         figure.colorbar(image, ax=list(axes), label="breakdown fraction")
+    return _save(figure, path)
+
+
+def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
+    """The p-frontier (`robusttune.breakdown.report.frontier_table`): x = participation p, y =
+    breakdown fraction beta*(p), one line per method. A value that never broke (its cells
+    survived the whole lattice, so beta* is at least the top) is an open marker at the lattice
+    top; a filled marker is a measured breakdown; methods whose cells all failed clean at some p
+    leave a gap there. None when there is nothing to draw."""
+    if frontier.empty or frontier["breakdown_fraction"].notna().sum() == 0:
+        return None
+    from matplotlib import colormaps
+
+    methods = list(dict.fromkeys(frontier["method"]))
+    figure = _figure(7.5, 4.6)
+    axis = figure.subplots(1, 1)
+    colours = colormaps["tab20"]
+    top = float(frontier["lattice_top"].max())
+    ps = sorted(dict.fromkeys(frontier["participation"].astype(float)))
+    gap = min((b - a for a, b in zip(ps, ps[1:])), default=1.0)
+    shift = 0.25 * gap / max(len(methods), 1)
+    for i, method in enumerate(methods):
+        rows = frontier[frontier["method"] == method].sort_values("participation")
+        x = rows["participation"].to_numpy(float)
+        y = pd.to_numeric(rows["breakdown_fraction"], errors="coerce").to_numpy(float)
+        never = rows["never_broke"].to_numpy(bool)
+        # a small sideways shift per method keeps equal values (0, the top) from hiding each
+        # other; the values themselves are drawn where they are
+        x = x + (i - (len(methods) - 1) / 2) * shift
+        colour = colours(i % 20)
+        axis.plot(x, y, "-", color=colour, alpha=0.8, label=method)
+        axis.plot(x[~never], y[~never], "o", color=colour, markersize=5)
+        axis.plot(x[never], y[never], "o", markerfacecolor="white", color=colour, markersize=6)
+    axis.axhline(top, color="grey", linestyle=":", linewidth=1)
+    axis.text(float(frontier["participation"].min()), top, " lattice top (open: never broke)",
+              va="bottom", fontsize=7, color="grey")
+    axis.set(xlabel="participation p", ylabel="breakdown fraction β*",
+             title="the p-frontier: worst case over attacks and sampling modes",
+             ylim=(-0.03, top + 0.06))
+    axis.set_xticks(ps)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _save(figure, path)

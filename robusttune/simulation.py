@@ -82,6 +82,37 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
 
 
+def byzantine_clients(spec: RunSpec) -> Tensor:
+    """Which clients are Byzantine (bool[N]): the first floor(beta N) of a permutation seeded
+    with seed + 2, its own stream (a generator seeded like the sampling one would draw round 1's
+    permutation, putting every Byzantine client into the first fixed-size sample)."""
+    order = torch.randperm(spec.clients, generator=torch.Generator().manual_seed(spec.seed + 2))
+    mask = torch.zeros(spec.clients, dtype=torch.bool)
+    mask[order[: spec.n_byzantine]] = True
+    return mask
+
+
+def sampling_generator(spec: RunSpec) -> torch.Generator:
+    """The run's sampling stream: it draws the rounds' samples and nothing else."""
+    return torch.Generator().manual_seed(spec.seed)
+
+
+def draw_sample(spec: RunSpec, generator: torch.Generator) -> Tensor:
+    """One round's sampled clients (sorted CPU long tensor) from the sampling stream."""
+    return draw_clients(spec.participation_mode, spec.clients, spec.participation,
+                        spec.expected_sample_size, generator)
+
+
+def byzantine_ever_sampled(spec: RunSpec) -> bool:
+    """Whether some round of the run samples a Byzantine client. The samples depend on the seed,
+    N, p, the sampling mode and the sample size alone (not on the model, the rule or the attack),
+    so this replays the run's sampling stream for all ``rounds`` without training."""
+    if spec.n_byzantine == 0:
+        return False
+    byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
+    return any(bool(byzantine[draw_sample(spec, generator)].any()) for _ in range(spec.rounds))
+
+
 class Simulation:
     """One federated run. Iterate it (or call `step`) to get one RoundRecord per round."""
 
@@ -96,14 +127,9 @@ class Simulation:
                                 seed=spec.seed).to(self.device)
         self.params = flat_params(self.model).detach().clone()
 
-        self.sampling_rng = torch.Generator().manual_seed(spec.seed)
+        self.sampling_rng = sampling_generator(spec)
         self.noise_rng = torch.Generator(device=self.device).manual_seed(spec.seed + 1)
-        # its own stream: a generator seeded like sampling_rng would draw round 1's permutation,
-        # putting every Byzantine client into the first fixed-size sample
-        byzantine_order = torch.randperm(spec.clients,
-                                         generator=torch.Generator().manual_seed(spec.seed + 2))
-        self.byzantine = torch.zeros(spec.clients, dtype=torch.bool)
-        self.byzantine[byzantine_order[: spec.n_byzantine]] = True
+        self.byzantine = byzantine_clients(spec)
 
         self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength)
         self.client_x = self.data.client_x
@@ -124,9 +150,7 @@ class Simulation:
 
     # -- one round ---------------------------------------------------------------------------
     def _sample(self) -> Tensor:
-        spec = self.spec
-        return draw_clients(spec.participation_mode, spec.clients, spec.participation,
-                            spec.expected_sample_size, self.sampling_rng)
+        return draw_sample(self.spec, self.sampling_rng)
 
     def _client_work(self, plan: RoundPlan, data: list[tuple[Tensor, Tensor]],
                      seeds: list[int]) -> Tensor:

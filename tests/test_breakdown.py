@@ -142,10 +142,10 @@ def fake_runner(log):
 
 def test_spec_evaluator_seeds_adversary_and_tuning():
     log: list = []
-    base = {"dataset": "synthetic", "clients": 10, "rounds": 1}
+    base = {"dataset": "synthetic", "clients": 10, "rounds": 1, "participation": 1.0}
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]   # the fake runner ignores the rule
     evaluate = spec_evaluator(base, fake_runner(log), seeds=[1, 2],
-                              adversary={"attack_strength": [0.5, 1.0]})
+                              adversary={"attack_strength": [0.5, 1.0]}, staged=False)
     result = bisect_breakdown(cells, evaluate)
     # no trim: survives while 0.9 - 2 beta >= 0.45, i.e. beta <= 0.225 -> k = 2
     assert result.cells[0].breakdown == 2
@@ -184,8 +184,8 @@ def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
         [{"attack": "alie", "attack_strength": s} for s in (1.0, 2.0, 4.0, 8.0)] + [{"attack": "mimic"}]
     log: list = []
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]
-    result = bisect_breakdown(cells, spec_evaluator({"dataset": "synthetic", "clients": 10,
-                                                     "rounds": 1}, fake_runner(log)))
+    base = {"dataset": "synthetic", "clients": 10, "rounds": 1, "participation": 1.0}
+    result = bisect_breakdown(cells, spec_evaluator(base, fake_runner(log), staged=False))
     # at k = 1 (beta 0.1) strengths 10 and 100 both collapse the run (accuracy 0.05): the
     # breakdown is 0 and the weakest strength that did the worst is named
     assert result.cells[0].breakdown == 0
@@ -332,3 +332,199 @@ def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
                             bisect_breakdown([Cell.of(20, attack="ipm")],
                                              lambda points: [p.byzantine <= 1 for p in points]).cells[0])
     assert cached["inputs"] == 20 and cached["p_majority_round"] == 0.0  # 2 of 20 cached rows
+
+
+# -- the p-frontier ----------------------------------------------------------------------------
+def test_the_p_frontier_has_one_value_per_method_and_p():
+    """beta*(method, p) is the minimum over the cells of that method at that p: here over two
+    attacks and two sampling modes, worked by hand."""
+    from robusttune.breakdown.report import breakdown_table, frontier_table
+
+    truth = {("mean", 0.5, "sign_flip", "fixed"): 0, ("mean", 0.5, "ipm", "fixed"): 1,
+             ("mean", 0.5, "sign_flip", "bernoulli"): 2, ("mean", 0.5, "ipm", "bernoulli"): 3,
+             ("median", 0.5, "sign_flip", "fixed"): 4, ("median", 0.5, "ipm", "fixed"): 3,
+             ("median", 0.5, "sign_flip", "bernoulli"): 5, ("median", 0.5, "ipm", "bernoulli"): 5,
+             ("median", 1.0, "sign_flip", "fixed"): 5, ("median", 1.0, "ipm", "fixed"): 5,
+             ("mean", 1.0, "sign_flip", "fixed"): 2, ("mean", 1.0, "ipm", "fixed"): -1}
+    cells = {Cell.of(10, method=m, participation=p, attack=a, participation_mode=mode): b
+             for (m, p, a, mode), b in truth.items()}
+    # b = -1: the clean run fails (no baseline); b = 5 = k_max: never broke on the lattice
+    result = bisect_breakdown(list(cells), lambda points: [p.byzantine <= cells[p.cell]
+                                                           for p in points])
+    frontier = frontier_table(breakdown_table(result)).set_index(["method", "participation"])
+    assert len(frontier) == 4 and frontier.index.is_unique
+    assert frontier.loc[("mean", 0.5), "breakdown_fraction"] == pytest.approx(0.0)
+    assert frontier.loc[("mean", 0.5), "worst"] == "attack=sign_flip, participation_mode=fixed"
+    assert frontier.loc[("median", 0.5), "breakdown_fraction"] == pytest.approx(0.3)
+    assert frontier.loc[("median", 0.5), "worst"] == "attack=ipm, participation_mode=fixed"
+    assert not frontier.loc[("median", 0.5), "never_broke"]
+    # every median cell at p = 1 survived its lattice: a floor at the top, read ">= 0.5"
+    assert frontier.loc[("median", 1.0), "never_broke"]
+    assert frontier.loc[("median", 1.0), "label"] == ">= 0.5"
+    # a cell without a baseline is counted, not taken as the minimum
+    assert frontier.loc[("mean", 1.0), "breakdown_fraction"] == pytest.approx(0.2)
+    assert frontier.loc[("mean", 1.0), "fails_clean"] == 1
+    assert list(frontier.reset_index()["method"]) == ["mean", "mean", "median", "median"]
+
+
+def test_write_breakdown_draws_the_frontier(tmp_path):
+    cells = {Cell.of(10, method=m, participation=p, attack="ipm"): b
+             for (m, p), b in {("mean", 0.1): 0, ("mean", 1.0): 0, ("median", 0.1): 1,
+                               ("median", 1.0): 5}.items()}
+    result = bisect_breakdown(list(cells), lambda ps: [p.byzantine <= cells[p.cell] for p in ps])
+    text = write_breakdown(result, tmp_path).read_text()
+    assert "## The p-frontier" in text and "frontier.png" in text and "| median |" in text
+    assert (tmp_path / "frontier.png").stat().st_size > 0
+    import pandas as pd
+
+    frontier = pd.read_csv(tmp_path / "frontier.csv")
+    assert len(frontier) == 4 and set(frontier["participation"]) == {0.1, 1.0}
+
+
+# -- savings that never change an answer -------------------------------------------------------
+def ladder_runner(log):
+    """Runs nothing: accuracy falls with beta x strength, IPM harder than the sign flip, a
+    collapse past a damage of 0.45; where no round samples a Byzantine client (none exists, or
+    the sampling stream never draws one) the attack plays no part, as in a real run, so such
+    points may be shared. Records every batch."""
+    from robusttune.simulation import byzantine_ever_sampled
+
+    def run(specs):
+        log.append(list(specs))
+        out = []
+        for s in specs:
+            weight = {"sign_flip": 1.0, "ipm": 1.6}.get(s.attack, 0.0)
+            robust = {"mean": 0.0, "median": 0.3, "trimmed_mean": 0.2}[s.aggregator]
+            strength = s.attack_strength or 1.0
+            damage = 0.0 if not byzantine_ever_sampled(s) else \
+                max(0.0, s.byzantine_fraction - robust) * weight * min(strength, 12.0) ** 0.5
+            accuracy = 0.9 - damage if damage < 0.45 else 0.1
+            out.append(RunSummary.from_dict({"final_accuracy": accuracy,
+                                             "collapsed": accuracy <= 0.105,
+                                             "run_dir": f"runs/{s.to_json().__hash__()}"}))
+        return out
+
+    return run
+
+
+def _map(share: bool, staged: bool):
+    log: list = []
+    cells = [Cell.of(20, aggregator=a, attack=t, participation=p)
+             for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")
+             for p in (0.1, 1.0)]
+    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1},
+                              ladder_runner(log), seeds=[1, 2], share=share, staged=staged)
+    return bisect_breakdown(cells, evaluate), log
+
+
+def test_the_savings_change_no_answer():
+    """The map with sharing and with the staged ladder, each alone and both, gives the same
+    table (every answer: breakdown, status, broken_by, evaluated points) and the same point
+    outcomes as the map without them, for fewer runs; the trial count is the runs made."""
+    plain, plain_log = _map(False, False)
+    answer_columns = [c for c in plain.to_frame().columns if c != "trials"]
+    point_columns = ["byzantine", "survived", "accuracy", "collapsed", "worst_adversary"]
+    for share, staged in ((True, False), (False, True), (True, True)):
+        saved, log = _map(share, staged)
+        assert saved.to_frame()[answer_columns].equals(plain.to_frame()[answer_columns])
+        assert saved.points_frame()[point_columns].equals(plain.points_frame()[point_columns])
+        assert saved.grid_trials == plain.grid_trials
+        assert saved.trials_used == sum(len({s.to_json() for s in b}) if share else len(b)
+                                        for b in log)
+        assert saved.trials_used < plain.trials_used
+    assert plain.trials_used == sum(len(b) for b in plain_log)
+    # the full lattice: per cell 2 clean runs + 10 points x 4 strengths x 2 seeds
+    assert plain.grid_trials == 12 * (2 + 10 * 4 * 2)
+    both, log = _map(True, True)
+    # sharing: one clean run per seed for the two attacks of each (aggregator, p)
+    clean = {s.to_json() for b in log for s in b if s.byzantine_fraction == 0}
+    assert len(clean) == 6 * 2
+    assert both.trial_ratio == both.trials_used / both.grid_trials < plain.trial_ratio
+
+
+def test_the_staged_ladder_stops_at_the_first_collapse():
+    """At k = 10 of 20 the mean collapses at the weakest sign-flip strength: the point runs one
+    variant, not four, and names it."""
+    log: list = []
+    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1,
+                               "participation": 1.0}, ladder_runner(log))
+    cell = Cell.of(20, aggregator="mean", attack="sign_flip")
+    outcome = evaluate([Point(cell, 10)])[0]
+    assert outcome.collapsed and outcome.trials == 1 and outcome.runs == 4
+    assert outcome.breaker == (("attack_strength", 1.0),)
+    # a point that never reaches 0 runs the whole ladder and keeps the worst
+    outcome = evaluate([Point(cell, 1)])[0]
+    assert outcome.trials == 4 and not outcome.collapsed
+    assert outcome.breaker == (("attack_strength", 100.0),)
+    # the same point again is shared: no new run
+    assert evaluate([Point(cell, 1)])[0].trials == 0
+
+
+def test_a_run_without_byzantine_clients_ignores_its_attack():
+    """`canonical_spec`'s rule, checked on real runs: with no Byzantine client the attack, its
+    strength and its scope change nothing, bit for bit (a data-side attack included)."""
+    import torch
+
+    from robusttune.breakdown import canonical_spec
+    from robusttune.config import RunSpec
+    from robusttune.simulation import Simulation
+
+    base = {"dataset": "synthetic", "clients": 6, "rounds": 2, "participation": 0.5,
+            "byzantine_fraction": 0.0, "local_epochs": 1, "checkpoint_every": 0}
+    for attack in ("ipm", "label_flip", "gaussian"):
+        spec = RunSpec.from_dict({**base, "attack": attack, "attack_strength": 7.0,
+                                  "attack_scope": "sample"})
+        assert spec.n_byzantine == 0
+        canonical = canonical_spec(spec)
+        assert canonical.attack == "none" and canonical.attack_strength is None
+        runs = [Simulation(s) for s in (spec, canonical)]
+        records = [[r.to_dict() for r in run] for run in runs]
+        for a, b in zip(*records):
+            assert {k: v for k, v in a.items() if "seconds" not in k} == \
+                {k: v for k, v in b.items() if "seconds" not in k}
+        assert torch.equal(runs[0].params, runs[1].params)
+    attacked = RunSpec.from_dict({**base, "byzantine_fraction": 0.34, "attack": "ipm"})
+    assert canonical_spec(attacked) is attacked
+
+
+def _same_run(a, b) -> list:
+    """Both specs' runs, asserting equal records (timings aside) and final parameters."""
+    import torch
+
+    from robusttune.simulation import Simulation
+
+    runs = [Simulation(s) for s in (a, b)]
+    records = [[r.to_dict() for r in run] for run in runs]
+    for x, y in zip(*records):
+        assert {k: v for k, v in x.items() if "seconds" not in k} == \
+            {k: v for k, v in y.items() if "seconds" not in k}
+    assert torch.equal(runs[0].params, runs[1].params)
+    return records[0]
+
+
+@pytest.mark.parametrize("mode, seed, method", [("fixed", 43, "median"), ("bernoulli", 42, "krum"),
+                                                ("fixed", 45, "swb_dm"), ("bernoulli", 45, "demoa")])
+def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, seed, method):
+    """With Byzantine clients that the sampling stream never draws, the attack changes nothing
+    either (a cache and a momentum method included): `byzantine_ever_sampled` replays the
+    run's samples, and the run with attack none is the same bit for bit; beta stays."""
+    from robusttune.breakdown import canonical_spec
+    from robusttune.config import RunSpec
+    from robusttune.simulation import byzantine_ever_sampled
+
+    values = {"dataset": "synthetic", "clients": 10, "participation": 0.2, "rounds": 3,
+              "participation_mode": mode, "byzantine_fraction": 0.1, "seed": seed,
+              "method": method, "local_epochs": 1, "checkpoint_every": 0}
+    for attack, strength in (("ipm", 1000.0), ("label_flip", None), ("sign_flip", 3.0)):
+        spec = RunSpec.from_dict({**values, "attack": attack, "attack_strength": strength})
+        assert not byzantine_ever_sampled(spec)
+        canonical = canonical_spec(spec)
+        assert canonical.attack == "none" and canonical.byzantine_fraction == 0.1
+        records = _same_run(spec, canonical)
+        assert all(r["byzantine_sampled"] == 0 for r in records)
+    # one seed on, a Byzantine client is sampled: the attack matters and the spec is its own
+    sampled = RunSpec.from_dict({**values, "seed": 42 if mode == "fixed" else 43, "attack": "ipm"})
+    assert byzantine_ever_sampled(sampled) and canonical_spec(sampled) is sampled
+    from robusttune.simulation import Simulation
+
+    assert any(r.byzantine_sampled > 0 for r in Simulation(sampled))

@@ -3,21 +3,23 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 
 - `bisection` the core: cells, lattice points, outcomes, the lock-step bisection    knows no runs
 - `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
-              the worst case over each attack's strength ladder)
+              the worst case over each attack's strength ladder; equal runs shared by
+              `canonical_spec`, each ladder stopped at its first collapse)
 - `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
-- `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md
+- `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md,
+              frontier.csv and frontier.png (`frontier_table`: the p-frontier beta*(p))
 """
 
 from __future__ import annotations
 
 from robusttune.breakdown.bisection import (BreakdownMap, Cell, CellResult, Evaluator, Outcome,
                                             Point, Verdict, bisect_breakdown, lattice_top)
-from robusttune.breakdown.evaluate import adversary_variants, spec_evaluator
+from robusttune.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
 from robusttune.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
 from robusttune.breakdown.report import write_breakdown
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "PLAN_KEYS", "BreakdownPlan", "load_plan",
+    "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
     "write_breakdown",
 ]

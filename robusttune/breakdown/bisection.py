@@ -77,13 +77,20 @@ class Point:
 @dataclass(frozen=True)
 class Outcome:
     """What a point's runs gave: mean final accuracy over them, whether any collapsed, how many
-    trials (runs) it took, and what stands behind the number (run folders, tuned knobs)."""
+    trials (new runs) it took, what stands behind the number (run folders, tuned knobs), and
+    ``runs``: what evaluating it in full costs without any saving (seeds x adversary variants x
+    budget; None: ``trials``), the measure of the full lattice."""
 
     accuracy: float
     collapsed: bool = False
     trials: int = 1
     detail: tuple[Any, ...] = ()
     breaker: tuple[tuple[str, Any], ...] = ()  # the adversary setting that gave this (the worst)
+    runs: int | None = None
+
+    @property
+    def full_runs(self) -> int:
+        return self.trials if self.runs is None else self.runs
 
     @classmethod
     def from_summaries(cls, summaries: Sequence[RunSummary], **extra: Any) -> "Outcome":
@@ -230,6 +237,17 @@ class CellResult:
     def trials(self) -> int:
         return sum(v.trials if isinstance(v, Outcome) else 1 for v in self.outcomes.values())
 
+    @property
+    def lattice_trials(self) -> int:
+        """What evaluating every lattice point in full would cost: the clean point's full runs
+        plus k_max times an attacked point's (the mean over the attacked points evaluated; the
+        clean point's when none was)."""
+        full = {k: v.full_runs if isinstance(v, Outcome) else 1 for k, v in self.outcomes.items()}
+        attacked = [n for k, n in full.items() if k > 0]
+        clean = full.get(0, attacked[0] if attacked else 1)
+        per_point = sum(attacked) / len(attacked) if attacked else clean
+        return int(round(clean + self.k_max * per_point))
+
     def row(self) -> dict[str, Any]:
         N = self.cell.clients
         frac = (lambda k: None if k is None else k / N)
@@ -272,13 +290,19 @@ class BreakdownMap:
 
     @property
     def grid_trials(self) -> int:
-        per_point = self.trials_used / self.points_used if self.points_used else 1.0
-        return int(round(self.grid_points * per_point))
+        """Trials of the full lattice: every point of every cell evaluated in full
+        (`CellResult.lattice_trials`), no point skipped, shared or stopped early."""
+        return sum(c.lattice_trials for c in self.cells)
+
+    @property
+    def trial_ratio(self) -> float:
+        """trials_used / grid_trials: what the map cost against the full lattice."""
+        return self.trials_used / self.grid_trials if self.grid_trials else 0.0
 
     def cost_line(self) -> str:
         return (f"{self.trials_used} trials ({self.points_used} lattice points in {self.waves} "
                 f"waves) against {self.grid_trials} for the full lattice grid "
-                f"({self.grid_points} points)")
+                f"({self.grid_points} points): {100 * self.trial_ratio:.0f}%")
 
     def to_frame(self) -> Any:
         import pandas as pd

@@ -19,7 +19,7 @@ from robusttune.registry import SpecError
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
     from robusttune.runners import Runner
 
-__all__ = ["spec_evaluator", "adversary_variants"]
+__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec"]
 
 
 def _optuna_distribution(domain: Any) -> Any:
@@ -56,58 +56,139 @@ def adversary_variants(attack: str, adversary: Mapping[str, Sequence[Any]] | Non
     return variants
 
 
+def canonical_spec(spec: RunSpec) -> RunSpec:
+    """The RunSpec a run is equal to with the knobs it ignores removed, so that equal runs share
+    one key (`spec_evaluator`'s ``share``).
+
+    Rule: a run in which no round samples a Byzantine client (none exists, k = floor(beta N) =
+    0, or the run's sampling stream never draws one: `simulation.byzantine_ever_sampled`) never
+    calls its attack (a round builds Byzantine messages only for its sampled Byzantine clients;
+    a data-side attack poisons only Byzantine clients' labels, and only sampled clients train;
+    a cache slot of a never-sampled client keeps its initial value), so attack,
+    attack_strength and attack_scope do not change a single number of it: they are set to none
+    and the defaults. beta itself stays (f = floor(n beta) still sets what a rule trims).
+    Every other spec is its own canonical form. tests/test_breakdown.py checks such runs bit
+    for bit against the originals."""
+    if spec.attack == "none" and spec.attack_strength is None and spec.attack_scope == "inputs":
+        return spec
+    from robusttune.simulation import byzantine_ever_sampled  # torch; only when sharing
+
+    if not byzantine_ever_sampled(spec):
+        return spec.updated(attack="none", attack_strength=None, attack_scope="inputs")
+    return spec
+
+
+class _SharedRuns:
+    """The runs an evaluator has already made, by canonical RunSpec: a spec equal to one run
+    before (in this batch, an earlier wave or another cell) is not run again. Without ``share``
+    every spec runs, as the runner is handed it."""
+
+    def __init__(self, runner: Runner, share: bool,
+                 on_trials: Callable[[int], None] | None) -> None:
+        self.runner, self.share, self.on_trials = runner, share, on_trials
+        self.done: dict[str, RunSummary] = {}
+
+    def __call__(self, specs: Sequence[RunSpec]) -> tuple[list[RunSummary], list[bool]]:
+        """Summaries for ``specs`` in order, and for each whether it was a new run (the first
+        spec of its key that was not run before): what the trial count charges."""
+        if not self.share:
+            summaries = self.runner(list(specs))
+            if self.on_trials is not None:
+                self.on_trials(len(specs))
+            return summaries, [True] * len(specs)
+        canonical = [canonical_spec(s) for s in specs]
+        keys = [s.to_json() for s in canonical]
+        fresh: dict[str, RunSpec] = {}
+        for key, spec in zip(keys, canonical):
+            if key not in self.done and key not in fresh:
+                fresh[key] = spec
+        if fresh:
+            self.done.update(zip(fresh, self.runner(list(fresh.values()))))
+            if self.on_trials is not None:
+                self.on_trials(len(fresh))
+        new = []
+        for key in keys:
+            new.append(key in fresh)
+            fresh.pop(key, None)
+        return [self.done[k] for k in keys], new
+
+
 def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
                    tune: Mapping[str, Any] | None = None, budget: int = 1,
                    adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
-                   on_trials: Callable[[int], None] | None = None) -> Evaluator:
+                   on_trials: Callable[[int], None] | None = None, share: bool = True,
+                   staged: bool = True) -> Evaluator:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
 
     The adversary is the worst case: without ``adversary`` every point with k > 0 runs each
     strength of its attack's ``strength_ladder`` (robusttune.attacks), and its outcome is the
-    worst of them (lowest score), recorded in ``Outcome.breaker``. ``adversary`` (key -> values,
-    e.g. ``{attack_strength: [1.0]}`` or ``{attack: [alie, ipm]}``) narrows or widens it: the
-    worst over the product of those values, each listed attack at its whole ladder unless
-    attack_strength is listed too. ``tune`` (key -> sweep-layer Domain) tunes the defence's knobs at
-    every point with one Optuna study per point (TPE seeded with ``sampler_seed``), ``budget``
-    trials each, driven by ask/tell so every Optuna trial of every point of the wave goes to the
-    runner as one batch; the point's outcome is the best trial's. Trials per point: seeds x
-    adversary values x budget."""
+    worst of them (lowest score, the first in ladder order among equals), recorded in
+    ``Outcome.breaker``. ``adversary`` (key -> values, e.g. ``{attack_strength: [1.0]}`` or
+    ``{attack: [alie, ipm]}``) narrows or widens it: the worst over the product of those values,
+    each listed attack at its whole ladder unless attack_strength is listed too. ``tune`` (key ->
+    sweep-layer Domain) tunes the defence's knobs at every point with one Optuna study per point
+    (TPE seeded with ``sampler_seed``), ``budget`` trials each, driven by ask/tell so every
+    Optuna trial of every point of the wave goes to the runner as one batch; the point's outcome
+    is the best trial's. Trials per point at most: seeds x adversary values x budget.
+
+    Two savings that never change an outcome (tests/test_breakdown.py compares the maps with and
+    without each):
+
+    - ``share``: a run equal to one made before, once the knobs it ignores are removed
+      (`canonical_spec`: an attack without Byzantine clients), is not made again; every cell's
+      clean point then costs one run per seed however many attacks the map lists.
+    - ``staged``: a point's adversary variants run in ladder order, one variant per runner call
+      (every point of the batch together), and a point stops at the first variant that scores 0
+      (collapsed, or accuracy 0). The worst case is the first variant with the lowest score and
+      no run scores below 0, so the variants after it cannot change the outcome, its accuracy,
+      its collapse flag or its breaker. A point whose variants all score above 0 runs them all.
+      The cost is more runner calls per wave (at most the ladder's length)."""
     if budget < 1:
         raise SpecError(f"budget must be >= 1; got {budget}")
     if not seeds:
         raise SpecError("seeds must list at least one seed")
+    shared = _SharedRuns(runner, share, on_trials)
 
-    def specs_for(point: Point, knobs: Mapping[str, Any]) -> tuple[list[Any], list[dict]]:
+    def variants_for(point: Point) -> list[dict]:
         attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
-        variants = adversary_variants(attack, adversary) if point.byzantine > 0 else [{}]
-        specs = [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
-                                    "byzantine_fraction": point.fraction, "seed": seed})
-                 for variant in variants for seed in seeds]
-        return specs, variants
+        return adversary_variants(attack, adversary) if point.byzantine > 0 else [{}]
 
-    def judge(point: Point, knobs: Mapping[str, Any], summaries: list[RunSummary],
-              variants: list[dict]) -> Outcome:
-        per_variant = [Outcome.from_summaries(summaries[i * len(seeds):(i + 1) * len(seeds)],
-                                              **knobs, **variant)
-                       for i, variant in enumerate(variants)]
+    def specs_for(point: Point, knobs: Mapping[str, Any], variant: Mapping[str, Any]) -> list[RunSpec]:
+        return [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
+                                   "byzantine_fraction": point.fraction, "seed": seed})
+                for seed in seeds]
+
+    def judge(per_variant: list[Outcome], variants: list[dict], trials: int) -> Outcome:
+        """The worst variant run (the first with the lowest score); ``runs`` counts every
+        variant, run or not: what the point costs in full."""
         position = min(range(len(per_variant)), key=lambda i: _score(per_variant[i]))
         worst = per_variant[position]
-        breaker = tuple(variants[position].items())
-        return Outcome(worst.accuracy, worst.collapsed, sum(o.trials for o in per_variant),
-                       worst.detail, breaker)
+        return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
+                       tuple(variants[position].items()), runs=len(variants) * len(seeds))
 
     def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
-        specs, spans = [], []
-        for point, knobs in requests:
-            these, variants = specs_for(point, knobs)
-            spans.append((len(specs), len(these), variants))
-            specs.extend(these)
-        summaries = runner(specs)
-        if on_trials is not None:
-            on_trials(len(specs))
-        return [judge(point, knobs, summaries[start:start + count], variants)
-                for (point, knobs), (start, count, variants) in zip(requests, spans)]
+        variants = [variants_for(point) for point, _ in requests]
+        judged: list[list[Outcome]] = [[] for _ in requests]
+        trials = [0] * len(requests)
+        stage, depth = 0, max(len(v) for v in variants) if variants else 0
+        while stage < depth:
+            # staged: variant `stage` of every point not yet settled; else every variant at once
+            todo = [(i, j) for i, v in enumerate(variants)
+                    for j in (range(stage, stage + 1) if staged else range(len(v)))
+                    if j < len(v) and not (staged and judged[i] and _score(judged[i][-1]) <= 0)]
+            stage = stage + 1 if staged else depth
+            if not todo:
+                break
+            specs = [spec for i, j in todo for spec in specs_for(requests[i][0], requests[i][1],
+                                                                  variants[i][j])]
+            summaries, new = shared(specs)
+            for n, (i, j) in enumerate(todo):
+                span = slice(n * len(seeds), (n + 1) * len(seeds))
+                judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1],
+                                                        **variants[i][j]))
+                trials[i] += sum(new[span])
+        return [judge(judged[i], variants[i], trials[i]) for i in range(len(requests))]
 
     if not tune:
         return lambda points: run_batch([(p, {}) for p in points])
@@ -121,15 +202,18 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                                        sampler=optuna.samplers.TPESampler(seed=sampler_seed))
                    for _ in points]
         best: list[Outcome | None] = [None] * len(points)
+        trials = [0] * len(points)
         for _ in range(budget):
             asked = [study.ask(distributions) for study in studies]
             outcomes = run_batch([(p, dict(t.params)) for p, t in zip(points, asked)])
             for i, (study, trial, outcome) in enumerate(zip(studies, asked, outcomes)):
                 study.tell(trial, _score(outcome))
+                trials[i] += outcome.trials
                 if best[i] is None or _score(outcome) > _score(best[i]):
                     best[i] = outcome
-        # the point's trial count is the whole study's, not only the best trial's
-        return [Outcome(b.accuracy, b.collapsed, b.trials * budget, b.detail, b.breaker)  # type: ignore[union-attr]
-                for b in best]
+        # the point's trial count is the whole study's runs, not only the best trial's
+        return [Outcome(b.accuracy, b.collapsed, t, b.detail, b.breaker,  # type: ignore[union-attr]
+                        runs=b.runs * budget)  # type: ignore[union-attr, operator]
+                for b, t in zip(best, trials)]
 
     return tuned

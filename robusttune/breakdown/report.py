@@ -1,5 +1,6 @@
 """Writing a breakdown map to a folder: breakdown.csv (one row per cell), breakdown_points.csv
-(every evaluated point and the runs behind it), breakdown.png (the heatmap) and breakdown.md."""
+(every evaluated point and the runs behind it), breakdown.png (the heatmap), frontier.csv and
+frontier.png (the breakdown fraction as a function of p, one curve per method) and breakdown.md."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 from robusttune.breakdown.bisection import BreakdownMap
 from robusttune.breakdown.theory import theory_columns
 
-__all__ = ["write_breakdown", "breakdown_table", "breakdown_label", "answer"]
+__all__ = ["write_breakdown", "breakdown_table", "breakdown_label", "answer", "frontier_table"]
 
 
 def breakdown_label(row: Mapping[str, Any]) -> str:
@@ -64,13 +65,72 @@ def answer(table: Any) -> list[str]:
     return lines or ["Every cell broke somewhere inside the lattice; see the table."]
 
 
+def _method_key(table: Any) -> str | None:
+    return next((k for k in ("method", "aggregator", "algorithm") if k in table), None)
+
+
+def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
+    """The p-frontier beta*(p): one row per (method, participation p), its value the minimum
+    breakdown fraction over every cell of that method at that p (the attacks, sampling modes and
+    any other axis: the worst case),
+
+        beta*(method, p) = min { breakdown_fraction(cell) : cell.method = method, cell.p = p },
+
+    taken over the cells with a baseline (a cell whose clean run failed has no breakdown and is
+    only counted, in ``fails_clean``; a (method, p) whose cells all failed clean has NaN).
+    ``never_broke`` is true when every cell at the minimum survived its whole lattice, so the
+    value is a floor (``>= top``); ``worst`` names the cell(s) at the minimum. The method is the
+    ``method`` axis (else ``aggregator``, else ``algorithm``, else one method "all"); p is the
+    ``participation`` axis, else ``base``'s participation (else the RunSpec default)."""
+    from robusttune.schema import RunSchema
+
+    columns = ["method", "participation", "breakdown_fraction", "never_broke", "lattice_top",
+               "label", "cells", "fails_clean", "worst"]
+    if table.empty:
+        return pd.DataFrame(columns=columns)
+    table = table.copy()
+    method_key = _method_key(table)
+    table["_method"] = table[method_key].astype(str) if method_key else "all"
+    if "participation" not in table:
+        default = RunSchema.model_fields["participation"].default
+        table["participation"] = (base or {}).get("participation", default)
+    table["_top"] = (table["lattice_points"] - 1) / table["clients"]
+    table["_fraction"] = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
+    others = [c for c in ("attack", "participation_mode", "dataset", "aggregator", "algorithm")
+              if c in table and c != method_key and table[c].nunique(dropna=False) > 1]
+    rows = []
+    for (method, p), group in table.groupby(["_method", "participation"], sort=False):
+        measured = group[(group["status"] != "fails_clean") & group["_fraction"].notna()]
+        row = {"method": method, "participation": p, "cells": len(group),
+               "fails_clean": int((group["status"] == "fails_clean").sum()),
+               "lattice_top": float(group["_top"].min())}
+        if measured.empty:
+            rows.append({**row, "breakdown_fraction": float("nan"), "never_broke": False,
+                         "label": "fails clean", "worst": ""})
+            continue
+        value = float(measured["_fraction"].min())
+        at_min = measured[measured["_fraction"] <= value + 1e-12]
+        never = bool((at_min["status"] == "survives_all").all())
+        worst = "; ".join(", ".join(f"{k}={r[k]}" for k in others) or "-"
+                          for _, r in at_min.iterrows())
+        rows.append({**row, "breakdown_fraction": value, "never_broke": never,
+                     "label": f">= {value:.3g}" if never else f"{value:.3g}", "worst": worst})
+    frontier = pd.DataFrame(rows, columns=columns)
+    # methods in the map's order, p ascending within each
+    order = {m: i for i, m in enumerate(dict.fromkeys(frontier["method"]))}
+    frontier["_order"] = frontier["method"].map(order)
+    frontier = frontier.sort_values(["_order", "participation"], kind="stable")
+    return frontier.drop(columns="_order").reset_index(drop=True)
+
+
 def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Breakdown map",
                     base: Mapping[str, Any] | None = None) -> Path:
     """breakdown.csv (one row per cell), breakdown_points.csv (every evaluated point and the runs
-    behind it), breakdown.png (heatmap) and breakdown.md, which opens with the map's answer;
+    behind it), breakdown.png (heatmap), frontier.csv and frontier.png (`frontier_table`, one
+    curve per method over p) and breakdown.md, which opens with the map's answer;
     with ``base`` (the plan's run) each cell also gets the theory columns (`theory_columns`).
     Returns the .md path."""
-    from robusttune.plots import breakdown_heatmap
+    from robusttune.plots import breakdown_frontier, breakdown_heatmap
     from robusttune.results import markdown_table
 
     out = Path(out_dir)
@@ -79,6 +139,9 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
     table.to_csv(out / "breakdown.csv", index=False)
     result.points_frame().to_csv(out / "breakdown_points.csv", index=False)
     figure = breakdown_heatmap(table, out / "breakdown.png")
+    frontier = frontier_table(table, base)
+    frontier.to_csv(out / "frontier.csv", index=False)
+    frontier_figure = breakdown_frontier(frontier, out / "frontier.png")
     hidden = ("evaluated", "violations", "threshold", "breakdown_fraction", "breakdown_byzantine",
               "monotone", "lattice_points")
     shown = [c for c in table.columns if c not in hidden]
@@ -102,6 +165,19 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
         lines.append("")
     if figure is not None:
         lines += [f"![breakdown heatmap]({figure.name})", ""]
+    if not frontier.empty:
+        pivot = frontier.pivot(index="method", columns="participation", values="label")
+        pivot = pivot.loc[list(dict.fromkeys(frontier["method"]))]
+        pivot.columns = [f"p={p:g}" for p in pivot.columns]
+        pivot.index.name = "method"
+        lines += ["## The p-frontier", "",
+                  "beta*(p): for each method and participation p the smallest breakdown fraction "
+                  "over its cells at that p (every attack and sampling mode: the worst case); "
+                  "`>=` marks a value no cell at the minimum broke below (the lattice top). "
+                  "`frontier.csv` names the cell that set each value.", "",
+                  markdown_table(pivot, index=True), ""]
+        if frontier_figure is not None:
+            lines += [f"![p-frontier]({frontier_figure.name})", ""]
     lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
     path = out / "breakdown.md"
     path.write_text("\n".join(lines))

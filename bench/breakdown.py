@@ -1,0 +1,78 @@
+"""What a breakdown map costs against the full lattice, on a reduced version of the default map.
+
+Loads `search_spaces/breakdown.yaml` (the default map: every method x regime x attack, the
+worst case over each attack's strength ladder), keeps the cells of a few methods (``--methods``;
+``--all`` keeps every cell, about the map's own 30 minutes) and runs the map in this process
+(the `--local` runner, one run at a time, one torch thread) exactly as `robusttune breakdown`
+does. Three trial counts, each exact:
+
+  full lattice   every lattice point of every cell evaluated in full: per cell the clean point
+                 (seeds runs) + k_max x seeds x the ladder's strengths (`BreakdownMap.grid_trials`)
+  bisection      the points bisection and its verification evaluated, each in full (what the map
+                 cost before the savings: no run shared, every strength run)
+  map            the runs actually made: bisection, with runs shared between cells where the
+                 attack changes nothing (no Byzantine client, or none ever sampled) and each
+                 point's ladder stopped at its first collapse (`spec_evaluator`'s ``share`` and
+                 ``staged``; tests/test_breakdown.py checks that they change no answer)
+
+Ends with one line ``breakdown_trials_vs_full_lattice: <map / full lattice>``.
+
+    python bench/breakdown.py [--methods fedavg median krum swb_dm demoa+cclip fedcm] [--all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_METHODS = ["fedavg", "median", "krum", "swb_dm", "demoa+cclip", "fedcm"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--space", default=str(ROOT / "search_spaces" / "breakdown.yaml"))
+    parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
+                        help="keep the cells of these methods (the `method` cell values)")
+    parser.add_argument("--all", action="store_true", help="every cell of the map")
+    args = parser.parse_args()
+
+    import torch
+
+    from robusttune.breakdown import bisect_breakdown, load_plan, spec_evaluator
+    from robusttune.runners import InProcessRunner
+
+    torch.set_num_threads(1)
+    plan = load_plan(args.space)
+    cells = plan.cells if args.all else [c for c in plan.cells
+                                        if c.as_dict().get("method") in set(args.methods)]
+    if not cells:
+        raise SystemExit(f"no cell of {args.space} has a method among {args.methods}")
+    print(f"{len(cells)} of the {len(plan.cells)} cells of {Path(args.space).name}"
+          f"{'' if args.all else ': methods ' + ', '.join(args.methods)}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as folder:
+        evaluate = spec_evaluator(plan.base, InProcessRunner(folder, threads=1), seeds=plan.seeds,
+                                  adversary=plan.adversary or None, sampler_seed=plan.sampler_seed)
+        result = bisect_breakdown(cells, evaluate, max_fraction=plan.max_fraction,
+                                  threshold=plan.threshold,
+                                  relative_threshold=plan.relative_threshold,
+                                  verify_radius=plan.verify_radius,
+                                  on_non_monotone=plan.on_non_monotone)
+    seconds = time.perf_counter() - started
+    bisection = sum(v.full_runs for c in result.cells for v in c.outcomes.values())
+    full = result.grid_trials
+    statuses = result.to_frame()["status"].value_counts().to_dict()
+    print(f"cells: {statuses}; {result.waves} waves in {seconds:.0f} s")
+    print(f"full lattice: {full} trials ({result.grid_points} points)")
+    print(f"bisection alone: {bisection} trials ({result.points_used} points) = "
+          f"{bisection / full:.3f} of the lattice")
+    print(f"map (shared runs, staged ladder): {result.trials_used} trials = "
+          f"{result.trials_used / bisection:.3f} of bisection alone")
+    print(f"breakdown_trials_vs_full_lattice: {result.trial_ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
