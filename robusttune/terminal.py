@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["BOX", "make_table", "print_table", "table_text"]
+__all__ = ["BOX", "make_table", "print_table", "table_text", "duration"]
 
 BOX = box.SIMPLE_HEAD
 WIDEST = 100_000   # a console wider than any table
@@ -97,3 +97,13 @@ def table_text(data: Any, *, title: str | None = None, floatfmt: str = ".4g", in
         console.print(title, markup=False, highlight=False, soft_wrap=True)
     console.print(table)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+
+
+def duration(seconds: float) -> str:
+    """A time as a progress line spells it: ``1h02m``, ``3m05s``, ``42s``."""
+    seconds = int(round(max(0.0, seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -23,18 +23,9 @@ from rich.text import Text
 
 from robusttune.breakdown.bisection import Cell, Evaluator, Point, Verdict
 from robusttune.breakdown.plan import CellCost
+from robusttune.terminal import duration
 
 __all__ = ["MapProgress", "duration"]
-
-
-def duration(seconds: float) -> str:
-    """``1h02m``, ``3m05s``, ``42s``."""
-    seconds = int(round(max(0.0, seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 class MapProgress:

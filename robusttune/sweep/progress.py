@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 from ray.tune import Callback
 
+from robusttune.terminal import duration
+
 __all__ = ["Timeline", "TimelineCallback", "ProgressCallback", "duration"]
 
 
@@ -51,16 +53,6 @@ class TimelineCallback(Callback):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.timeline = Timeline()
-
-
-def duration(seconds: float) -> str:
-    """``1h02m``, ``3m05s``, ``42s`` (the breakdown's progress line spells times alike)."""
-    seconds = int(round(max(0.0, seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 class ProgressCallback(Callback):
