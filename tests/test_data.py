@@ -17,7 +17,6 @@ import torch
 
 from robusttune.config import RunSpec
 from robusttune.data import (
-    _TORCHVISION_SOURCES,
     DATASETS,
     FederatedData,
     RawDataset,
@@ -26,6 +25,7 @@ from robusttune.data import (
     load_federated,
     root_set,
 )
+from robusttune.data.torchvision_files import _TORCHVISION_SOURCES
 from robusttune.registry import SpecError
 
 

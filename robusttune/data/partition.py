@@ -1,0 +1,145 @@
+"""The federated split: a per-class Dirichlet partition of the training set over the clients
+(Hsu, Qi and Brown, 2019) and FLTrust's class-balanced root set, both seeded by the partition seed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from robusttune.data.base import STREAM_PARTITION, STREAM_ROOT, seeded_rng
+from robusttune.registry import SpecError
+
+
+# A Dirichlet draw that leaves a client empty is redrawn at most this many times. The redraw only
+# touches the K x N proportion matrix (emptiness depends on the counts alone), so it is cheap even
+# for EMNIST; the NIID-Bench code redraws without a bound, which never ends when N exceeds what a
+# tiny alpha can fill (alpha = 0.01 puts each class on about one client).
+_MAX_REDRAWS = 50
+
+
+def dirichlet_partition(labels: np.ndarray, n_clients: int, alpha: float, seed: int) -> list[np.ndarray]:
+    """Split sample indices over ``n_clients`` clients, non-IID per class (Hsu et al., 2019).
+
+    For every class k with index set I_k (|I_k| = n_k): draw q_k ~ Dirichlet(alpha * 1_N), shuffle
+    I_k, and give client j the slice between floor(n_k * sum_{l<j} q_kl) and
+    floor(n_k * sum_{l<=j} q_kl). Small alpha concentrates a class on few clients; as alpha grows,
+    every client's label mix tends to the global one. ``alpha = inf`` is the IID split: a random
+    permutation of all indices cut into N parts whose sizes differ by at most one.
+
+    Every client gets at least one sample: a draw with an empty client is redrawn (its proportions
+    only) up to ``_MAX_REDRAWS`` times, which conditions the Dirichlet draw on "no empty client";
+    if that still fails (e.g. many clients and a tiny alpha), each empty client in turn receives
+    one random sample from the client that is then the largest.
+
+    Args:
+        labels: class label of each training sample, shape [n].
+        n_clients: N >= 1, at most n.
+        alpha: Dirichlet concentration > 0, or ``math.inf`` for IID.
+        seed: the partition seed (not the run seed), the only source of randomness.
+
+    Returns:
+        N sorted, disjoint index arrays (int64) whose union is range(n).
+    """
+    labels = np.asarray(labels).reshape(-1)
+    n = labels.size
+    if n_clients < 1:
+        raise SpecError(f"clients must be >= 1; got {n_clients}")
+    if n < n_clients:
+        raise SpecError(
+            f"clients={n_clients} exceeds the {n} training samples; every client needs at least one"
+        )
+    if not alpha > 0:
+        raise SpecError(f"dirichlet_alpha must be > 0 (inf: IID); got {alpha}")
+    rng = seeded_rng(seed, STREAM_PARTITION)
+
+    if math.isinf(alpha):
+        return [np.sort(part) for part in np.array_split(rng.permutation(n), n_clients)]
+
+    _, inverse = np.unique(labels, return_inverse=True)
+    class_sizes = np.bincount(inverse)  # n_k
+    counts = _dirichlet_counts(class_sizes, n_clients, alpha, rng)  # [K, N]
+
+    # Samples grouped by class, shuffled within each class; then class k's block is cut into the
+    # N consecutive runs counts[k, 0], counts[k, 1], ... (the np.split on cumulative proportions,
+    # done for all classes at once with one np.repeat).
+    grouped = np.lexsort((rng.random(n), inverse))
+    owner = np.empty(n, dtype=np.int64)
+    owner[grouped] = np.repeat(np.tile(np.arange(n_clients), class_sizes.size), counts.reshape(-1))
+
+    sizes = counts.sum(axis=0)
+    if sizes.min() == 0:
+        owner, sizes = _fill_empty_clients(owner, sizes, rng)
+    by_client = np.argsort(owner, kind="stable")  # stable: indices ascending within a client
+    return np.split(by_client, np.cumsum(sizes)[:-1])
+
+
+def _dirichlet_counts(class_sizes: np.ndarray, n_clients: int, alpha: float,
+                      rng: np.random.Generator) -> np.ndarray:
+    """counts[k, j] = floor(n_k * cumsum(q_k)_j) - floor(n_k * cumsum(q_k)_{j-1}), q_k ~ Dir(alpha).
+
+    Redrawn while a client would be empty, at most ``_MAX_REDRAWS`` times; the last draw is
+    returned either way (the caller repairs empty clients)."""
+    n_k = class_sizes[:, None]
+    counts = None
+    for _ in range(_MAX_REDRAWS):
+        q = rng.dirichlet(np.full(n_clients, alpha), size=class_sizes.size)  # [K, N]
+        if not np.isfinite(q).all():  # a tiny alpha can underflow: count it as a failed draw
+            continue
+        cut = np.minimum(np.floor(np.cumsum(q, axis=1) * n_k).astype(np.int64), n_k)
+        cut[:, -1] = class_sizes  # the cumulative sum may end at 1 - 1e-16
+        counts = np.diff(cut, axis=1, prepend=0)
+        if counts.sum(axis=0).min() > 0:
+            break
+    if counts is None:  # every draw underflowed: all on client 0, the repair spreads it
+        counts = np.zeros((class_sizes.size, n_clients), dtype=np.int64)
+        counts[:, 0] = class_sizes
+    return counts
+
+
+def _fill_empty_clients(owner: np.ndarray, sizes: np.ndarray,
+                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Give each empty client one random sample of the client that is largest at that moment."""
+    original = sizes
+    sizes = sizes.copy()
+    receivers: dict[int, list[int]] = {}
+    # A loop over empty clients (at most N) that only decides who gives to whom.
+    for empty in np.flatnonzero(sizes == 0):
+        donor = int(np.argmax(sizes))
+        sizes[donor] -= 1
+        sizes[empty] += 1
+        receivers.setdefault(donor, []).append(int(empty))
+    # Each donor's samples are one contiguous block of the owner-sorted order.
+    by_client = np.argsort(owner, kind="stable")
+    starts = np.cumsum(original) - original
+    owner = owner.copy()
+    for donor, takers in receivers.items():
+        picks = rng.choice(int(original[donor]), size=len(takers), replace=False)
+        owner[by_client[starts[donor] + picks]] = takers
+    return owner, sizes
+
+
+def root_set(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """Indices of a class-balanced server root set of ``min(size, n)`` training samples (FLTrust).
+
+    FLTrust (Cao et al., NDSS 2021) samples its small clean root set from the learning task's
+    training data, so it overlaps the clients' pool. Balanced: every sample gets its rank r within
+    its class in a random order, and samples are taken by increasing r * K + pi(class) for a random
+    class permutation pi, i.e. one per class, then a second per class, ... . Class counts in the
+    root set therefore differ by at most one, unless a class has run out of samples (the others
+    then fill in). Seeded by the partition seed on its own stream.
+
+    Returns:
+        sorted int64 indices into the training set.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    n = labels.size
+    size = min(int(size), n)
+    rng = seeded_rng(seed, STREAM_ROOT)
+    _, inverse = np.unique(labels, return_inverse=True)
+    class_sizes = np.bincount(inverse)
+    grouped = np.lexsort((rng.random(n), inverse))  # by class, random order within a class
+    rank = np.empty(n, dtype=np.int64)
+    rank[grouped] = np.arange(n) - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes)
+    priority = rank * class_sizes.size + rng.permutation(class_sizes.size)[inverse]
+    return np.sort(np.argsort(priority, kind="stable")[:size])
