@@ -137,8 +137,8 @@ class RunSchema(BaseModel):
     # state over the n clients unweighted.
     aggregate_weights: Literal["auto", "samples", "uniform"] = "auto"
     # Byz-VR-MARINA-PP (Malinovsky et al., 2024). marina_p: probability of a full-participation
-    # round (None: resolved to C/N, C the partial round's expected sample size, as the paper sets
-    # p ~ C/n so a round costs O(C) messages in expectation). marina_clip_multiplier: alpha in the
+    # round (None: resolved to min{C/N, compress ratio under rand_k}, C the partial round's
+    # expected sample size: the paper's p = min{C/n, b/m, zeta_Q/d} without the oracle-cost b/m). marina_clip_multiplier: alpha in the
     # clipping level lambda_{k+1} = alpha ||x^{k+1} - x^k||. marina_compressor: the unbiased
     # compressor Q of the differences (`none`: Q = id, the default; `rand_k`: keep a random
     # marina_compress_ratio share of coordinates, scaled by d/k). The paper's theory takes alpha

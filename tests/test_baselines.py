@@ -200,6 +200,11 @@ def test_marina_coin_follows_marina_p_and_the_default_is_c_over_n():
     assert RunSpec(method="byz_vr_marina_pp", clients=20, participation=0.25).marina_p == 0.25
     assert RunSpec(method="byz_vr_marina_pp", clients=20, sample_size=2).marina_p == 0.1
     assert RunSpec(method="byz_vr_marina_pp", marina_p=0.3).marina_p == 0.3
+    # Malinovsky et al., Section 4: p = min{C/n, zeta_Q/d}; rand_k keeping 5% of coordinates
+    assert RunSpec(method="byz_vr_marina_pp", clients=20, participation=0.25,
+                   marina_compressor="rand_k", marina_compress_ratio=0.05).marina_p == 0.05
+    assert RunSpec(method="byz_vr_marina_pp", clients=20, participation=0.25,
+                   marina_compressor="rand_k", marina_compress_ratio=0.5).marina_p == 0.25
     spec = RunSpec(dataset="synthetic", method="byz_vr_marina_pp", clients=10, marina_p=0.2)
     algorithm = make_algorithm(spec, torch.zeros(2), torch.ones(10))
     algorithm.estimate = torch.zeros(2)  # past the first round
