@@ -21,6 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Map where Byzantine-robust federated learning breaks.")
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # the shell's Ctrl-C status
 
 
 def fail(message: str) -> None:
@@ -395,9 +396,43 @@ def report(
 # ============================================================================ end of issue 6 ==
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    app()
+# typer vendors click: its usage errors (BadParameter, NoSuchOption, MissingParameter, ...) share
+# the base class of the public typer.BadParameter
+UsageError = typer.BadParameter.__mro__[1]
+
+
+def _given_value(argv: list[str], param: Any) -> Optional[str]:
+    """The command-line value a rejected option was given (``--budget abc`` -> "abc"), if any."""
+    for flag in getattr(param, "opts", None) or ():
+        for i, token in enumerate(argv):
+            if token == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if token.startswith(flag + "="):
+                return token[len(flag) + 1:]
+    return None
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """The console entry point: typer's own usage errors (``--budget abc``, an unknown option)
+    become one line and exit status 2 like every other bad input, not a boxed usage panel."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        status = app(args=argv, standalone_mode=False)
+    except UsageError as error:
+        where = f"{error.ctx.command_path}: " if getattr(error, "ctx", None) else ""
+        message = " ".join(error.format_message().split())
+        if not message and getattr(error, "ctx", None):  # no_args_is_help: the help is the answer
+            typer.echo(error.ctx.get_help())
+            sys.exit(EXIT_BAD_INPUT)
+        given = _given_value(argv, getattr(error, "param", None))
+        typer.echo(f"error: {where}{message}{'' if given is None else f'; got {given!r}'}",
+                   err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except typer.Abort:
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    main()

@@ -103,3 +103,42 @@ def test_a_bad_command_line_override_is_named_as_typed(option, value, words):
     line = one_line_exit_2(["sweep", str(SPACES / "quickstart.yaml"), "--dry-run", option, value],
                            words)
     assert f"with {option} {value}:" in line  # not blamed on the YAML
+
+
+@pytest.mark.parametrize("args, words", [
+    (["breakdown", str(SPACES / "breakdown.yaml"), "--budget", "abc"],
+     ("--budget", "integer", "'abc'")),
+    (["breakdown", str(SPACES / "breakdown.yaml"), "--budget=abc"], ("--budget", "'abc'")),
+    (["sweep", str(SPACES / "quickstart.yaml"), "--no-such-option"], ("--no-such-option",)),
+    (["report"], ("results_dir",)),
+])
+def test_the_console_entry_point_turns_typer_usage_errors_into_one_line(capsys, args, words):
+    """`robusttune` (cli.main), not typer's boxed usage panel: one line, the option, the value."""
+    from robusttune.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(args)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert stop.value.code == 2 and captured.out == ""
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_the_console_entry_point_keeps_a_command_exit_status(capsys):
+    from robusttune.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--set", "clients=0"])
+    assert stop.value.code == 2
+    assert "clients must be an integer >= 1; got 0" in capsys.readouterr().err
+
+
+def test_the_console_entry_point_without_arguments_shows_the_commands(capsys):
+    from robusttune.cli import main
+
+    with pytest.raises(SystemExit):
+        main([])
+    out = capsys.readouterr().out
+    assert "Usage" in out and "breakdown" in out and "sweep" in out
