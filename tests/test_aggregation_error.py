@@ -9,6 +9,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -111,3 +112,69 @@ def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path):
     assert len(column) == 3 and all(math.isfinite(v) and v > 0 for v in column)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["mean_aggregation_error"] == pytest.approx(sum(column) / 3, rel=1e-9)
+
+
+def _runs_with_errors() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Made-up runs (3 seeds per cell) and their rounds: per run, rounds with errors e - d, e,
+    e + d and one NaN round (a refusal), so the run's mean is e; e = E0 + C sqrt(beta) + s,
+    seed offset s in {-0.1, 0, 0.1}."""
+    runs, rounds = [], []
+    truth = {("median", "alie"): (1.0, 2.0), ("swb", "alie"): (1.5, 3.0),
+             ("median", "ipm"): (1.0, 5.0), ("swb", "ipm"): (1.5, 6.0)}
+    cells = [(m, "none", 0.0) for m in ("median", "swb")] + \
+        [(m, a, b) for (m, a) in truth for b in (0.1, 0.2, 0.3)]
+    for method, attack, beta in cells:
+        e0, c = truth[(method, "alie")] if attack == "none" else truth[(method, attack)]
+        for seed, offset in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+            run_id = f"{method}-{attack}-{beta}-{seed}"
+            error = e0 + c * math.sqrt(beta) + offset
+            runs.append({"run_id": run_id, "method": method, "attack": attack,
+                         "attack_strength": None, "byzantine_fraction": beta, "seed": seed})
+            rounds += [{"run_id": run_id, "round": r, "aggregation_error": v}
+                       for r, v in enumerate((error - 0.05, error, error + 0.05, math.nan), 1)]
+    return pd.DataFrame(runs), pd.DataFrame(rounds)
+
+
+def test_tables_average_seeds_and_the_fit_recovers_the_bound():
+    from robusttune.aggregation_report import (aggregation_error_table, run_aggregation_errors,
+                                               sqrt_fit_table)
+
+    runs, rounds = _runs_with_errors()
+    scored = run_aggregation_errors(runs, rounds)
+    table = aggregation_error_table(scored)
+    cell = table.loc[("swb", "ipm", 0.2)]
+    assert cell["mean"] == pytest.approx(1.5 + 6.0 * math.sqrt(0.2))
+    assert cell["std"] == pytest.approx(0.1) and cell["runs"] == 3
+    assert cell["max"] - cell["min"] == pytest.approx(0.2)
+    fits = sqrt_fit_table(scored)
+    # the ipm curves start from the clean runs, which lie on the alie truth: same E0 by design
+    for (method, attack), (e0, c) in {("median", "ipm"): (1.0, 5.0), ("swb", "ipm"): (1.5, 6.0),
+                                      ("swb", "alie"): (1.5, 3.0)}.items():
+        assert fits.loc[(method, attack), "E0"] == pytest.approx(e0)
+        assert fits.loc[(method, attack), "C"] == pytest.approx(c)
+        assert fits.loc[(method, attack), "points"] == 4
+
+
+def test_two_points_are_not_fitted():
+    from robusttune.aggregation_report import run_aggregation_errors, sqrt_fit_table
+
+    runs, rounds = _runs_with_errors()
+    short = runs[runs["byzantine_fraction"].isin([0.0, 0.1])]
+    assert sqrt_fit_table(run_aggregation_errors(short, rounds)).empty
+
+
+def test_the_report_draws_figure_two_from_the_recorded_error(tmp_path):
+    from robusttune.results import report
+
+    for beta in (0.0, 1 / 6, 2 / 6):
+        spec = RunSpec(**{**FULL, "rounds": 2}, method="swb",
+                       attack="alie_swbdm" if beta else "none", byzantine_fraction=beta)
+        run_to_folder(spec, tmp_path / "runs" / f"b{beta:.2f}", tensorboard=False)
+    text = report(tmp_path / "runs", out=tmp_path / "report").read_text()
+    assert "## Figure 2: aggregation error against corruption" in text
+    assert "## Test error against corruption" in text
+    for name in ("aggregation_error_vs_corruption.png", "test_error_vs_corruption.png",
+                 "aggregation_error.csv", "aggregation_error_fit.csv"):
+        assert (tmp_path / "report" / name).stat().st_size > 0, name
+    table = pd.read_csv(tmp_path / "report" / "aggregation_error.csv")
+    assert len(table) == 3 and (table["runs"] == 1).all() and (table["mean"] > 0).all()
