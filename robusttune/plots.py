@@ -5,8 +5,11 @@ global figure state, no GUI backend, safe in a headless sweep driver or a Ray wo
 
 - `round_curves`         per-round test accuracy and parameter norm of chosen runs (the paper's
                          failure diagnostics: a rising norm at chance accuracy is median under IPM)
-- `error_vs_corruption`  mean test error against Byzantine fraction per method, one panel per
-                         attack, with E(beta) = E0 + C sqrt(beta) fitted (the paper's Figure 2 shape)
+- `aggregation_error_vs_corruption`  the paper's Figure 2: mean L2 aggregation error
+                         ||Agg - xbar_H|| against Byzantine fraction per method, one panel per
+                         attack, with E(beta) = E0 + C sqrt(beta) fitted (Eq. 1)
+- `classification_error_vs_corruption`  the same panels for the test error, 1 - final accuracy
+                         (`corruption_curves` draws both)
 - `breakdown_heatmap`    aggregator x participation, colour = breakdown fraction, one panel per
                          attack; non-monotone cells marked with '*', cells failing clean with 'x'
 - `breakdown_frontier`   the p-frontier beta*(p): breakdown fraction against participation, one
@@ -22,8 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["round_curves", "error_vs_corruption", "breakdown_heatmap", "breakdown_frontier",
-           "fit_sqrt_bound", "threat_label"]
+__all__ = ["round_curves", "aggregation_error_vs_corruption", "classification_error_vs_corruption",
+           "corruption_curves", "breakdown_heatmap", "breakdown_frontier", "fit_sqrt_bound",
+           "threat_label"]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -88,13 +92,42 @@ def fit_sqrt_bound(beta: np.ndarray, error: np.ndarray) -> tuple[float, float]:
     return float(e0), float(c)
 
 
-def error_vs_corruption(runs: pd.DataFrame, path: str | Path, attacks: Sequence[str] | None = None,
-                        fit_method: str | None = None) -> tuple[Path | None, dict[str, str]]:
-    """Mean test error (1 - final accuracy, in %) per method against beta, one panel per attack
-    at its strength (default: every attack present). The clean runs (beta = 0) are every
-    panel's first point. A dashed E0 + C sqrt(beta) is fitted to ``fit_method`` (default swb if
-    present, else the first method) where its curve has at least three points: two points fit
-    any two-parameter curve exactly, which says nothing. Returns the figure's path (None when no
+def classification_error_vs_corruption(runs: pd.DataFrame, path: str | Path,
+                                       attacks: Sequence[str] | None = None,
+                                       fit_method: str | None = None
+                                       ) -> tuple[Path | None, dict[str, str]]:
+    """Mean test (classification) error, 100 (1 - final accuracy) in %, per method against beta,
+    one panel per attack, with E0 + C sqrt(beta) fitted as in `corruption_curves`. This is the
+    accuracy side of the paper's Section VII, not its Figure 2 (that is
+    `aggregation_error_vs_corruption`)."""
+    if runs.empty or "final_accuracy" not in runs:
+        return None, {}
+    scored = runs.assign(test_error=100 * (1 - runs["final_accuracy"].astype(float)))
+    return corruption_curves(scored, "test_error", "test error (%)", path, attacks=attacks,
+                             fit_method=fit_method, number=".1f")
+
+
+def aggregation_error_vs_corruption(runs: pd.DataFrame, path: str | Path,
+                                    attacks: Sequence[str] | None = None,
+                                    fit_method: str | None = None
+                                    ) -> tuple[Path | None, dict[str, str]]:
+    """SWB-DM's Figure 2: the mean L2 aggregation error ||Agg - xbar_H|| (a run's
+    ``aggregation_error`` column, its mean over rounds) per method against beta, one panel per
+    attack, with E(beta) = E0 + C sqrt(beta) (Eq. 1) fitted to SWB when present."""
+    if runs.empty or "aggregation_error" not in runs or runs["aggregation_error"].isna().all():
+        return None, {}  # runs written before the error was recorded
+    return corruption_curves(runs, "aggregation_error", "aggregation error ‖Agg − x̄_H‖₂", path,
+                             attacks=attacks, fit_method=fit_method, number=".3g")
+
+
+def corruption_curves(runs: pd.DataFrame, value: str, ylabel: str, path: str | Path,
+                      attacks: Sequence[str] | None = None, fit_method: str | None = None,
+                      number: str = ".3g") -> tuple[Path | None, dict[str, str]]:
+    """The mean of the runs' ``value`` per method against beta, one panel per attack at its
+    strength (default: every attack present). The clean runs (beta = 0) are every panel's first
+    point. A dashed E0 + C sqrt(beta) is fitted to ``fit_method`` (default swb if present, else
+    the first method) where its curve has at least three points: two points fit any
+    two-parameter curve exactly, which says nothing. Returns the figure's path (None when no
     panel can be drawn) and, per attack left out, why."""
     skipped: dict[str, str] = {}
     if runs.empty or "attack" not in runs:
@@ -127,17 +160,19 @@ def error_vs_corruption(runs: pd.DataFrame, path: str | Path, attacks: Sequence[
             rows = subset[subset["method"] == method]
             if rows.empty:
                 continue
-            curve = (100 * (1 - rows.groupby("byzantine_fraction")["final_accuracy"].mean())).sort_index()
+            curve = rows.groupby("byzantine_fraction")[value].mean().sort_index()
             line, = axis.plot(curve.index, curve.values, marker="o", label=method)
-            if method == fit_method and len(curve) >= 3:
-                e0, c = fit_sqrt_bound(curve.index.to_numpy(float), curve.to_numpy(float))
-                grid = np.linspace(0, curve.index.max(), 50)
+            finite = curve[np.isfinite(curve.to_numpy(float))]
+            if method == fit_method and len(finite) >= 3:
+                e0, c = fit_sqrt_bound(finite.index.to_numpy(float), finite.to_numpy(float))
+                grid = np.linspace(0, finite.index.max(), 50)
                 axis.plot(grid, e0 + c * np.sqrt(grid), "--", color=line.get_color(),
-                          label=f"{method}: {e0:.1f} {'+' if c >= 0 else '-'} {abs(c):.1f}√β")
+                          label=f"{method}: {e0:{number}} {'+' if c >= 0 else '-'} "
+                                f"{abs(c):{number}}√β")
         axis.set(xlabel="Byzantine fraction β", title=threat)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
-    axes[0].set_ylabel("test error (%)")
+    axes[0].set_ylabel(ylabel)
     return _save(figure, path), skipped
 
 

@@ -40,7 +40,14 @@ def mean_accuracy(accuracies: Iterable[float | None]) -> float:
 @dataclass(frozen=True)
 class RoundRecord:
     """What one round leaves behind. Accuracy is a fraction in [0, 1]; accuracy and loss are NaN
-    in rounds that were not evaluated (every ``eval_every`` rounds, and the last)."""
+    in rounds that were not evaluated (every ``eval_every`` rounds, and the last).
+
+    ``aggregation_error``: ||Agg - xbar_H||_2, the aggregate's L2 distance from the mean of the
+    rule's honest inputs, in the space the rule aggregates (SWB-DM's Figure 2 quantity;
+    `robusttune.simulation.aggregation_error` says which rows and weights). NaN when it is not
+    defined: no aggregate this round (a guarded refusal, nobody to aggregate) or no honest input;
+    +inf when the aggregate was not finite. Last, with a NaN default, so records built by code
+    that does not measure it stay valid."""
 
     round: int
     accuracy: float
@@ -60,6 +67,7 @@ class RoundRecord:
     collapsed: bool
     train_seconds: float
     aggregate_seconds: float
+    aggregation_error: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,7 +80,10 @@ class RunSummary:
 
     ``stopped_early``: a scheduler or an interruption ended the run before its last round (its
     last accuracy is not a final one). ``run_dir``: its run folder, when it has one. ``error``:
-    why it has no final figures (a trial that errored or never ran); such a run is collapsed."""
+    why it has no final figures (a trial that errored or never ran); such a run is collapsed.
+    ``mean_aggregation_error``: the mean of its rounds' ``RoundRecord.aggregation_error`` over the
+    rounds where it was defined (+inf once an aggregate was not finite, null in JSON like every
+    non-finite figure; NaN when no round had one, or the summary predates the figure)."""
 
     final_accuracy: float
     final_loss: float
@@ -85,6 +96,7 @@ class RunSummary:
     stopped_early: bool = False
     run_dir: str | None = None
     error: str | None = None
+    mean_aggregation_error: float = math.nan
 
     @classmethod
     def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,
@@ -112,7 +124,8 @@ class RunSummary:
                    seconds=_number(data.get("seconds")), num_classes=classes,
                    spec=dict(data.get("spec") or {}),
                    stopped_early=bool(data.get("stopped_early", False)),
-                   run_dir=data.get("run_dir"), error=data.get("error"))
+                   run_dir=data.get("run_dir"), error=data.get("error"),
+                   mean_aggregation_error=_number(data.get("mean_aggregation_error")))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN and infinities as None; ``run_dir`` and ``error`` only when set."""

@@ -82,6 +82,38 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
 
 
+def aggregation_error(aggregate: Tensor, rows: Tensor, byzantine: Tensor,
+                      weights: Tensor | None) -> Tensor | None:
+    """The round's L2 aggregation error against the benign mean (SWB-DM, Section V, Eq. 1 and
+    Figure 2), a 0-dim float64 tensor on the rows' device (no read-back here):
+
+        E = || Agg - xbar_H ||_2,   xbar_H = sum_{i in H} w_i x_i / sum_{i in H} w_i,
+
+    over H, the rule's input rows that no Byzantine client wrote (``byzantine``: bool[n_in] on
+    the host, the AggregatorInput's mask), with the weights the rule was given (``None``: the
+    plain mean 1/|H| sum_{i in H} x_i, the paper's benign mean; rules that ignore weights, such as
+    median and SWB, see the same aggregate either way). The rule's inputs are what it aggregates:
+    trained states under fedavg and state_cache, momenta or gradients under the others. States
+    and their aggregate share one translation (the global model), so the difference is the
+    update-space (delta-space) one. Under a cache algorithm H is the honest rows the rule saw:
+    the honest clients' cached (possibly stale) rows, not only this round's messages.
+
+    None when H is empty (nothing honest to compare with). A non-finite aggregate or benign mean
+    gives +inf, so NaN always means "not defined this round"."""
+    honest = (~byzantine).nonzero().flatten()  # host mask: no device read-back
+    if honest.numel() == 0:
+        return None
+    index = honest.to(rows.device, non_blocking=True)
+    benign = rows.index_select(0, index).to(torch.promote_types(rows.dtype, torch.float32))
+    if weights is None:
+        centre = benign.mean(dim=0)
+    else:
+        w = weights.index_select(0, index).to(benign.dtype)
+        centre = (w @ benign) / w.sum()
+    error = torch.linalg.vector_norm(aggregate.to(centre.dtype) - centre, dtype=torch.float64)
+    return torch.where(torch.isnan(error), torch.full_like(error, math.inf), error)
+
+
 def byzantine_clients(spec: RunSpec) -> Tensor:
     """Which clients are Byzantine (bool[N]): the first floor(beta N) of a permutation seeded
     with seed + 2, its own stream (a generator seeded like the sampling one would draw round 1's
@@ -147,6 +179,9 @@ class Simulation:
         self.last_loss = math.nan
         self.byzantine_majority_rounds = 0
         self.collapsed = False
+        # the run's mean aggregation error: the sum over the rounds where it was defined
+        self.aggregation_error_sum = 0.0
+        self.aggregation_error_rounds = 0
 
     # -- one round ---------------------------------------------------------------------------
     def _sample(self) -> Tensor:
@@ -198,6 +233,7 @@ class Simulation:
         bad_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 
         aggregated = False
+        error = None
         if n_sampled or self.algorithm.aggregates_cache:
             inputs = self.algorithm.inputs(state, messages, self.params)
             n_inputs = inputs.rows.shape[0]
@@ -211,6 +247,8 @@ class Simulation:
                 aggregate = self.aggregator(inputs.rows, f=f_assumed, weights=inputs.weights,
                                             reference=reference, previous=previous,
                                             generator=self.noise_rng)
+                error = aggregation_error(aggregate, inputs.rows, inputs.byzantine_rows,
+                                          inputs.weights)
                 self.params = self.algorithm.step(self.params, aggregate, state)
                 aggregated = True
             share = byzantine_rows / n_inputs
@@ -218,11 +256,17 @@ class Simulation:
             f_assumed, held_assumed, held_actual, share = 0, False, False, 0.0
         aggregate_seconds = time.perf_counter() - started
 
-        # the round's one read-back (beside evaluation): counts and norm together
+        # the round's one read-back (beside evaluation): counts, norm and error together
+        if error is None:
+            error = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)
         figures = torch.stack([bad_messages.double(),
                                (~torch.isfinite(self.params)).sum().double(),
-                               torch.linalg.vector_norm(self.params).double()]).tolist()
+                               torch.linalg.vector_norm(self.params).double(), error]).tolist()
         nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]
+        round_error = figures[3]
+        if not math.isnan(round_error):
+            self.aggregation_error_sum += round_error
+            self.aggregation_error_rounds += 1
         majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
         self.byzantine_majority_rounds += int(majority)
         accuracy = loss = max_share = math.nan
@@ -242,7 +286,7 @@ class Simulation:
             f_assumed=f_assumed, precondition_held_assumed=bool(held_assumed),
             precondition_held_actual=bool(held_actual), aggregated=aggregated,
             collapsed=self.collapsed, train_seconds=train_seconds,
-            aggregate_seconds=aggregate_seconds,
+            aggregate_seconds=aggregate_seconds, aggregation_error=round_error,
         )
 
     @property
@@ -271,6 +315,8 @@ class Simulation:
             "last_loss": self.last_loss,
             "byzantine_majority_rounds": self.byzantine_majority_rounds,
             "collapsed": self.collapsed,
+            "aggregation_error_sum": self.aggregation_error_sum,
+            "aggregation_error_rounds": self.aggregation_error_rounds,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -285,6 +331,9 @@ class Simulation:
         self.last_loss = state["last_loss"]
         self.byzantine_majority_rounds = state["byzantine_majority_rounds"]
         self.collapsed = state["collapsed"]
+        # checkpoints written before the aggregation error was recorded start its mean afresh
+        self.aggregation_error_sum = state.get("aggregation_error_sum", 0.0)
+        self.aggregation_error_rounds = state.get("aggregation_error_rounds", 0)
 
     def summary(self, seconds: float) -> RunSummary:
         """The run's final figures and its resolved RunSpec (summary.json)."""
@@ -293,7 +342,17 @@ class Simulation:
             collapsed=is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
             rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
             seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
+            mean_aggregation_error=self.mean_aggregation_error,
         )
+
+    @property
+    def mean_aggregation_error(self) -> float:
+        """The mean of the rounds' aggregation errors over the rounds where it was defined (an
+        aggregate and an honest input); +inf once a round's aggregate was not finite; NaN when
+        no round had one."""
+        if not self.aggregation_error_rounds:
+            return math.nan
+        return self.aggregation_error_sum / self.aggregation_error_rounds
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

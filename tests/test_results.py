@@ -139,7 +139,7 @@ def test_report_writes_tables_and_figures(results, tmp_path):
     assert "Table I" in text and "Table II" in text and "Table IV" in text
     assert "| fedavg |" in text
     for name in ("runs.csv", "table1_accuracy.csv", "table2_collapses.csv", "curves_00.png",
-                 "error_vs_corruption.png", "report.html"):
+                 "test_error_vs_corruption.png", "report.html"):
         assert (tmp_path / "report" / name).stat().st_size > 0, name
     table = pd.read_csv(tmp_path / "report" / "table2_collapses.csv", index_col=0)
     assert table.loc["fedavg", "collapsed"] == 4
@@ -175,10 +175,10 @@ def test_fits_need_three_points_and_every_attack_gets_a_panel_or_a_reason(tmp_pa
     runs = pd.DataFrame({"method": ["swb"] * 3, "attack": ["none", "ipm", "sign_flip"],
                          "attack_strength": [None, 10.0, None],
                          "byzantine_fraction": [0.0, 0.2, 0.2], "final_accuracy": [0.9, 0.5, 0.7]})
-    figure, skipped = plots.error_vs_corruption(runs, tmp_path / "e.png")
+    figure, skipped = plots.classification_error_vs_corruption(runs, tmp_path / "e.png")
     assert figure is not None and skipped == {}
     only_attacked = runs[runs["attack"] != "none"]
-    figure, skipped = plots.error_vs_corruption(only_attacked, tmp_path / "f.png")
+    figure, skipped = plots.classification_error_vs_corruption(only_attacked, tmp_path / "f.png")
     assert figure is None and set(skipped) == {"ipm x10", "sign_flip"}
 
 
@@ -231,8 +231,11 @@ def test_analysis_script(results, tmp_path, monkeypatch, capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "Table I" in out and "fedavg" in out
-    for name in ("table1_accuracy.csv", "table2_collapses.csv", "figure2.png"):
+    for name in ("table1_accuracy.csv", "table2_collapses.csv", "test_error.png"):
         assert (tmp_path / "a" / name).exists(), name
+    # these made-up records carry no aggregation error: no Figure 2, and the script says so
+    assert not (tmp_path / "a" / "figure2.png").exists()
+    assert "figure 2 (aggregation error): (no attacked runs with that figure)" in out
 
 
 def test_markdown_table():
