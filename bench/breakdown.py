@@ -55,7 +55,8 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as folder:
         evaluate = spec_evaluator(plan.base, InProcessRunner(folder, threads=1), seeds=plan.seeds,
-                                  adversary=plan.adversary or None, sampler_seed=plan.sampler_seed)
+                                  adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
+                                  survival=(plan.threshold, plan.relative_threshold))
         result = bisect_breakdown(cells, evaluate, max_fraction=plan.max_fraction,
                                   threshold=plan.threshold,
                                   relative_threshold=plan.relative_threshold,

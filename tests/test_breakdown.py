@@ -423,7 +423,7 @@ def test_the_savings_change_no_answer():
     outcomes as the map without them, for fewer runs; the trial count is the runs made."""
     plain, plain_log = _map(False, False)
     answer_columns = [c for c in plain.to_frame().columns if c != "trials"]
-    point_columns = ["byzantine", "survived", "accuracy", "collapsed", "worst_adversary"]
+    point_columns = ["byzantine", "survived", "accuracy", "collapsed", "adversary"]
     for share, staged in ((True, False), (False, True), (True, True)):
         saved, log = _map(share, staged)
         assert saved.to_frame()[answer_columns].equals(plain.to_frame()[answer_columns])
@@ -528,3 +528,113 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
     from robusttune.simulation import Simulation
 
     assert any(r.byzantine_sampled > 0 for r in Simulation(sampled))
+
+
+def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
+    """With the survival bar (here 0.9 x clean, so a point fails long before it collapses) a
+    failed point stops at the weakest strength below the bar: every breakdown, status and
+    point verdict is the map's without it, for fewer runs, and a failed point names the first
+    strength of the ladder whose accuracy (the runner's formula, worked out here) is below it."""
+    from robusttune.attacks import ATTACKS
+
+    def make(survival):
+        log: list = []
+        cells = [Cell.of(20, aggregator=a, attack=t, participation=1.0)
+                 for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")]
+        evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1},
+                                  ladder_runner(log), seeds=[1], survival=survival)
+        return bisect_breakdown(cells, evaluate, relative_threshold=0.9), log
+
+    plain, _ = make(None)
+    stopped, log = make((None, 0.9))
+    answer = ["breakdown_fraction", "status", "evaluated", "violations"]
+    assert stopped.to_frame()[answer].equals(plain.to_frame()[answer])
+    assert stopped.points_frame()["survived"].equals(plain.points_frame()["survived"])
+    assert stopped.trials_used < plain.trials_used
+    assert stopped.trials_used == sum(len(b) for b in log)
+    bar = 0.9 * 0.9   # every clean run scores 0.9
+    weight = {"sign_flip": 1.0, "ipm": 1.6}
+    robust = {"mean": 0.0, "median": 0.3, "trimmed_mean": 0.2}
+    for _, point in stopped.points_frame().iterrows():
+        if point["survived"]:
+            continue
+        ladder = ATTACKS[point["attack"]].strength_ladder
+        damage = [max(0.0, point["byzantine_fraction"] - robust[point["aggregator"]])
+                  * weight[point["attack"]] * min(s, 12.0) ** 0.5 for s in ladder]
+        accuracy = [0.9 - d if d < 0.45 else 0.1 for d in damage]
+        first = next(i for i, a in enumerate(accuracy) if a < bar)
+        assert point["adversary"] == f"attack_strength={ladder[first]}"
+        assert point["accuracy"] == pytest.approx(accuracy[first])
+        assert point["trials"] == first + 1
+
+
+def test_under_tuning_the_ladder_stops_only_at_a_collapse():
+    """A tuned point tells Optuna its worst variant's score, so ``survival`` is not used there:
+    a point that fails the bar without collapsing still runs its whole ladder."""
+    from robusttune.sweep.space import Domain
+
+    log: list = []
+    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1,
+                               "participation": 1.0}, ladder_runner(log), budget=1,
+                              tune={"trim_ratio": Domain("uniform", low=0.0, high=0.1)},
+                              survival=(0.85, 0.5))
+    cell = Cell.of(20, aggregator="mean", attack="sign_flip")
+    outcome = evaluate([Point(cell, 1)])[0]   # 0.9 - 0.05 x sqrt(s): below 0.85 from s = 3 on
+    assert not outcome.collapsed and outcome.accuracy < 0.85 and outcome.trials == 4
+
+
+@pytest.mark.parametrize("participation, mode, sample_size, rounds, expected", [
+    (0.1, "fixed", None, 5, 25),       # n = 2 of 20: q = 0.1, ceil(2.5 / 0.1)
+    (0.1, "bernoulli", None, 5, 25),
+    (0.5, "fixed", None, 5, 5),        # ceil(2.5 / 0.5) = 5: already enough
+    (0.5, "bernoulli", None, 15, 15),
+    (0.3, "bernoulli", None, 5, 9),    # ceil(8.33)
+    (0.1, "fixed", 3, 5, 17),          # sample_size 3 of 20: q = 0.15, ceil(16.7)
+    (1.0, "fixed", None, 1, 3),
+])
+def test_min_client_rounds_gives_each_client_its_rounds(participation, mode, sample_size,
+                                                        rounds, expected):
+    from robusttune.breakdown.plan import rounds_for_participation
+    from robusttune.config import RunSpec
+
+    spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 20, "rounds": rounds,
+                              "participation": participation, "participation_mode": mode,
+                              "sample_size": sample_size})
+    assert rounds_for_participation(spec, 2.5) == expected
+
+
+def test_min_client_rounds_sets_each_cells_rounds_and_is_checked(tmp_path):
+    space = tmp_path / "b.yaml"
+    body = ("run: {dataset: synthetic, clients: 20, rounds: 4}\n"
+            "space: {participation: {grid: [0.1, 1.0]}, attack: {grid: [ipm]}}\n")
+    space.write_text(body + "breakdown: {min_client_rounds: 2}\n")
+    plan = load_plan(space)
+    assert [c["rounds"] for c in plan.cells] == [20, 4]
+    space.write_text(body)
+    assert all("rounds" not in c.as_dict() for c in load_plan(space).cells)
+    space.write_text(body + "breakdown: {min_client_rounds: -1}\n")
+    with pytest.raises(SpecError, match="min_client_rounds"):
+        load_plan(space)
+
+
+def test_the_default_map_has_every_method_at_every_regime():
+    """search_spaces/breakdown.yaml (parsed, nothing run): each method at p = 0.1 and 0.5 in
+    both sampling modes and at p = 1.0, under each attack, and every cell given at least
+    min_client_rounds rounds per client."""
+    from robusttune.config import RunSpec
+
+    plan = load_plan(Path(__file__).resolve().parent.parent / "search_spaces" / "breakdown.yaml")
+    methods = {c["method"] for c in plan.cells}
+    attacks = {c["attack"] for c in plan.cells}
+    regimes = {(0.1, "fixed"), (0.1, "bernoulli"), (0.5, "fixed"), (0.5, "bernoulli"),
+               (1.0, "fixed")}
+    found = {(c["method"], c["attack"], c["participation"], c["participation_mode"])
+             for c in plan.cells}
+    assert found == {(m, a, p, mode) for m in methods for a in attacks for p, mode in regimes}
+    assert len(plan.cells) == len(found) and len(methods) == 17
+    assert plan.min_client_rounds is not None
+    for cell in plan.cells:
+        spec = RunSpec.from_dict({**plan.base, **cell.as_dict()})
+        q = spec.expected_sample_size / spec.clients if spec.participation_mode == "fixed" \
+            else spec.participation
+        assert spec.rounds * q >= plan.min_client_rounds - 1e-9

@@ -4,7 +4,7 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 - `bisection` the core: cells, lattice points, outcomes, the lock-step bisection    knows no runs
 - `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
               the worst case over each attack's strength ladder; equal runs shared by
-              `canonical_spec`, each ladder stopped at its first collapse)
+              `canonical_spec`, each ladder stopped at its first collapse or failure)
 - `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
 - `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md,
               frontier.csv and frontier.png (`frontier_table`: the p-frontier beta*(p))

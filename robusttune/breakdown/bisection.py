@@ -31,7 +31,7 @@ from robusttune.registry import SpecError
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "Verdict", "Evaluator",
+    "Verdict", "Evaluator", "survival_bar",
 ]
 
 EPS = 1e-9
@@ -85,7 +85,8 @@ class Outcome:
     collapsed: bool = False
     trials: int = 1
     detail: tuple[Any, ...] = ()
-    breaker: tuple[tuple[str, Any], ...] = ()  # the adversary setting that gave this (the worst)
+    # the adversary setting that gave this: the worst, or the weakest that broke the point
+    breaker: tuple[tuple[str, Any], ...] = ()
     runs: int | None = None
 
     @property
@@ -103,6 +104,12 @@ class Outcome:
 
 Verdict = Outcome | bool
 Evaluator = Callable[[Sequence[Point]], Sequence[Verdict]]
+
+
+def survival_bar(threshold: float | None, relative_threshold: float, clean_accuracy: float) -> float:
+    """The accuracy an attacked point must reach: the absolute ``threshold`` if given, else
+    relative_threshold x the cell's clean accuracy (DESIGN.md "Sweeps")."""
+    return threshold if threshold is not None else relative_threshold * clean_accuracy
 
 
 def lattice_top(clients: int, max_fraction: float) -> int:
@@ -141,10 +148,8 @@ class CellResult:
 
     @property
     def bar(self) -> float:
-        """The accuracy a point must reach: the absolute threshold, else relative x clean."""
-        if self.threshold is not None:
-            return self.threshold
-        return self.relative_threshold * self.clean_accuracy
+        """The accuracy a point must reach (`survival_bar`)."""
+        return survival_bar(self.threshold, self.relative_threshold, self.clean_accuracy)
 
     def survived(self, k: int) -> bool:
         verdict = self.outcomes[k]
@@ -310,7 +315,9 @@ class BreakdownMap:
         return pd.DataFrame([c.row() for c in self.cells])
 
     def points_frame(self) -> Any:
-        """Every evaluated point: the trials behind each number."""
+        """Every evaluated point: the trials behind each number. ``adversary`` is the setting
+        that gave its accuracy: a survivor's worst, a failed point's weakest that broke it where
+        the ladder stopped there (`spec_evaluator`'s ``survival``), its worst otherwise."""
         import pandas as pd
 
         rows = []
@@ -322,7 +329,7 @@ class BreakdownMap:
                              "byzantine_fraction": k / c.cell.clients, "survived": c.survived(k),
                              "accuracy": outcome.accuracy, "collapsed": outcome.collapsed,
                              "trials": outcome.trials,
-                             "worst_adversary": " ".join(f"{a}={b}" for a, b in outcome.breaker),
+                             "adversary": " ".join(f"{a}={b}" for a, b in outcome.breaker),
                              "detail": " ".join(map(str, outcome.detail))})
         return pd.DataFrame(rows)
 

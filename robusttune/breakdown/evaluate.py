@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from itertools import product
 
 from robusttune.attacks import ATTACKS
-from robusttune.breakdown.bisection import Evaluator, Outcome, Point
+from robusttune.breakdown.bisection import Cell, Evaluator, Outcome, Point, survival_bar
 from robusttune.config import RunSpec
-from robusttune.records import RunSummary
+from robusttune.records import RunSummary, survives
 from robusttune.registry import SpecError
 
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
@@ -117,7 +117,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                    tune: Mapping[str, Any] | None = None, budget: int = 1,
                    adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
                    on_trials: Callable[[int], None] | None = None, share: bool = True,
-                   staged: bool = True) -> Evaluator:
+                   staged: bool = True,
+                   survival: tuple[float | None, float] | None = None) -> Evaluator:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
 
@@ -143,12 +144,38 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
       (collapsed, or accuracy 0). The worst case is the first variant with the lowest score and
       no run scores below 0, so the variants after it cannot change the outcome, its accuracy,
       its collapse flag or its breaker. A point whose variants all score above 0 runs them all.
-      The cost is more runner calls per wave (at most the ladder's length)."""
+      The cost is more runner calls per wave (at most the ladder's length).
+
+    ``survival`` = (threshold, relative_threshold), the bar `bisect_breakdown` judges points by
+    (`survival_bar`: the absolute threshold, else relative x the cell's clean accuracy), stops a
+    staged ladder earlier still: at the first variant that fails that bar (collapsed, or below
+    it). Bisection reads only whether a point survived, and a point survives the worst variant
+    iff it survives every variant, so no verdict changes; what changes is what a failed point
+    records: the weakest variant of the ladder that broke it (its accuracy and ``breaker``)
+    instead of the worst, and fewer runs. The clean accuracy is the cell's k = 0 point, which
+    bisection asks for in the cell's first wave, run in the wave's first stage (its only
+    variant), so from the second stage on the bar is known. With ``tune`` it is ignored: a
+    trial's score is what Optuna is told, and the worst one must be told for the study to go
+    on as without it."""
     if budget < 1:
         raise SpecError(f"budget must be >= 1; got {budget}")
     if not seeds:
         raise SpecError("seeds must list at least one seed")
     shared = _SharedRuns(runner, share, on_trials)
+    stop_bar = survival if staged and not tune else None
+    clean_accuracy: dict[Cell, float] = {}   # each cell's k = 0 outcome, once run
+
+    def settled(point: Point, outcome: Outcome) -> bool:
+        """Whether no later variant can change the point's verdict (see ``staged``, ``survival``)."""
+        if _score(outcome) <= 0:
+            return True
+        if stop_bar is None or point.byzantine == 0:
+            return False
+        threshold, relative = stop_bar
+        if threshold is None and point.cell not in clean_accuracy:
+            return False
+        bar = survival_bar(threshold, relative, clean_accuracy.get(point.cell, float("nan")))
+        return not survives(outcome.accuracy, outcome.collapsed, bar)
 
     def variants_for(point: Point) -> list[dict]:
         attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
@@ -176,7 +203,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
             # staged: variant `stage` of every point not yet settled; else every variant at once
             todo = [(i, j) for i, v in enumerate(variants)
                     for j in (range(stage, stage + 1) if staged else range(len(v)))
-                    if j < len(v) and not (staged and judged[i] and _score(judged[i][-1]) <= 0)]
+                    if j < len(v) and not (staged and judged[i]
+                                           and settled(requests[i][0], judged[i][-1]))]
             stage = stage + 1 if staged else depth
             if not todo:
                 break
@@ -188,6 +216,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                 judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1],
                                                         **variants[i][j]))
                 trials[i] += sum(new[span])
+                if requests[i][0].byzantine == 0:
+                    clean_accuracy[requests[i][0].cell] = judged[i][-1].accuracy
         return [judge(judged[i], variants[i], trials[i]) for i in range(len(requests))]
 
     if not tune:

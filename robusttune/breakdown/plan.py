@@ -21,7 +21,8 @@ from robusttune.sweep.domains import format_value
 from robusttune.sweep.space import parse_sweep
 from robusttune.yaml_input import read_yaml
 
-__all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "parse_plan", "plan_costs"]
+__all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "parse_plan", "plan_costs",
+           "rounds_for_participation"]
 
 
 class BreakdownSection(Checked):
@@ -38,6 +39,7 @@ class BreakdownSection(Checked):
     verify_radius: Annotated[int, Number, Field(ge=0)] = 1
     on_non_monotone: Literal["flag", "scan"] = "flag"
     adversary: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+    min_client_rounds: optional_finite(gt=0) = None
 
 
 PLAN_KEYS = tuple(BreakdownSection.model_fields)
@@ -75,6 +77,7 @@ class BreakdownPlan:
     verify_radius: int = 1
     on_non_monotone: str = "flag"
     adversary: dict[str, list[Any]] = field(default_factory=dict)
+    min_client_rounds: float | None = None
     sampler_seed: int = 0
     resources: dict[str, float] = field(default_factory=dict)
     max_concurrent: int = 0
@@ -166,6 +169,8 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     for point in sweep.expand().points:
         values = {k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()}
         spec = RunSpec.from_dict(sweep.resolve(point))
+        if section.min_client_rounds is not None:
+            values["rounds"] = rounds_for_participation(spec, section.min_client_rounds)
         cell = Cell.of(spec.clients, **values)
         if spec.attack == "none" and not attacks_listed:
             # it would report "survives all" for a map nobody attacked
@@ -192,6 +197,21 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
             raise SpecError(f"{where}: breakdown.adversary.{key} is also set by space; "
                             f"allowed: one of them")
     return plan
+
+
+def rounds_for_participation(spec: RunSpec, client_rounds: float) -> int:
+    """A cell's rounds under ``breakdown.min_client_rounds`` = R: enough that every client takes
+    part in R rounds in expectation,
+
+        T = max(rounds, ceil(R / q)),   q = n / N (fixed-size: n the sample size) or p (Bernoulli),
+
+    q the chance that a round samples a given client. A cell at low participation otherwise
+    trains on a handful of client updates (5 rounds at p = 0.1 are 10 of them) and has no clean
+    baseline to measure a breakdown against, and a cache of N slots stays partly empty (a slot
+    is never written with probability (1 - q)^T)."""
+    rate = (spec.expected_sample_size / spec.clients if spec.participation_mode == "fixed"
+            else spec.participation)
+    return max(spec.rounds, math.ceil(client_rounds / rate - 1e-9))
 
 
 @dataclass(frozen=True)
