@@ -309,9 +309,26 @@ def test_the_map_reads_at_a_glance():
     table = breakdown_table(result)
     assert list(table["breakdown"]) == ["0", ">= 0.5"]
     lines = answer(table)
-    assert lines[0].startswith("Breaks at the first Byzantine client (1 cells): aggregator=mean")
-    assert lines[1].startswith("Never broke on the lattice (1 cells")
-    assert "aggregator=median" in lines[1]
+    assert lines[0] == "Breaks at the first Byzantine client (1 cells): mean."
+    assert lines[1].startswith("Never broke on the lattice (1 cells") and lines[1].endswith(": median.")
+
+
+def test_the_answer_names_cells_by_method_and_regime():
+    """Two methods x two regimes x two attacks: a method with every cell picked reads 'every
+    cell', a regime with both attacks picked is named alone, one with a single attack names it."""
+    import pandas as pd
+
+    from robusttune.breakdown.report import cells_by_method
+
+    table = pd.DataFrame([{"method": m, "participation": p, "participation_mode": mode,
+                           "attack": a}
+                          for m in ("median", "krum") for p, mode in ((0.1, "fixed"), (1.0, "fixed"))
+                          for a in ("sign_flip", "ipm")])
+    picked = table[(table["method"] == "median")
+                   | ((table["participation"] == 0.1) & (table["attack"] == "ipm"))
+                   | (table["participation"] == 1.0)]
+    assert cells_by_method(picked, table) == \
+        "median: every cell; krum: p=0.1 fixed (ipm), p=1 fixed"
 
 
 def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
@@ -328,10 +345,13 @@ def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
                                     rounds=30))
     assert columns["p_majority_round"] == pytest.approx(q)
     assert columns["p_majority_run"] == pytest.approx(1 - (1 - q) ** 30)
+    # SWB-DM's trim follows the assumed corruption (r = min(0.45, beta + 0.05)), so told f of its
+    # 20 cached rows it covers f = 9 (trim 0.45: 9 rows, and 2 x 9 < 20) but not f = 10 (2f = n)
     cached = theory_columns({**base, "method": "swb_dm"},
                             bisect_breakdown([Cell.of(20, attack="ipm")],
                                              lambda points: [p.byzantine <= 1 for p in points]).cells[0])
     assert cached["inputs"] == 20 and cached["p_majority_round"] == 0.0  # 2 of 20 cached rows
+    assert cached["theory_fraction"] == pytest.approx(9 / 20)
 
 
 # -- the p-frontier ----------------------------------------------------------------------------
