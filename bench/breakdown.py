@@ -56,7 +56,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as folder:
         evaluate = spec_evaluator(plan.base, InProcessRunner(folder, threads=1), seeds=plan.seeds,
                                   adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
-                                  survival=(plan.threshold, plan.relative_threshold))
+                                  survival=(plan.threshold, plan.relative_threshold),
+                                  adaptive=plan.adaptive)
         result = bisect_breakdown(cells, evaluate, max_fraction=plan.max_fraction,
                                   threshold=plan.threshold,
                                   relative_threshold=plan.relative_threshold,

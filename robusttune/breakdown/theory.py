@@ -39,19 +39,20 @@ def theory_columns(base: Mapping[str, Any], result: CellResult) -> dict[str, Any
 
 
 def told_bound(values: Mapping[str, Any], n: int) -> float | None:
-    """The rule's theoretical breakdown over n inputs as the map runs it: the largest f / n for
-    which the rule, built as a run that expects f corrupted inputs of n builds it (assumed
-    beta = f / n, so a trim tied to the assumed corruption follows it: SWB's
-    r = min(0.45, beta + 0.05)), meets its precondition(n, f),
+    """The rule's theoretical breakdown over n inputs as the map runs it: the largest f / n that
+    the rule's own bound covers when the rule is built as a run expecting f corrupted inputs of
+    n builds it (assumed beta = f / n, so a trim tied to the assumed corruption follows it:
+    SWB's r = min(0.45, beta + 0.05)),
 
-        max { f / n : precondition_{rule(beta = f / n)}(n, f) },  0 if no f is covered.
+        max { f / n : f <= n x theoretical_breakdown_{rule(beta = f / n)}(n) },  0 if none.
 
     For a rule whose parameters do not follow beta it is `theoretical_breakdown(n)`; None where
     the rule has no bound in n (FLTrust)."""
-    spec = RunSpec.from_dict(dict(values))
-    if make_rule(spec.aggregator, **spec.aggregator_params()).theoretical_breakdown(n) is None:
+    def bound(f: int) -> float | None:
+        spec = RunSpec.from_dict({**values, "assumed_byzantine_fraction": f / n})
+        return make_rule(spec.aggregator, **spec.aggregator_params()).theoretical_breakdown(n)
+
+    if bound(0) is None:
         return None
-    covered = [f for f in range(n)
-               if make_rule(spec.aggregator, **RunSpec.from_dict(
-                   {**values, "assumed_byzantine_fraction": f / n}).aggregator_params()).precondition(n, f)]
+    covered = [f for f in range(n) if f <= n * bound(f) + 1e-9]
     return max(covered) / n if covered else 0.0
