@@ -12,8 +12,9 @@ does. Three trial counts, each exact:
                  cost before the savings: no run shared, every strength run)
   map            the runs actually made: bisection, with runs shared between cells where the
                  attack changes nothing (no Byzantine client, or none ever sampled) and each
-                 point's ladder stopped at its first collapse (`spec_evaluator`'s ``share`` and
-                 ``staged``; tests/test_breakdown.py checks that they change no answer)
+                 point's ladder stopped at its first failure of the survival bar
+                 (`spec_evaluator`'s ``share``, ``staged`` and ``survival``;
+                 tests/test_breakdown.py checks that they change no verdict)
 
 Ends with one line ``breakdown_trials_vs_full_lattice: <map / full lattice>``.
 
