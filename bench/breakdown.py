@@ -12,8 +12,9 @@ does. Three trial counts, each exact:
                  cost before the savings: no run shared, every strength run)
   map            the runs actually made: bisection, with runs shared between cells where the
                  attack changes nothing (no Byzantine client, or none ever sampled) and each
-                 point's ladder stopped at its first collapse (`spec_evaluator`'s ``share`` and
-                 ``staged``; tests/test_breakdown.py checks that they change no answer)
+                 point's ladder stopped at its first failure of the survival bar
+                 (`spec_evaluator`'s ``share``, ``staged`` and ``survival``;
+                 tests/test_breakdown.py checks that they change no verdict)
 
 Ends with one line ``breakdown_trials_vs_full_lattice: <map / full lattice>``.
 
@@ -56,7 +57,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as folder:
         evaluate = spec_evaluator(plan.base, InProcessRunner(folder, threads=1), seeds=plan.seeds,
                                   adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
-                                  survival=(plan.threshold, plan.relative_threshold))
+                                  survival=(plan.threshold, plan.relative_threshold),
+                                  adaptive=plan.adaptive)
         result = bisect_breakdown(cells, evaluate, max_fraction=plan.max_fraction,
                                   threshold=plan.threshold,
                                   relative_threshold=plan.relative_threshold,

@@ -309,9 +309,26 @@ def test_the_map_reads_at_a_glance():
     table = breakdown_table(result)
     assert list(table["breakdown"]) == ["0", ">= 0.5"]
     lines = answer(table)
-    assert lines[0].startswith("Breaks at the first Byzantine client (1 cells): aggregator=mean")
-    assert lines[1].startswith("Never broke on the lattice (1 cells")
-    assert "aggregator=median" in lines[1]
+    assert lines[0] == "Breaks at the first Byzantine client (1 cells): mean."
+    assert lines[1].startswith("Never broke on the lattice (1 cells") and lines[1].endswith(": median.")
+
+
+def test_the_answer_names_cells_by_method_and_regime():
+    """Two methods x two regimes x two attacks: a method with every cell picked reads 'every
+    cell', a regime with both attacks picked is named alone, one with a single attack names it."""
+    import pandas as pd
+
+    from robusttune.breakdown.report import cells_by_method
+
+    table = pd.DataFrame([{"method": m, "participation": p, "participation_mode": mode,
+                           "attack": a}
+                          for m in ("median", "krum") for p, mode in ((0.1, "fixed"), (1.0, "fixed"))
+                          for a in ("sign_flip", "ipm")])
+    picked = table[(table["method"] == "median")
+                   | ((table["participation"] == 0.1) & (table["attack"] == "ipm"))
+                   | (table["participation"] == 1.0)]
+    assert cells_by_method(picked, table) == \
+        "median: every cell; krum: p=0.1 fixed (ipm), p=1 fixed"
 
 
 def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
@@ -328,10 +345,13 @@ def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
                                     rounds=30))
     assert columns["p_majority_round"] == pytest.approx(q)
     assert columns["p_majority_run"] == pytest.approx(1 - (1 - q) ** 30)
+    # SWB-DM's trim follows the assumed corruption (r = min(0.45, beta + 0.05)), so told f of its
+    # 20 cached rows it covers f = 9 (trim 0.45: 9 rows, and 2 x 9 < 20) but not f = 10 (2f = n)
     cached = theory_columns({**base, "method": "swb_dm"},
                             bisect_breakdown([Cell.of(20, attack="ipm")],
                                              lambda points: [p.byzantine <= 1 for p in points]).cells[0])
     assert cached["inputs"] == 20 and cached["p_majority_round"] == 0.0  # 2 of 20 cached rows
+    assert cached["theory_fraction"] == pytest.approx(9 / 20)
 
 
 # -- the p-frontier ----------------------------------------------------------------------------
@@ -645,3 +665,65 @@ def test_the_default_map_has_every_method_at_every_regime():
         q = spec.expected_sample_size / spec.clients if spec.participation_mode == "fixed" \
             else spec.participation
         assert spec.rounds * q >= plan.min_client_rounds - 1e-9
+
+
+def window_runner(log):
+    """Runs nothing: the mean at k > 0 loses to the sign flip only in a window of strengths
+    (15 to 60) that the ladder (1, 3, 10, 100) straddles: there accuracy 0.3, else 0.85."""
+
+    def run(specs):
+        log.append(list(specs))
+        out = []
+        for s in specs:
+            strength = s.attack_strength or 1.0
+            hit = s.byzantine_fraction > 0 and 15.0 <= strength <= 60.0
+            out.append(RunSummary.from_dict({"final_accuracy": 0.3 if hit else 0.85,
+                                             "collapsed": False}))
+        return out
+
+    return run
+
+
+def test_the_adaptive_adversary_finds_a_strength_the_ladder_misses():
+    """The ladder alone lets the point survive; the adaptive search (6 runs, seeded TPE over
+    [1, 100]) finds a strength inside the window, runs no strength outside the ladder's range,
+    and names what broke the point. A point the ladder already broke runs no search."""
+    cell = Cell.of(20, aggregator="mean", attack="sign_flip")
+    base = {"dataset": "synthetic", "clients": 20, "rounds": 1, "participation": 1.0}
+    log: list = []
+    ladder_only = spec_evaluator(base, window_runner(log), survival=(None, 0.5))
+    bisect_ladder = bisect_breakdown([cell], ladder_only)
+    assert bisect_ladder.cells[0].status == "survives_all"
+    log.clear()
+    adaptive = spec_evaluator(base, window_runner(log), survival=(None, 0.5), adaptive=6)
+    outcome = adaptive([Point(cell, 0), Point(cell, 2)])[1]
+    strengths = [s.attack_strength for batch in log for s in batch if s.byzantine_fraction > 0]
+    assert strengths[:4] == [1.0, 3.0, 10.0, 100.0]                # the ladder first: the floor
+    searched = strengths[4:]
+    assert 1 <= len(searched) <= 6 and all(1.0 <= s <= 100.0 for s in searched)
+    assert 15.0 <= searched[-1] <= 60.0 and all(not 15.0 <= s <= 60.0 for s in searched[:-1])
+    assert outcome.accuracy == 0.3 and outcome.breaker == (("attack_strength", searched[-1]),)
+    assert outcome.runs == 4 + 6 and outcome.trials == len(strengths)
+    # a fresh evaluator proposes the same strengths (seeded TPE, the same told scores)
+    again = spec_evaluator(base, window_runner([]), survival=(None, 0.5), adaptive=6)
+    assert again([Point(cell, 0), Point(cell, 2)])[1].breaker == outcome.breaker
+    # a point the ladder breaks (here: every strength, the runner's bar at 0.9) searches nothing
+    log.clear()
+    strict = spec_evaluator(base, window_runner(log), survival=(0.9, 0.5), adaptive=6)
+    assert strict([Point(cell, 2)])[0].trials == 1
+
+
+def test_adaptive_is_a_breakdown_adversary_choice(tmp_path):
+    space = tmp_path / "b.yaml"
+    body = "run: {dataset: synthetic, clients: 20}\nspace: {attack: {grid: [ipm]}}\n"
+    space.write_text(body + "breakdown: {adversary: adaptive, adaptive_budget: 3}\n")
+    plan = load_plan(space)
+    assert plan.adaptive == 3 and plan.adversary == {}
+    from robusttune.breakdown.plan import plan_costs
+    assert plan_costs(plan)[0].attacked_trials == 4 + 3            # IPM's ladder + the search
+    space.write_text(body + "breakdown: {adaptive_budget: 3}\n")
+    with pytest.raises(SpecError, match="adaptive_budget applies to adversary: adaptive"):
+        load_plan(space)
+    space.write_text(body + "breakdown: {adversary: clever}\n")
+    with pytest.raises(SpecError, match="adversary"):
+        load_plan(space)

@@ -68,7 +68,8 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
                               for variant in cost.variants)
         rows.append({**{k: str(v) for k, v in cost.cell.as_dict().items()},
                      "N": cost.cell.clients, "lattice": cost.lattice,
-                     "variants per attacked point": f"{len(cost.variants)}: {variants}",
+                     "variants per attacked point": f"{len(cost.variants)}: {variants}"
+                     + (f" + up to {plan.adaptive} searched" if plan.adaptive else ""),
                      "points (bisection)": cost.expected_points, "points (lattice)": cost.k_max + 1,
                      "trials (bisection)": cost.expected, "trials (bound)": cost.bound})
     tuning = (f"budget {plan.budget} Optuna trials per point for {', '.join(plan.tune)}"
@@ -104,7 +105,8 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     evaluate = spec_evaluator(plan.base, stored, seeds=plan.seeds, tune=plan.tune or None,
                               budget=plan.budget if plan.tune else 1,
                               adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
-                              survival=(plan.threshold, plan.relative_threshold))
+                              survival=(plan.threshold, plan.relative_threshold),
+                              adaptive=plan.adaptive)
     with session, progress:
         result = bisect_breakdown(plan.cells, progress.watch(evaluate),
                                   max_fraction=plan.max_fraction, threshold=plan.threshold,

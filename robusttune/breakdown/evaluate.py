@@ -40,6 +40,11 @@ def _score(outcome: Outcome) -> float:
     return 0.0 if outcome.collapsed else outcome.accuracy
 
 
+def worst_of(outcomes: Sequence[Outcome]) -> int:
+    """The position of the worst outcome: the first with the lowest score."""
+    return min(range(len(outcomes)), key=lambda i: _score(outcomes[i]))
+
+
 def adversary_variants(attack: str, adversary: Mapping[str, Sequence[Any]] | None) -> list[dict]:
     """The attacker settings a point with Byzantine clients runs (see `spec_evaluator`): the
     product of ``adversary``'s values, an attack listed without attack_strength taking its
@@ -118,7 +123,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                    adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
                    on_trials: Callable[[int], None] | None = None, share: bool = True,
                    staged: bool = True,
-                   survival: tuple[float | None, float] | None = None) -> Evaluator:
+                   survival: tuple[float | None, float] | None = None,
+                   adaptive: int = 0) -> Evaluator:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
 
@@ -156,9 +162,20 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
     bisection asks for in the cell's first wave, run in the wave's first stage (its only
     variant), so from the second stage on the bar is known. With ``tune`` it is ignored: a
     trial's score is what Optuna is told, and the worst one must be told for the study to go
-    on as without it."""
+    on as without it.
+
+    ``adaptive`` > 0 (the adaptive adversary, `robusttune.breakdown.adaptive`): a point with
+    Byzantine clients whose ladder did not settle it (see above) runs up to ``adaptive`` more
+    strengths, each proposed by a seeded Optuna study that knows the ladder's scores and
+    minimises the score within the ladder's range; the outcome is the worst over the ladder and
+    those runs. It needs the attack's own ladder: no ``adversary``."""
     if budget < 1:
         raise SpecError(f"budget must be >= 1; got {budget}")
+    if adaptive < 0:
+        raise SpecError(f"adaptive must be >= 0 runs; got {adaptive}")
+    if adaptive and adversary:
+        raise SpecError("the adaptive adversary searches each attack's own strength range; "
+                        "allowed with it: no adversary mapping")
     if not seeds:
         raise SpecError("seeds must list at least one seed")
     shared = _SharedRuns(runner, share, on_trials)
@@ -186,13 +203,57 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                                    "byzantine_fraction": point.fraction, "seed": seed})
                 for seed in seeds]
 
-    def judge(per_variant: list[Outcome], variants: list[dict], trials: int) -> Outcome:
+    def judge(per_variant: list[Outcome], variants: list[dict], trials: int,
+              full: int) -> Outcome:
         """The worst variant run (the first with the lowest score); ``runs`` counts every
-        variant, run or not: what the point costs in full."""
-        position = min(range(len(per_variant)), key=lambda i: _score(per_variant[i]))
+        variant, run or not (``full`` of them): what the point costs in full."""
+        position = worst_of(per_variant)
         worst = per_variant[position]
         return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
-                       tuple(variants[position].items()), runs=len(variants) * len(seeds))
+                       tuple(variants[position].items()), runs=full * len(seeds))
+
+    def ladder_of(point: Point) -> tuple[float, ...]:
+        """The strengths an adaptive search spans for ``point`` (empty: none for it)."""
+        if not adaptive or point.byzantine == 0:
+            return ()
+        attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
+        ladder = ATTACKS[attack].strength_ladder
+        return ladder if len(set(ladder)) > 1 else ()
+
+    def run_variants(todo: list[tuple[int, dict]], requests: list[tuple[Point, dict]],
+                     judged: list[list[Outcome]], trials: list[int]) -> None:
+        """Run variant ``todo[n][1]`` of point ``todo[n][0]``, all in one runner call."""
+        specs = [spec for i, variant in todo
+                 for spec in specs_for(requests[i][0], requests[i][1], variant)]
+        summaries, new = shared(specs)
+        for n, (i, variant) in enumerate(todo):
+            span = slice(n * len(seeds), (n + 1) * len(seeds))
+            judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1], **variant))
+            trials[i] += sum(new[span])
+            if requests[i][0].byzantine == 0:
+                clean_accuracy[requests[i][0].cell] = judged[i][-1].accuracy
+
+    def search(requests: list[tuple[Point, dict]], variants: list[list[dict]],
+               judged: list[list[Outcome]], trials: list[int]) -> None:
+        """The adaptive adversary's runs after the ladder (see ``adaptive``)."""
+        from robusttune.breakdown.adaptive import StrengthSearch
+
+        searches = {}
+        for i, (point, _) in enumerate(requests):
+            ladder = ladder_of(point)
+            if ladder and not settled(point, judged[i][worst_of(judged[i])]):
+                tried = [(v["attack_strength"], _score(o)) for v, o in zip(variants[i], judged[i])]
+                searches[i] = StrengthSearch(ladder, tried, sampler_seed)
+        for _ in range(adaptive):
+            open_points = [i for i in searches
+                           if not settled(requests[i][0], judged[i][worst_of(judged[i])])]
+            if not open_points:
+                break
+            todo = [(i, searches[i].ask()) for i in open_points]
+            run_variants(todo, requests, judged, trials)
+            for i, variant in todo:
+                variants[i].append(variant)
+                searches[i].tell(_score(judged[i][-1]))
 
     def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
         variants = [variants_for(point) for point, _ in requests]
@@ -208,17 +269,12 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
             stage = stage + 1 if staged else depth
             if not todo:
                 break
-            specs = [spec for i, j in todo for spec in specs_for(requests[i][0], requests[i][1],
-                                                                  variants[i][j])]
-            summaries, new = shared(specs)
-            for n, (i, j) in enumerate(todo):
-                span = slice(n * len(seeds), (n + 1) * len(seeds))
-                judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1],
-                                                        **variants[i][j]))
-                trials[i] += sum(new[span])
-                if requests[i][0].byzantine == 0:
-                    clean_accuracy[requests[i][0].cell] = judged[i][-1].accuracy
-        return [judge(judged[i], variants[i], trials[i]) for i in range(len(requests))]
+            run_variants([(i, variants[i][j]) for i, j in todo], requests, judged, trials)
+        full = [len(v) + (adaptive if ladder_of(p) else 0) for v, (p, _) in zip(variants, requests)]
+        variants = [list(v) for v in variants]   # the search appends the strengths it ran
+        if adaptive:
+            search(requests, variants, judged, trials)
+        return [judge(judged[i], variants[i], trials[i], full[i]) for i in range(len(requests))]
 
     if not tune:
         return lambda points: run_batch([(p, {}) for p in points])

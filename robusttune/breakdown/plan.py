@@ -9,7 +9,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Union
 
 from pydantic import Field
 
@@ -38,7 +38,10 @@ class BreakdownSection(Checked):
     budget: Annotated[int, Number, Field(ge=1)] = 4
     verify_radius: Annotated[int, Number, Field(ge=0)] = 1
     on_non_monotone: Literal["flag", "scan"] = "flag"
-    adversary: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+    # a mapping narrows or widens the worst case; "adaptive" adds a strength search to each
+    # attack's ladder (robusttune.breakdown.adaptive), adaptive_budget runs per point
+    adversary: Union[Literal["adaptive"], dict[str, Annotated[list[Any], Field(min_length=1)]]] = {}
+    adaptive_budget: Annotated[int, Number, Field(ge=1)] = 4
     min_client_rounds: optional_finite(gt=0) = None
 
 
@@ -77,6 +80,7 @@ class BreakdownPlan:
     verify_radius: int = 1
     on_non_monotone: str = "flag"
     adversary: dict[str, list[Any]] = field(default_factory=dict)
+    adaptive: int = 0          # runs of the adaptive strength search per point (0: the ladder only)
     min_client_rounds: float | None = None
     sampler_seed: int = 0
     resources: dict[str, float] = field(default_factory=dict)
@@ -164,8 +168,15 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     raw["search"] = {"algorithm": "grid"}
     sweep = parse_sweep(raw, name=default_name, source=where)
 
+    settings = section.model_dump()
+    adaptive = settings.pop("adaptive_budget") if section.adversary == "adaptive" else 0
+    if "adaptive_budget" in section_values and not adaptive:
+        raise SpecError(f"{where}: breakdown.adaptive_budget applies to adversary: adaptive only")
+    settings.pop("adaptive_budget", None)
+    if section.adversary == "adaptive":
+        settings["adversary"] = {}
     cells = []
-    attacks_listed = section.adversary.get("attack")
+    attacks_listed = settings["adversary"].get("attack")
     for point in sweep.expand().points:
         values = {k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()}
         spec = RunSpec.from_dict(sweep.resolve(point))
@@ -184,11 +195,11 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
 
     plan = BreakdownPlan(
         name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune,
-        **section.model_dump(), sampler_seed=search.seed,
+        **settings, adaptive=adaptive, sampler_seed=search.seed,
         resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
         max_concurrent=sweep.max_concurrent, raw=kept, source=source, given=given,
     )
-    adversary = section.adversary
+    adversary = plan.adversary
     cell_keys = {k for cell in cells for k in cell.as_dict()}
     for key in adversary:
         if key not in RUNSPEC_KEYS:
@@ -247,6 +258,7 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
     """Every cell's `CellCost` under ``plan`` (what ``--dry-run`` prints, and what the progress
     display's estimate of the time left counts down)."""
     from robusttune.breakdown.bisection import lattice_top
+    from robusttune.attacks import ATTACKS
     from robusttune.breakdown.evaluate import adversary_variants
 
     budget = plan.budget if plan.tune else 1   # without drawn knobs there is nothing to tune
@@ -257,6 +269,7 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
         variants = adversary_variants(attack, plan.adversary or None)
         steps = math.ceil(math.log2(k_max + 1)) if k_max > 0 else 0
         expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
+        searched = plan.adaptive if len(set(ATTACKS[attack].strength_ladder)) > 1 else 0
         costs.append(CellCost(cell, k_max, variants, len(plan.seeds) * budget,
-                              len(plan.seeds) * len(variants) * budget, expected))
+                              len(plan.seeds) * (len(variants) + searched) * budget, expected))
     return costs
