@@ -8,7 +8,8 @@ gives the seeds' final accuracy (mean and min-max: the spread a difference must 
 the collapsed runs (final accuracy <= chance + 0.5 points or non-finite parameters, the one rule
 of robusttune.records), the final predicted-class max share, the parameter norm after round 1
 and at the end, the first round with non-finite parameters, the rounds the guard refused
-(``aggregated`` false), the rounds whose precondition held for the assumed f, and the first
+(``aggregated`` false), the rounds whose precondition held for the assumed f and for the
+Byzantine inputs actually present, and the first
 Byzantine-majority round. ``--runs`` prints one row per run too. Prints markdown and writes
 findings_settings.csv (and findings_runs.csv) into --out (default RESULTS_DIR/analysis).
 Everything is a function of the folder: robusttune.results reads it.
@@ -35,8 +36,9 @@ def run_figures(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
     """One row per run: its summary figures plus what only its rounds.csv tells (final
     max_class_share = the last evaluated round's; norm_round1 and norm_final = param_norm after
     round 1 and after the last round, NaN when not finite; first_nonfinite_round; refused_rounds
-    = rounds that aggregated nothing; precondition_rounds = rounds whose rule precondition held
-    for the assumed f; first_majority_round; NaN/0 where the event never happened)."""
+    = rounds that aggregated nothing; precondition_rounds / actual_precondition_rounds = rounds
+    whose rule precondition held for the assumed f / for the Byzantine rows actually in its
+    input; first_majority_round; NaN/0 where the event never happened)."""
     rows = []
     for run in runs.itertuples(index=False):
         own = rounds[rounds["run_id"] == run.run_id].sort_values("round")
@@ -55,6 +57,7 @@ def run_figures(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
             "first_nonfinite_round": int(nonfinite["round"].iloc[0]) if len(nonfinite) else math.nan,
             "refused_rounds": int((~own["aggregated"].astype(bool)).sum()),
             "precondition_rounds": int(own["precondition_held_assumed"].astype(bool).sum()),
+            "actual_precondition_rounds": int(own["precondition_held_actual"].astype(bool).sum()),
             "first_majority_round": int(majority["round"].iloc[0]) if len(majority) else math.nan,
         })
     return pd.DataFrame(rows)
@@ -75,7 +78,8 @@ def settings_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
     ``accuracy`` (mean final accuracy, a non-finite one counted as 0, robusttune.records'
     rule), ``acc_min``/``acc_max``, ``collapsed`` ("k/n"), ``max_class_share`` (mean), the mean
     ``norm_round1`` and the median ``norm_final`` (non-finite ends left out), the runs'
-    ``first_nonfinite`` rounds, the mean ``refused`` and ``precondition_held`` rounds, and the
+    ``first_nonfinite`` rounds, the mean ``refused``, ``precondition_held`` (assumed f) and
+    ``held_actual`` (actual Byzantine rows) rounds, and the
     runs' ``first_majority`` rounds (lists in seed order)."""
     figures = run_figures(runs, rounds).set_index("run_id")
     keys = setting_keys(runs)
@@ -99,6 +103,7 @@ def settings_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
             "first_nonfinite": _rounds_list(part["first_nonfinite_round"]),
             "refused": part["refused_rounds"].mean(),
             "precondition_held": part["precondition_rounds"].mean(),
+            "held_actual": part["actual_precondition_rounds"].mean(),
             "first_majority": _rounds_list(part["first_majority_round"]),
         })
         rows.append(row)
