@@ -277,7 +277,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     ``table1_accuracy.csv``, ``table2_collapses.csv``, ``table4_gain.csv`` and PNGs beside it, in
     ``out`` (default ``RESULTS_DIR/report``). ``curve_runs`` picks the runs drawn per round (run
     ids or unique substrings of them); default `default_curve_runs`. Returns report.md's path."""
-    from robusttune import plots
+    from robusttune import majority, plots
 
     root = Path(results_dir)
     if not root.is_dir():
@@ -309,6 +309,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
              "the worst of them: where each rule breaks.", "",
              markdown_table(by_attack), "",
              *seed_spread_section(runs, out_dir),
+             *majority.majority_section(runs, rounds, out_dir),
              "## Table I: mean final accuracy (%) by Byzantine fraction β and participation p", "",
              "Averaged over every attack condition and seed in the folder.", "",
              markdown_table(table1), "",
@@ -353,7 +354,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         lines += ["## Breakdown map", "", markdown_table(table[shown], floatfmt=".3g", index=False), ""]
         if figure is not None:
             lines += [f"![breakdown]({figure.name})", ""]
-    extra = [name for name in ("accuracy_by_seed.csv",)
+    extra = [name for name in ("accuracy_by_seed.csv", "majority_summary.csv", "majority_runs.csv")
              if (out_dir / name).exists()]
     lines += ["CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
               "table2_collapses.csv, table4_gain.csv" + "".join(f", {n}" for n in extra) + ".", ""]
