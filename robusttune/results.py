@@ -299,6 +299,10 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     for name, table in (("table1_accuracy", table1), ("table2_collapses", table2), ("table4_gain", table4)):
         table.to_csv(out_dir / f"{name}.csv")
 
+    spread = seed_spread_section(runs, out_dir)
+    by_majority = majority.majority_section(runs, rounds, out_dir)
+    extra = (["accuracy_by_seed.csv"] if spread else []) + \
+        (["majority_summary.csv", "majority_runs.csv"] if by_majority else [])
     chosen = _resolve_runs(runs, curve_runs) if curve_runs else default_curve_runs(runs)
     lines = [f"# Results: {root.resolve().name}", "",
              f"{len(runs)} runs from `{root}`"
@@ -308,8 +312,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
              "Mean final accuracy per method under each attack (at its strength, when set) and "
              "the worst of them: where each rule breaks.", "",
              markdown_table(by_attack), "",
-             *seed_spread_section(runs, out_dir),
-             *majority.majority_section(runs, rounds, out_dir),
+             *spread, *by_majority,
              "## Table I: mean final accuracy (%) by Byzantine fraction β and participation p", "",
              "Averaged over every attack condition and seed in the folder.", "",
              markdown_table(table1), "",
@@ -354,8 +357,6 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         lines += ["## Breakdown map", "", markdown_table(table[shown], floatfmt=".3g", index=False), ""]
         if figure is not None:
             lines += [f"![breakdown]({figure.name})", ""]
-    extra = [name for name in ("accuracy_by_seed.csv", "majority_summary.csv", "majority_runs.csv")
-             if (out_dir / name).exists()]
     lines += ["CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
               "table2_collapses.csv, table4_gain.csv" + "".join(f", {n}" for n in extra) + ".", ""]
     path = out_dir / "report.md"
