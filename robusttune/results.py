@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from robusttune import axes
 from robusttune.config import RUNSPEC_KEYS
 from robusttune.plots import threat_label
 from robusttune.records import RunSummary
@@ -128,17 +129,15 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean final accuracy (%) per method (rows; per dataset and participation when several) x
-    attack at its strength (columns, the clean runs as ``none``), and each method's ``worst``
+    """Mean final accuracy (%) over seeds per cell of the axes that vary between the runs (rows:
+    `axes.row_axes`, e.g. participation x split x method; method alone when nothing else varies)
+    x attack at its strength (columns, the clean runs as ``none``), and each row's ``worst``
     attack: where a rule breaks, read by attack rather than averaged over them (Table I)."""
     if runs.empty:
         return pd.DataFrame()
-    strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
-    labelled = runs.assign(accuracy=100 * runs["final_accuracy"],
-                           threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
-    index = _by_dataset(runs) + (["participation"] if runs["participation"].nunique() > 1 else []) \
-        + ["method"]
-    table = labelled.pivot_table(index=index, columns="threat", values="accuracy", aggfunc="mean")
+    labelled = axes.labelled(runs).assign(accuracy=100 * runs["final_accuracy"])
+    table = labelled.pivot_table(index=axes.row_axes(runs), columns="threat", values="accuracy",
+                                 aggfunc="mean")
     attacked = [c for c in table.columns if c != "none"]
     table = table[(["none"] if "none" in table.columns else []) + sorted(attacked)]
     if attacked:
@@ -279,7 +278,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     ``aggregation_error*.csv`` when the runs recorded it) and PNGs beside it, in
     ``out`` (default ``RESULTS_DIR/report``). ``curve_runs`` picks the runs drawn per round (run
     ids or unique substrings of them); default `default_curve_runs`. Returns report.md's path."""
-    from robusttune import plots
+    from robusttune import majority, plots
 
     root = Path(results_dir)
     if not root.is_dir():
@@ -301,6 +300,10 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     for name, table in (("table1_accuracy", table1), ("table2_collapses", table2), ("table4_gain", table4)):
         table.to_csv(out_dir / f"{name}.csv")
 
+    spread = seed_spread_section(runs, out_dir)
+    by_majority = majority.majority_section(runs, rounds, out_dir)
+    extra = (["accuracy_by_seed.csv"] if spread else []) + \
+        (["majority_summary.csv", "majority_runs.csv"] if by_majority else [])
     chosen = _resolve_runs(runs, curve_runs) if curve_runs else default_curve_runs(runs)
     lines = [f"# Results: {root.resolve().name}", "",
              f"{len(runs)} runs from `{root}`"
@@ -310,6 +313,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
              "Mean final accuracy per method under each attack (at its strength, when set) and "
              "the worst of them: where each rule breaks.", "",
              markdown_table(by_attack), "",
+             *spread, *by_majority,
              "## Table I: mean final accuracy (%) by Byzantine fraction β and participation p", "",
              "Averaged over every attack condition and seed in the folder.", "",
              markdown_table(table1), "",
@@ -357,7 +361,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         if figure is not None:
             lines += [f"![breakdown]({figure.name})", ""]
     lines += ["CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
-              "table2_collapses.csv, table4_gain.csv.", ""]
+              "table2_collapses.csv, table4_gain.csv" + "".join(f", {n}" for n in extra) + ".", ""]
     path = out_dir / "report.md"
     text = "\n".join(lines)
     path.write_text(text)
@@ -387,6 +391,18 @@ def _aggregation_error_lines(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: 
     if not fits.empty:
         lines += ["Fitted E(β) = E0 + C sqrt(β):", "", markdown_table(fits, floatfmt=".4g"), ""]
     return lines
+
+
+def seed_spread_section(runs: pd.DataFrame, out_dir: Path) -> list[str]:
+    """The report's per-cell seed spread (`axes.seed_table`), written to accuracy_by_seed.csv;
+    no lines when no cell has more than one seed."""
+    table = axes.seed_table(runs)
+    if table.empty or table["runs"].max() < 2:
+        return []
+    table.to_csv(out_dir / "accuracy_by_seed.csv")
+    return ["## Final accuracy (%) per cell over its seeds", "",
+            "Every cell of the axes that vary: mean, sample standard deviation, range and "
+            "collapsed runs over its seeds.", "", markdown_table(table, floatfmt=".1f"), ""]
 
 
 def report_html(markdown_text: str, folder: Path, title: str) -> str:

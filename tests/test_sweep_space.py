@@ -4,8 +4,10 @@ SWB-DM paper grid). No Ray is started here."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -276,7 +278,8 @@ def test_paper_grid_is_448_trials():
     assert (spec_for_one.dataset, spec_for_one.clients, spec_for_one.rounds) == ("cifar10", 20, 10)
 
 
-@pytest.mark.parametrize("name, trials", [("quickstart", 20), ("demoa", 40), ("tune_defence", 40)])
+@pytest.mark.parametrize("name, trials", [("quickstart", 20), ("demoa", 420), ("demoa_ablations", 144),
+                                          ("tune_defence", 40)])
 def test_shipped_spaces_load(name, trials):
     spec = load_sweep(SPACES / f"{name}.yaml")
     assert spec.name == name and spec.trial_count() == trials
@@ -288,11 +291,40 @@ def test_shipped_spaces_load(name, trials):
 def test_demoa_space_matches_the_paper_setting():
     spec = load_sweep(SPACES / "demoa.yaml")
     runs = [spec.run_spec(p) for p in spec.expand().points]
-    assert {(r.clients, r.byzantine_fraction, r.participation_mode, r.algorithm) for r in runs} == \
-        {(25, 0.2, "bernoulli", "demoa")}
-    assert {r.aggregator for r in runs} == {"median", "krum", "geometric_median", "cclip"}
+    assert len(runs) == 7 * 5 * 2 * 2 * 3
+    assert {(r.clients, r.byzantine_fraction, r.participation_mode, r.model) for r in runs} == \
+        {(25, 0.2, "bernoulli", "mlp")}
+    # methods labelled by what ran: (label, algorithm, rule), CCLIP for every baseline
+    assert {(r.method, r.algorithm, r.aggregator) for r in runs} == {
+        ("fedsgd+cclip", "fedsgd", "cclip"), ("fedcm+cclip", "fedcm", "cclip"),
+        ("byz_vr_marina_pp", "byz_vr_marina_pp", "cclip"), ("demoa+median", "demoa", "median"),
+        ("demoa+krum", "demoa", "krum"), ("demoa+geometric_median", "demoa", "geometric_median"),
+        ("demoa", "demoa", "cclip")}
+    assert {r.aggregate_weights for r in runs} == {"uniform"}
     assert {r.attack for r in runs} == {"alie", "bit_flip", "ipm", "label_flip", "mimic"}
     assert {r.participation for r in runs} == {0.1, 0.5}
+    # Theorem 3.1's coupling: alpha p is the same at both rates
+    assert {round(r.demoa_alpha * r.participation, 12) for r in runs} == {0.05}
+    assert {r.dirichlet_alpha for r in runs} == {math.inf, 0.5}     # IID and non-IID
+    assert {r.seed for r in runs} == {1, 2, 3}
+    # every cell once per seed
+    cells = Counter((r.method, r.attack, r.participation, r.dirichlet_alpha) for r in runs)
+    assert len(cells) == 140 and set(cells.values()) == {3}
+
+
+def test_demoa_ablations_are_the_papers_three_arms():
+    spec = load_sweep(SPACES / "demoa_ablations.yaml")
+    runs = [spec.run_spec(p) for p in spec.expand().points]
+    clean = [r for r in runs if r.byzantine_fraction == 0]
+    # delta = 0 with plain averaging, at p = 0.5, every method
+    assert {(r.method, r.aggregator, r.attack, r.participation) for r in clean} == {
+        (m, "mean", "none", 0.5) for m in ("fedsgd", "fedcm", "byz_vr_marina_pp+mean", "demoa+mean")}
+    assert len(clean) == 4 * 2 * 3
+    attacked = [r for r in runs if r.byzantine_fraction > 0]
+    assert {(r.method, r.aggregator) for r in attacked} == {("demoa", "cclip")}
+    assert Counter(r.demoa_ablation for r in attacked) == {"coefficient_swap": 60, "no_decay": 60}
+    assert {r.attack for r in attacked} == {"alie", "bit_flip", "ipm", "label_flip", "mimic"}
+    assert {round(r.demoa_alpha * r.participation, 12) for r in runs} == {0.05}
 
 
 def test_dry_run_prints_count_and_table_without_importing_ray():

@@ -1,0 +1,117 @@
+"""Which RunSpec keys tell a results folder's runs apart: the axes a report's tables follow.
+
+A sweep's grid axes are RunSpec keys (a joint axis sets several together), and every run keeps its
+resolved RunSpec, so the axes are read back from the runs: the keys whose values differ between
+them. Many differ only because another does: algorithm and aggregator follow ``method``, a
+resolved ``marina_p`` follows ``participation``, ``demoa_alpha`` set with ``participation`` in a
+joint axis follows it, ``byzantine_fraction`` follows ``attack`` when the clean runs are the only
+ones at 0. A table indexed by all of them repeats itself, so `varying_axes` keeps a key only where
+the keys kept before it (in `AXIS_ORDER`, then alphabetically) do not already fix its value: key k
+is dropped when every group of runs that agrees on the kept keys has one value of k.
+
+``seed`` is never an axis: a cell is a mean over its seeds (`seed_table` gives the spread).
+``dirichlet_alpha`` is shown as ``split``: ``IID`` (alpha = inf, no Dirichlet skew) or
+``Dir(alpha)`` (non-IID).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import pandas as pd
+
+from robusttune.schema import RUNSPEC_KEYS
+
+__all__ = ["AXIS_ORDER", "NOT_AXES", "THREAT_KEYS", "varying_axes", "split_label", "labelled",
+           "row_axes", "seed_table"]
+
+# The order keys are considered in: a key earlier here is kept, and the later keys it fixes are
+# dropped (method before algorithm/aggregator, participation before what is coupled to it).
+AXIS_ORDER = ("dataset", "model", "method", "attack", "attack_strength", "byzantine_fraction",
+              "participation", "participation_mode", "sample_size", "dirichlet_alpha",
+              "demoa_ablation", "clients", "rounds")
+# Keys that differ between runs without being what a comparison varies: the seed (averaged
+# over), where the data lives and where and how often the run was saved.
+NOT_AXES = ("seed", "data_root", "device", "checkpoint_every", "trainer")
+# The keys a threat is named by (a column of the accuracy-by-attack table, `plots.threat_label`).
+THREAT_KEYS = ("attack", "attack_strength")
+
+
+def _comparable(value: Any) -> str:
+    """One hashable spelling per value: None, NaN and lists group like any other value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    return repr(value)
+
+
+def varying_axes(runs: pd.DataFrame, exclude: Sequence[str] = NOT_AXES) -> list[str]:
+    """The RunSpec keys (columns of ``runs``, `results.load_runs`) that label its runs apart, in
+    `AXIS_ORDER` then alphabetical order: a key is kept when its value is not a function of the
+    keys kept before it (over ``runs``), so a constant key is never kept and a key fixed by an
+    earlier one (algorithm by method) is dropped. ``exclude`` keys are never axes."""
+    keys = [k for k in AXIS_ORDER if k in runs and k not in exclude]
+    keys += sorted(k for k in runs.columns
+                   if k in RUNSPEC_KEYS and k not in keys and k not in exclude)
+    if runs.empty:
+        return []
+    spelled = pd.DataFrame({k: runs[k].map(_comparable) for k in keys}, index=runs.index)
+    kept: list[str] = []
+    for key in keys:
+        if kept:
+            fixed = bool((spelled.groupby(kept)[key].nunique() <= 1).all())
+        else:
+            fixed = spelled[key].nunique() <= 1
+        if not fixed:
+            kept.append(key)
+    return kept
+
+
+def split_label(alpha: Any) -> str:
+    """``IID`` for dirichlet_alpha = inf (no skew), ``Dir(alpha)`` for a Dirichlet (non-IID)
+    split."""
+    value = float(alpha)
+    return "IID" if math.isinf(value) else f"Dir({value:g})"
+
+
+def labelled(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with the display columns the tables index by: ``split`` (from dirichlet_alpha)
+    and ``threat`` (attack at its strength)."""
+    from robusttune.plots import threat_label
+
+    extra: dict[str, Any] = {}
+    if "dirichlet_alpha" in runs:
+        extra["split"] = [split_label(a) for a in runs["dirichlet_alpha"]]
+    if "attack" in runs:
+        strength = runs["attack_strength"] if "attack_strength" in runs else [None] * len(runs)
+        extra["threat"] = [threat_label(a, s) for a, s in zip(runs["attack"], strength)]
+    return runs.assign(**extra)
+
+
+def row_axes(runs: pd.DataFrame, without: Sequence[str] = ()) -> list[str]:
+    """The varying axes as a table's row index, ``method`` last (rows of one block then list the
+    methods), dirichlet_alpha shown as ``split``, the threat keys and ``without`` left out."""
+    axes = [a for a in varying_axes(runs) if a not in THREAT_KEYS and a not in without]
+    axes = ["split" if a == "dirichlet_alpha" else a for a in axes]
+    return [a for a in axes if a != "method"] + (["method"] if "method" in runs else [])
+
+
+def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell (every varying axis, the threat as ``threat``): ``runs``, the mean final
+    accuracy (%) over its seeds, their sample standard deviation ``sd`` (NaN for one seed),
+    ``min`` and ``max``, and ``collapsed`` (count). A run without a finite accuracy (it
+    diverged) counts as 0, as `records.mean_accuracy` does."""
+    if runs.empty:
+        return pd.DataFrame(columns=["runs", "mean", "sd", "min", "max", "collapsed"])
+    frame = labelled(runs)
+    index = row_axes(frame)
+    if "attack" in varying_axes(runs):
+        index = index[:-1] + ["threat"] + index[-1:]
+    accuracy = 100 * frame["final_accuracy"].astype(float).where(
+        frame["final_accuracy"].astype(float).map(math.isfinite), 0.0)
+    grouped = frame.assign(accuracy=accuracy).groupby(index, sort=True)
+    table = grouped.agg(runs=("accuracy", "size"), mean=("accuracy", "mean"),
+                        sd=("accuracy", "std"), min=("accuracy", "min"),
+                        max=("accuracy", "max"), collapsed=("collapsed", "sum"))
+    table["collapsed"] = table["collapsed"].astype(int)
+    return table
