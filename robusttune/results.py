@@ -338,7 +338,9 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         if figure is not None:
             lines += [f"### {title}", "", "Runs: " + ", ".join(f"`{r}`" for r in chosen), "",
                       f"![{title}]({figure.name})", ""]
-    lines += _aggregation_error_lines(runs, rounds, out_dir)
+    figure_two = _aggregation_error_lines(runs, rounds, out_dir)
+    lines += figure_two
+    extra += ["aggregation_error.csv", "aggregation_error_fit.csv"] if figure_two else []
     figure, skipped = plots.classification_error_vs_corruption(runs, out_dir / "test_error_vs_corruption.png")
     if figure is not None:
         lines += ["## Test error against corruption", "",

@@ -176,5 +176,7 @@ def test_the_report_draws_figure_two_from_the_recorded_error(tmp_path):
     for name in ("aggregation_error_vs_corruption.png", "test_error_vs_corruption.png",
                  "aggregation_error.csv", "aggregation_error_fit.csv"):
         assert (tmp_path / "report" / name).stat().st_size > 0, name
+    csv_list = next(line for line in text.splitlines() if line.startswith("CSV files beside"))
+    assert "aggregation_error.csv" in csv_list and "aggregation_error_fit.csv" in csv_list
     table = pd.read_csv(tmp_path / "report" / "aggregation_error.csv")
     assert len(table) == 3 and (table["runs"] == 1).all() and (table["mean"] > 0).all()
