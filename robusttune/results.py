@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 SUMMARY_KEYS = ("final_accuracy", "final_loss", "collapsed", "rounds_run",
-                "byzantine_majority_rounds", "seconds", "num_classes", "mean_aggregation_error")
+                "byzantine_majority_rounds", "seconds", "num_classes", "mean_aggregation_error",
+                "mean_honest_input_spread")
 # The paper's column order; other methods follow alphabetically.
 METHOD_ORDER = ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm",
                 "delayed_momentum", "demoa", "fedsgd", "fedcm", "fedcm_xu", "byz_vr_marina_pp")
