@@ -10,6 +10,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -132,3 +133,26 @@ def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path):
     assert summary["mean_honest_input_spread"] == pytest.approx(sum(column) / 3, rel=1e-9)
     assert load_runs(tmp_path)["mean_honest_input_spread"].tolist() == \
         pytest.approx([sum(column) / 3], rel=1e-9)
+
+
+def test_the_report_tabulates_the_spread_per_cell_and_counts_a_repeated_run_once(tmp_path):
+    from robusttune.results import report
+
+    for ablation in ("none", "coefficient_swap"):
+        spec = RunSpec(**{**FULL, "rounds": 2, "participation_mode": "bernoulli",
+                          "participation": 0.5}, method="demoa", demoa_ablation=ablation,
+                       attack="alie", byzantine_fraction=2 / 6)
+        run_to_folder(spec, tmp_path / "runs" / ablation, tensorboard=False)
+        if ablation == "none":  # a second sweep ran the same configuration
+            run_to_folder(spec, tmp_path / "runs" / "again" / ablation, tensorboard=False)
+    text = report(tmp_path / "runs", out=tmp_path / "report").read_text()
+    assert "1 more run(s) repeated a configuration" in text
+    assert "## Spread of the honest inputs the rule aggregated" in text
+    table = pd.read_csv(tmp_path / "report" / "honest_input_spread.csv")
+    assert sorted(table["demoa_ablation"]) == ["coefficient_swap", "none"]
+    assert (table["runs"] == 1).all()
+    spreads = {}
+    for ablation in ("none", "coefficient_swap"):
+        summary = json.loads((tmp_path / "runs" / ablation / "summary.json").read_text())
+        spreads[ablation] = summary["mean_honest_input_spread"]
+    assert dict(zip(table["demoa_ablation"], table["mean"])) == pytest.approx(spreads)
