@@ -121,8 +121,10 @@ def aggregation_error(aggregate: Tensor, rows: Tensor, byzantine: Tensor,
     None when H is empty (nothing honest to compare with). A non-finite aggregate or benign mean
     gives +inf, so NaN always means "not defined this round"."""
     honest = _honest_inputs(rows, byzantine, weights)
-    if honest is None:
-        return None
+    return None if honest is None else _error_from(aggregate, honest)
+
+
+def _error_from(aggregate: Tensor, honest: tuple[Tensor, Tensor | None, Tensor]) -> Tensor:
     centre = honest[2]
     error = torch.linalg.vector_norm(aggregate.to(centre.dtype) - centre, dtype=torch.float64)
     return _infinite_if_nan(error)
@@ -145,8 +147,10 @@ def honest_input_spread(rows: Tensor, byzantine: Tensor, weights: Tensor | None)
 
     None when H is empty; +inf when a honest row is not finite."""
     honest = _honest_inputs(rows, byzantine, weights)
-    if honest is None:
-        return None
+    return None if honest is None else _spread_from(honest)
+
+
+def _spread_from(honest: tuple[Tensor, Tensor | None, Tensor]) -> Tensor:
     benign, w, centre = honest
     squared = torch.linalg.vector_norm(benign - centre, dim=1, dtype=torch.float64).square()
     spread = squared.mean() if w is None else (w.double() @ squared) / w.double().sum()
@@ -295,11 +299,12 @@ class Simulation:
             f_assumed, held_assumed, held_actual, share = 0, False, False, 0.0
         aggregate_seconds = time.perf_counter() - started
         # measured after the timing: aggregate_seconds stays the rule's (and the caches') cost
-        error = None if aggregate is None else aggregation_error(
-            aggregate, inputs.rows, inputs.byzantine_rows, inputs.weights)
-        # defined in a refused round too: it describes the inputs, not the rule's answer
-        spread = None if inputs is None else honest_input_spread(
-            inputs.rows, inputs.byzantine_rows, inputs.weights)
+        # one selection of the honest rows for both; the spread is defined in a refused round
+        # too: it describes the inputs, not the rule's answer
+        honest = None if inputs is None else _honest_inputs(inputs.rows, inputs.byzantine_rows,
+                                                            inputs.weights)
+        error = None if aggregate is None or honest is None else _error_from(aggregate, honest)
+        spread = None if honest is None else _spread_from(honest)
 
         # the round's one read-back (beside evaluation): counts, norm, error and spread together
         undefined = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)
