@@ -24,7 +24,7 @@ import pandas as pd
 from robusttune.schema import RUNSPEC_KEYS
 
 __all__ = ["AXIS_ORDER", "NOT_AXES", "THREAT_KEYS", "varying_axes", "split_label", "labelled",
-           "row_axes", "seed_table", "NOT_CONFIGURATION", "distinct_runs"]
+           "row_axes", "seed_table", "NOT_CONFIGURATION", "distinct_runs", "ablation_labelled"]
 
 # The order keys are considered in: a key earlier here is kept, and the later keys it fixes are
 # dropped (method before algorithm/aggregator, participation before what is coupled to it).
@@ -137,3 +137,17 @@ def distinct_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     keep = ~spelled.loc[order].duplicated(keep="first")
     kept = runs.loc[keep[keep].index].sort_index()
     return kept, len(runs) - len(kept)
+
+
+def ablation_labelled(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with an ablated DeMoA run's ``method`` naming its ablation, ``demoa[no_decay]``:
+    tables grouped by method alone (Tables I, II, IV, Figure 2) then keep the unablated DeMoA
+    apart from its ablations instead of averaging the three into one ``demoa`` cell."""
+    if runs.empty or "demoa_ablation" not in runs or "method" not in runs:
+        return runs
+    ablation = runs["demoa_ablation"].fillna("none").astype(str)
+    ablated = ablation != "none"
+    if not ablated.any():
+        return runs
+    method = runs["method"].astype(str).where(~ablated, runs["method"].astype(str) + "[" + ablation + "]")
+    return runs.assign(method=method)

@@ -291,6 +291,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         raise SpecError(f"results folder {str(root)!r} holds no finished run (no summary.json "
                         f"below it); allowed: a sweep, breakdown or runs folder with finished runs")
     runs, repeats = axes.distinct_runs(runs)
+    runs = axes.ablation_labelled(runs)
     out_dir = Path(out) if out is not None else root / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     rounds = load_rounds(root, runs)

@@ -114,3 +114,14 @@ def test_distinct_runs_count_a_configuration_once_keeping_the_run_with_more_figu
     assert set(kept["run_id"]) == (set(runs["run_id"]) - set(runs["run_id"].iloc[[0, 5]])) \
         | set(repeat["run_id"]) | {"y-other"}
     assert distinct_runs(runs)[1] == 0
+
+
+def test_an_ablated_demoa_run_is_labelled_by_its_ablation():
+    from robusttune.axes import ablation_labelled
+
+    runs = pd.DataFrame({"method": ["demoa", "demoa", "demoa+mean", "fedcm"],
+                         "demoa_ablation": ["none", "no_decay", "coefficient_swap", "none"]})
+    assert list(ablation_labelled(runs)["method"]) == [
+        "demoa", "demoa[no_decay]", "demoa+mean[coefficient_swap]", "fedcm"]
+    plain = runs.assign(demoa_ablation="none")
+    assert list(ablation_labelled(plain)["method"]) == list(plain["method"])

@@ -149,10 +149,11 @@ def test_the_report_tabulates_the_spread_per_cell_and_counts_a_repeated_run_once
     assert "1 more run(s) repeated a configuration" in text
     assert "## Spread of the honest inputs the rule aggregated" in text
     table = pd.read_csv(tmp_path / "report" / "honest_input_spread.csv")
-    assert sorted(table["demoa_ablation"]) == ["coefficient_swap", "none"]
+    # the ablated run is labelled by its ablation, so method alone tells the two apart
+    assert sorted(table["method"]) == ["demoa", "demoa[coefficient_swap]"]
     assert (table["runs"] == 1).all()
     spreads = {}
-    for ablation in ("none", "coefficient_swap"):
+    for ablation, label in (("none", "demoa"), ("coefficient_swap", "demoa[coefficient_swap]")):
         summary = json.loads((tmp_path / "runs" / ablation / "summary.json").read_text())
-        spreads[ablation] = summary["mean_honest_input_spread"]
-    assert dict(zip(table["demoa_ablation"], table["mean"])) == pytest.approx(spreads)
+        spreads[label] = summary["mean_honest_input_spread"]
+    assert dict(zip(table["method"], table["mean"])) == pytest.approx(spreads)
