@@ -48,8 +48,8 @@ class RoundRecord:
     defined: no aggregate this round (a guarded refusal, nobody to aggregate) or no honest input;
     +inf when the aggregate was not finite. ``honest_input_spread``: the mean squared distance of
     those honest inputs from xbar_H (`robusttune.simulation.honest_input_spread`; under DeMoA the
-    honest cached momenta), NaN when no input was honest (or nothing was aggregated), +inf when one
-    was not finite. Both last, with NaN defaults, so records built by code that does not measure
+    honest cached momenta), also in a refused round; NaN when the rule had no input or no honest
+    one this round, +inf when one was not finite. Both last, with NaN defaults, so records built by code that does not measure
     them stay valid."""
 
     round: int
