@@ -24,7 +24,7 @@ import pandas as pd
 from robusttune.schema import RUNSPEC_KEYS
 
 __all__ = ["AXIS_ORDER", "NOT_AXES", "THREAT_KEYS", "varying_axes", "split_label", "labelled",
-           "row_axes", "seed_table"]
+           "row_axes", "seed_table", "NOT_CONFIGURATION", "distinct_runs", "ablation_labelled"]
 
 # The order keys are considered in: a key earlier here is kept, and the later keys it fixes are
 # dropped (method before algorithm/aggregator, participation before what is coupled to it).
@@ -115,3 +115,39 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
                         max=("accuracy", "max"), collapsed=("collapsed", "sum"))
     table["collapsed"] = table["collapsed"].astype(int)
     return table
+
+
+# Keys that tell where or how a run was stored or executed, not what it computed.
+NOT_CONFIGURATION = ("data_root", "device", "checkpoint_every", "trainer")
+
+
+def distinct_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """``runs`` with each configuration once, and how many repeats were dropped. Two runs repeat
+    each other when every RunSpec key (seed included, `NOT_CONFIGURATION` left out) agrees: two
+    sweeps run into one storage can share an arm (demoa_ablations.yaml's unablated DeMoA is
+    demoa.yaml's), and counting both would count one seed twice. Of repeats the run with more
+    recorded summary figures is kept (a newer run records figures an older one lacks), then
+    the first by ``run_id``."""
+    keys = [k for k in runs.columns if k in RUNSPEC_KEYS and k not in NOT_CONFIGURATION]
+    if runs.empty or not keys:
+        return runs, 0
+    spelled = pd.DataFrame({k: runs[k].map(_comparable) for k in keys}, index=runs.index)
+    recorded = runs.notna().sum(axis=1)
+    order = runs.assign(_recorded=-recorded).sort_values(["_recorded", "run_id"], kind="stable").index
+    keep = ~spelled.loc[order].duplicated(keep="first")
+    kept = runs.loc[keep[keep].index].sort_index()
+    return kept, len(runs) - len(kept)
+
+
+def ablation_labelled(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with an ablated DeMoA run's ``method`` naming its ablation, ``demoa[no_decay]``:
+    tables grouped by method alone (Tables I, II, IV, Figure 2) then keep the unablated DeMoA
+    apart from its ablations instead of averaging the three into one ``demoa`` cell."""
+    if runs.empty or "demoa_ablation" not in runs or "method" not in runs:
+        return runs
+    ablation = runs["demoa_ablation"].fillna("none").astype(str)
+    ablated = ablation != "none"
+    if not ablated.any():
+        return runs
+    method = runs["method"].astype(str).where(~ablated, runs["method"].astype(str) + "[" + ablation + "]")
+    return runs.assign(method=method)

@@ -21,7 +21,7 @@ from robusttune.simulation import Simulation
 TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",
                        "max_class_share",
                        "byzantine_sampled", "byzantine_input_share", "train_seconds",
-                       "aggregate_seconds", "aggregation_error")
+                       "aggregate_seconds", "aggregation_error", "honest_input_spread")
 # Hyperparameters shown in the HParams view: the knobs a sweep varies, not paths.
 HPARAM_EXCLUDE = ("data_root",)
 # The HParams view's metrics: (tag, display name, what it is).

@@ -46,8 +46,11 @@ class RoundRecord:
     rule's honest inputs, in the space the rule aggregates (SWB-DM's Figure 2 quantity;
     `robusttune.simulation.aggregation_error` says which rows and weights). NaN when it is not
     defined: no aggregate this round (a guarded refusal, nobody to aggregate) or no honest input;
-    +inf when the aggregate was not finite. Last, with a NaN default, so records built by code
-    that does not measure it stay valid."""
+    +inf when the aggregate was not finite. ``honest_input_spread``: the mean squared distance of
+    those honest inputs from xbar_H (`robusttune.simulation.honest_input_spread`; under DeMoA the
+    honest cached momenta), also in a refused round; NaN when the rule had no input or no honest
+    one this round, +inf when one was not finite. Both last, with NaN defaults, so records built by code that does not measure
+    them stay valid."""
 
     round: int
     accuracy: float
@@ -68,6 +71,7 @@ class RoundRecord:
     train_seconds: float
     aggregate_seconds: float
     aggregation_error: float = math.nan
+    honest_input_spread: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +87,8 @@ class RunSummary:
     why it has no final figures (a trial that errored or never ran); such a run is collapsed.
     ``mean_aggregation_error``: the mean of its rounds' ``RoundRecord.aggregation_error`` over the
     rounds where it was defined (+inf once an aggregate was not finite, null in JSON like every
-    non-finite figure; NaN when no round had one, or the summary predates the figure)."""
+    non-finite figure; NaN when no round had one, or the summary predates the figure).
+    ``mean_honest_input_spread``: the same mean of ``RoundRecord.honest_input_spread``."""
 
     final_accuracy: float
     final_loss: float
@@ -97,6 +102,7 @@ class RunSummary:
     run_dir: str | None = None
     error: str | None = None
     mean_aggregation_error: float = math.nan
+    mean_honest_input_spread: float = math.nan
 
     @classmethod
     def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,
@@ -125,7 +131,8 @@ class RunSummary:
                    spec=dict(data.get("spec") or {}),
                    stopped_early=bool(data.get("stopped_early", False)),
                    run_dir=data.get("run_dir"), error=data.get("error"),
-                   mean_aggregation_error=_number(data.get("mean_aggregation_error")))
+                   mean_aggregation_error=_number(data.get("mean_aggregation_error")),
+                   mean_honest_input_spread=_number(data.get("mean_honest_input_spread")))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN and infinities as None; ``run_dir`` and ``error`` only when set."""

@@ -28,6 +28,7 @@ from robusttune.config import RUNSPEC_KEYS
 from robusttune.plots import threat_label
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
+from robusttune.spread_report import spread_section
 
 __all__ = [
     "load_runs", "load_rounds", "accuracy_table", "collapse_table", "gain_table", "round_value",
@@ -35,7 +36,8 @@ __all__ = [
 ]
 
 SUMMARY_KEYS = ("final_accuracy", "final_loss", "collapsed", "rounds_run",
-                "byzantine_majority_rounds", "seconds", "num_classes", "mean_aggregation_error")
+                "byzantine_majority_rounds", "seconds", "num_classes", "mean_aggregation_error",
+                "mean_honest_input_spread")
 # The paper's column order; other methods follow alphabetically.
 METHOD_ORDER = ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm",
                 "delayed_momentum", "demoa", "fedsgd", "fedcm", "fedcm_xu", "byz_vr_marina_pp")
@@ -288,6 +290,8 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         # an empty folder, or a sweep whose trials all errored (they leave no summary.json)
         raise SpecError(f"results folder {str(root)!r} holds no finished run (no summary.json "
                         f"below it); allowed: a sweep, breakdown or runs folder with finished runs")
+    runs, repeats = axes.distinct_runs(runs)
+    runs = axes.ablation_labelled(runs)
     out_dir = Path(out) if out is not None else root / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     rounds = load_rounds(root, runs)
@@ -302,18 +306,22 @@ def report(results_dir: str | Path, out: str | Path | None = None,
 
     spread = seed_spread_section(runs, out_dir)
     by_majority = majority.majority_section(runs, rounds, out_dir)
+    by_input_spread = spread_section(runs, out_dir)
     extra = (["accuracy_by_seed.csv"] if spread else []) + \
-        (["majority_summary.csv", "majority_runs.csv"] if by_majority else [])
+        (["majority_summary.csv", "majority_runs.csv"] if by_majority else []) + \
+        (["honest_input_spread.csv"] if by_input_spread else [])
     chosen = _resolve_runs(runs, curve_runs) if curve_runs else default_curve_runs(runs)
     lines = [f"# Results: {root.resolve().name}", "",
              f"{len(runs)} runs from `{root}`"
              + (f"; datasets: {', '.join(map(str, sorted(runs['dataset'].unique())))}; methods: "
-                f"{', '.join(map(str, runs['method'].unique()))}." if len(runs) else "."), "",
+                f"{', '.join(map(str, runs['method'].unique()))}." if len(runs) else ".")
+             + (f" {repeats} more run(s) repeated a configuration already counted (same resolved "
+                f"RunSpec, seed included) and are left out." if repeats else ""), "",
              "## Accuracy (%) by attack", "",
              "Mean final accuracy per method under each attack (at its strength, when set) and "
              "the worst of them: where each rule breaks.", "",
              markdown_table(by_attack), "",
-             *spread, *by_majority,
+             *spread, *by_majority, *by_input_spread,
              "## Table I: mean final accuracy (%) by Byzantine fraction β and participation p", "",
              "Averaged over every attack condition and seed in the folder.", "",
              markdown_table(table1), "",

@@ -82,6 +82,26 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
 
 
+def _honest_inputs(rows: Tensor, byzantine: Tensor,
+                   weights: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor] | None:
+    """The rule's honest input rows (at least float32), their weights (None: unweighted) and
+    their (weighted) mean xbar_H; None when no row is honest. ``byzantine`` is a host mask, so
+    selecting the rows reads nothing back from the device."""
+    honest = (~byzantine).nonzero().flatten()
+    if honest.numel() == 0:
+        return None
+    index = honest.to(rows.device, non_blocking=True)
+    benign = rows.index_select(0, index).to(torch.promote_types(rows.dtype, torch.float32))
+    if weights is None:
+        return benign, None, benign.mean(dim=0)
+    w = weights.index_select(0, index).to(benign.dtype)
+    return benign, w, (w @ benign) / w.sum()
+
+
+def _infinite_if_nan(value: Tensor) -> Tensor:
+    return torch.where(torch.isnan(value), torch.full_like(value, math.inf), value)
+
+
 def aggregation_error(aggregate: Tensor, rows: Tensor, byzantine: Tensor,
                       weights: Tensor | None) -> Tensor | None:
     """The round's L2 aggregation error against the benign mean (SWB-DM, Eq. 1 and Figure 2),
@@ -100,18 +120,41 @@ def aggregation_error(aggregate: Tensor, rows: Tensor, byzantine: Tensor,
 
     None when H is empty (nothing honest to compare with). A non-finite aggregate or benign mean
     gives +inf, so NaN always means "not defined this round"."""
-    honest = (~byzantine).nonzero().flatten()  # host mask: no device read-back
-    if honest.numel() == 0:
-        return None
-    index = honest.to(rows.device, non_blocking=True)
-    benign = rows.index_select(0, index).to(torch.promote_types(rows.dtype, torch.float32))
-    if weights is None:
-        centre = benign.mean(dim=0)
-    else:
-        w = weights.index_select(0, index).to(benign.dtype)
-        centre = (w @ benign) / w.sum()
+    honest = _honest_inputs(rows, byzantine, weights)
+    return None if honest is None else _error_from(aggregate, honest)
+
+
+def _error_from(aggregate: Tensor, honest: tuple[Tensor, Tensor | None, Tensor]) -> Tensor:
+    centre = honest[2]
     error = torch.linalg.vector_norm(aggregate.to(centre.dtype) - centre, dtype=torch.float64)
-    return torch.where(torch.isnan(error), torch.full_like(error, math.inf), error)
+    return _infinite_if_nan(error)
+
+
+def honest_input_spread(rows: Tensor, byzantine: Tensor, weights: Tensor | None) -> Tensor | None:
+    """The spread of the rule's honest inputs about their mean, a 0-dim float64 tensor on the
+    rows' device (no read-back here):
+
+        V = sum_{i in H} w_i ||x_i - xbar_H||^2 / sum_{i in H} w_i   (w_i = 1: the plain mean
+        1/|H| sum_{i in H} ||x_i - xbar_H||^2),
+
+    with H, the weights and xbar_H as in `aggregation_error`. It is the honest spread that
+    (delta, c)-robustness bounds a rule's squared error by, up to c delta (the definition DeMoA,
+    arXiv 2509.02970, assumes of its Agg), and the quantity DeMoA's Sec. 3 compares momentum
+    recursions by: the coefficient swap (1 - alpha p) -> (1 - alpha) adds alpha^2 p (1 - p)
+    ||m_i||^2 to a momentum's variance. Under a cache algorithm H is the honest clients' cached
+    rows, fresh and stale, so V measures the momenta the rule aggregated. Translation-invariant:
+    trained states and their updates give the same V.
+
+    None when H is empty; +inf when a honest row is not finite."""
+    honest = _honest_inputs(rows, byzantine, weights)
+    return None if honest is None else _spread_from(honest)
+
+
+def _spread_from(honest: tuple[Tensor, Tensor | None, Tensor]) -> Tensor:
+    benign, w, centre = honest
+    squared = torch.linalg.vector_norm(benign - centre, dim=1, dtype=torch.float64).square()
+    spread = squared.mean() if w is None else (w.double() @ squared) / w.double().sum()
+    return _infinite_if_nan(spread)
 
 
 def byzantine_clients(spec: RunSpec) -> Tensor:
@@ -182,6 +225,8 @@ class Simulation:
         # the run's mean aggregation error: the sum over the rounds where it was defined
         self.aggregation_error_sum = 0.0
         self.aggregation_error_rounds = 0
+        self.honest_input_spread_sum = 0.0
+        self.honest_input_spread_rounds = 0
 
     # -- one round ---------------------------------------------------------------------------
     def _sample(self) -> Tensor:
@@ -233,7 +278,7 @@ class Simulation:
         bad_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 
         aggregated = False
-        aggregate = None
+        aggregate = inputs = None
         if n_sampled or self.algorithm.aggregates_cache:
             inputs = self.algorithm.inputs(state, messages, self.params)
             n_inputs = inputs.rows.shape[0]
@@ -254,20 +299,28 @@ class Simulation:
             f_assumed, held_assumed, held_actual, share = 0, False, False, 0.0
         aggregate_seconds = time.perf_counter() - started
         # measured after the timing: aggregate_seconds stays the rule's (and the caches') cost
-        error = None if aggregate is None else aggregation_error(
-            aggregate, inputs.rows, inputs.byzantine_rows, inputs.weights)
+        # one selection of the honest rows for both; the spread is defined in a refused round
+        # too: it describes the inputs, not the rule's answer
+        honest = None if inputs is None else _honest_inputs(inputs.rows, inputs.byzantine_rows,
+                                                            inputs.weights)
+        error = None if aggregate is None or honest is None else _error_from(aggregate, honest)
+        spread = None if honest is None else _spread_from(honest)
 
-        # the round's one read-back (beside evaluation): counts, norm and error together
-        if error is None:
-            error = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)
+        # the round's one read-back (beside evaluation): counts, norm, error and spread together
+        undefined = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)
         figures = torch.stack([bad_messages.double(),
                                (~torch.isfinite(self.params)).sum().double(),
-                               torch.linalg.vector_norm(self.params).double(), error]).tolist()
+                               torch.linalg.vector_norm(self.params).double(),
+                               undefined if error is None else error,
+                               undefined if spread is None else spread]).tolist()
         nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]
-        round_error = figures[3]
+        round_error, round_spread = figures[3], figures[4]
         if not math.isnan(round_error):
             self.aggregation_error_sum += round_error
             self.aggregation_error_rounds += 1
+        if not math.isnan(round_spread):
+            self.honest_input_spread_sum += round_spread
+            self.honest_input_spread_rounds += 1
         majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
         self.byzantine_majority_rounds += int(majority)
         accuracy = loss = max_share = math.nan
@@ -288,6 +341,7 @@ class Simulation:
             precondition_held_actual=bool(held_actual), aggregated=aggregated,
             collapsed=self.collapsed, train_seconds=train_seconds,
             aggregate_seconds=aggregate_seconds, aggregation_error=round_error,
+            honest_input_spread=round_spread,
         )
 
     @property
@@ -318,6 +372,8 @@ class Simulation:
             "collapsed": self.collapsed,
             "aggregation_error_sum": self.aggregation_error_sum,
             "aggregation_error_rounds": self.aggregation_error_rounds,
+            "honest_input_spread_sum": self.honest_input_spread_sum,
+            "honest_input_spread_rounds": self.honest_input_spread_rounds,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -335,6 +391,8 @@ class Simulation:
         # checkpoints written before the aggregation error was recorded start its mean afresh
         self.aggregation_error_sum = state.get("aggregation_error_sum", 0.0)
         self.aggregation_error_rounds = state.get("aggregation_error_rounds", 0)
+        self.honest_input_spread_sum = state.get("honest_input_spread_sum", 0.0)
+        self.honest_input_spread_rounds = state.get("honest_input_spread_rounds", 0)
 
     def summary(self, seconds: float) -> RunSummary:
         """The run's final figures and its resolved RunSpec (summary.json)."""
@@ -344,6 +402,7 @@ class Simulation:
             rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
             seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
             mean_aggregation_error=self.mean_aggregation_error,
+            mean_honest_input_spread=self.mean_honest_input_spread,
         )
 
     @property
@@ -354,6 +413,14 @@ class Simulation:
         if not self.aggregation_error_rounds:
             return math.nan
         return self.aggregation_error_sum / self.aggregation_error_rounds
+
+    @property
+    def mean_honest_input_spread(self) -> float:
+        """The mean of the rounds' honest input spreads over the rounds where it was defined (a
+        honest input); +inf once a honest input was not finite; NaN when no round had one."""
+        if not self.honest_input_spread_rounds:
+            return math.nan
+        return self.honest_input_spread_sum / self.honest_input_spread_rounds
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

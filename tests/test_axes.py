@@ -97,3 +97,31 @@ def test_a_diverged_run_counts_as_zero_in_the_seed_mean():
                  & (runs["dirichlet_alpha"] == cell["dirichlet_alpha"])
                  & (runs["attack"] == cell["attack"])]["final_accuracy"].iloc[0]
     assert row["mean"] == pytest.approx(100 * other / 2) and row["min"] == 0.0
+
+
+def test_distinct_runs_count_a_configuration_once_keeping_the_run_with_more_figures():
+    from robusttune.axes import distinct_runs
+
+    runs = demoa_like_runs().assign(mean_honest_input_spread=math.nan)
+    repeat = runs.iloc[[0, 5]].copy()
+    repeat["run_id"] = ["z-" + r for r in repeat["run_id"]]
+    repeat["data_root"] = "/elsewhere"                # where the data lived is no configuration
+    repeat["mean_honest_input_spread"] = [1.5, 2.5]   # the newer sweep records it
+    other_seed = runs.iloc[[1]].assign(run_id="y-other", seed=9)   # not a repeat: its seed differs
+    both = pd.concat([runs, repeat, other_seed], ignore_index=True)
+    kept, dropped = distinct_runs(both)
+    assert dropped == 2 and len(kept) == len(runs) + 1
+    assert set(kept["run_id"]) == (set(runs["run_id"]) - set(runs["run_id"].iloc[[0, 5]])) \
+        | set(repeat["run_id"]) | {"y-other"}
+    assert distinct_runs(runs)[1] == 0
+
+
+def test_an_ablated_demoa_run_is_labelled_by_its_ablation():
+    from robusttune.axes import ablation_labelled
+
+    runs = pd.DataFrame({"method": ["demoa", "demoa", "demoa+mean", "fedcm"],
+                         "demoa_ablation": ["none", "no_decay", "coefficient_swap", "none"]})
+    assert list(ablation_labelled(runs)["method"]) == [
+        "demoa", "demoa[no_decay]", "demoa+mean[coefficient_swap]", "fedcm"]
+    plain = runs.assign(demoa_ablation="none")
+    assert list(ablation_labelled(plain)["method"]) == list(plain["method"])

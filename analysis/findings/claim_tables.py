@@ -1,6 +1,8 @@
-"""The tables behind issue 14's claims 4, 8 and 9, from a results folder (markdown on stdout).
+"""The tables behind issue 14's claims 4, 6, 7, 8 and 9, from a results folder (markdown on stdout).
 
     python analysis/findings/claim_tables.py collapses RESULTS      # claim 4
+    python analysis/findings/claim_tables.py demoa STUDY            # claim 6
+    python analysis/findings/claim_tables.py ablations STUDY        # claim 7
     python analysis/findings/claim_tables.py gain RESULTS [--start 10 --end 25]   # claim 8
     python analysis/findings/claim_tables.py aggregation RESULTS    # claim 9
 
@@ -12,6 +14,16 @@ gain         per run, 100 (acc(end) - acc(start)) from rounds.csv (the last eval
              or before each round, robusttune.results.round_value); per configuration (method x
              participation x attack x beta) its mean, std and min over seeds; per method x
              participation the mean over configurations and how many gained (mean > 0).
+demoa        DeMoA's comparison (demoa.yaml's runs, beta > 0, no ablation): per method x split x
+             p the accuracy over attacks and seeds with the spread of the per-seed means, and the
+             Byzantine-majority events (robusttune.majority); what a majority round does to the
+             accuracy, against the other rounds, once a run has trained; DeMoA (each rule) against
+             each baseline per attack x split x p, counted as wins and losses beyond the larger
+             seed std of the two cells; the beta = 0 arm (demoa_ablations.yaml) per method x split.
+ablations    DeMoA's ablations (demoa_ablation none / coefficient_swap / no_decay, beta > 0): per
+             arm x p x split the honest momenta's spread V (the runs' mean honest_input_spread)
+             and the accuracy, with seed spreads; V per round at a few rounds; each ablated arm
+             against the unablated one per attack x split x p, beyond the seed spread.
 aggregation  per method x attack x beta the mean aggregation error over seeds with std, min and
              max (robusttune.aggregation_report), SWB - Median per attack and beta against the
              larger of the two cells' seed std, and the E0 + C sqrt(beta) fits.
@@ -28,6 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from robusttune import axes, majority
 from robusttune.aggregation_report import (aggregation_error_table, run_aggregation_errors,
                                            sqrt_fit_table)
 from robusttune.results import load_rounds, load_runs, markdown_table, round_value
@@ -95,9 +108,170 @@ def aggregation(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     return lines
 
 
+# -- claims 6 and 7: DeMoA's comparison and its ablations ------------------------------------
+def _labelled(runs: pd.DataFrame) -> pd.DataFrame:
+    frame = axes.labelled(runs)
+    return frame.assign(accuracy=100 * frame["final_accuracy"].astype(float).fillna(0.0),
+                        collapsed=frame["collapsed"].astype(int))
+
+
+def _over_seeds(frame: pd.DataFrame, cell: list[str], value: str) -> pd.DataFrame:
+    """Per cell: the mean of ``value`` over its runs, and the spread of the per-seed means (each
+    seed averaged over the rest of the cell, e.g. the attacks): sd (ddof = 1), min, max."""
+    per_seed = frame.groupby(cell + ["seed"])[value].mean()
+    spread = per_seed.groupby(cell).agg(seed_sd="std", seed_min="min", seed_max="max")
+    means = frame.groupby(cell).agg(runs=(value, "size"), mean=(value, "mean"))
+    return means.join(spread)
+
+
+def _pairs(frame: pd.DataFrame, arm: str, ours: list[str], theirs: list[str], value: str,
+           cell: list[str]) -> pd.DataFrame:
+    """Each of ``ours`` against each of ``theirs`` (values of column ``arm``) per cell: cells
+    where ours is above by more than the larger of the two cells' seed std (``above``), below by
+    more (``below``), the rest (``within``), and the mean difference."""
+    stats = frame.groupby(cell + [arm])[value].agg(["mean", "std"])
+    rows = []
+    for a in ours:
+        for b in theirs:
+            if a == b:
+                continue
+            try:
+                left, right = stats.xs(a, level=arm), stats.xs(b, level=arm)
+            except KeyError:
+                continue
+            both = left.add_suffix("_a").join(right.add_suffix("_b"), how="inner")
+            diff = both["mean_a"] - both["mean_b"]
+            bar = both[["std_a", "std_b"]].max(axis=1)
+            rows.append({"ours": a, "theirs": b, "cells": len(both),
+                         "above": int((diff > bar).sum()), "within": int((diff.abs() <= bar).sum()),
+                         "below": int((diff < -bar).sum()), "mean difference": diff.mean()})
+    return pd.DataFrame(rows).set_index(["ours", "theirs"]) if rows else pd.DataFrame()
+
+
+def _majority_effect(runs: pd.DataFrame, rounds: pd.DataFrame, trained: float) -> pd.DataFrame:
+    """Per method x split x p: the accuracy change (points) from the round before to a round,
+    over rounds that start from a trained model (accuracy before >= ``trained``), split into
+    rounds whose sample had a Byzantine majority and the others: how many, their mean change,
+    the worst change in a majority round, and how many majority rounds ended at chance."""
+    info = axes.labelled(runs).set_index("run_id")[["method", "split", "participation",
+                                                    "num_classes"]]
+    parts = []
+    for run_id, part in rounds[rounds["run_id"].isin(info.index)].groupby("run_id"):
+        part = part.sort_values("round")
+        accuracy = 100 * part["accuracy"].astype(float)
+        previous = accuracy.ffill().shift(1)
+        majority_round = part["byzantine_majority"].astype(str).str.lower().isin(("true", "1"))
+        chance = 100 / float(info.loc[run_id, "num_classes"] or 10) + 0.5
+        parts.append(pd.DataFrame({
+            "run_id": run_id, "change": accuracy - previous, "before": previous,
+            "majority": majority_round, "at_chance": accuracy <= chance}))
+    if not parts:
+        return pd.DataFrame()
+    steps = pd.concat(parts).dropna(subset=["change"])
+    steps = steps[steps["before"] >= trained].join(info, on="run_id")
+    cell = ["participation", "split", "method"]
+    major, other = steps[steps["majority"]], steps[~steps["majority"]]
+    table = pd.DataFrame({
+        "majority rounds": major.groupby(cell).size(),
+        "mean change (majority)": major.groupby(cell)["change"].mean(),
+        "worst change (majority)": major.groupby(cell)["change"].min(),
+        "ended at chance (majority)": major.groupby(cell)["at_chance"].sum(),
+        "other rounds": other.groupby(cell).size(),
+        "mean change (other)": other.groupby(cell)["change"].mean(),
+        "worst change (other)": other.groupby(cell)["change"].min()})
+    return table.fillna({"majority rounds": 0, "ended at chance (majority)": 0})
+
+
+def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
+    frame = _labelled(runs)
+    ablation = frame["demoa_ablation"] if "demoa_ablation" in frame else "none"
+    attacked = frame[(frame["byzantine_fraction"] > 0) & (ablation == "none")]
+    clean = frame[frame["byzantine_fraction"] == 0]
+    cell = ["participation", "split", "method"]
+    lines = ["## Accuracy (%) per method x split x p over the 5 attacks x 3 seeds", "",
+             "seed_sd/min/max: over the 3 per-seed means (each over the 5 attacks).", "",
+             markdown_table(_over_seeds(attacked, cell, "accuracy").join(
+                 attacked.groupby(cell)["collapsed"].sum()), floatfmt=".1f"), ""]
+    events = majority.majority_table(attacked, rounds[rounds["run_id"].isin(attacked["run_id"])])
+    if not events.empty:
+        lines += ["## Byzantine-majority rounds per method x split x p (robusttune.majority)", "",
+                  markdown_table(majority.majority_summary(events, [c for c in cell if c in events]),
+                                 floatfmt=".3g"), "",
+                  "accuracy (%) before the first majority round, over runs that had one:", "",
+                  markdown_table(events.assign(before=100 * events["accuracy_before"]).groupby(
+                      [c for c in cell if c in events])["before"].describe()[
+                      ["count", "mean", "min", "50%", "max"]], floatfmt=".1f"), ""]
+    effect = _majority_effect(attacked, rounds, trained=50.0)
+    if not effect.empty:
+        lines += ["## What one round does to a trained model (accuracy before >= 50%)", "",
+                  "Change in accuracy (points) from the previous round, majority rounds against the "
+                  "others, over all attacks and seeds.", "",
+                  markdown_table(effect, floatfmt=".2f"), ""]
+    methods = list(attacked["method"].unique())
+    ours = [m for m in methods if m.startswith("demoa")]
+    theirs = [m for m in methods if not m.startswith("demoa")] + ["demoa"]
+    pairs = _pairs(attacked, "method", ours, theirs, "accuracy",
+                   ["participation", "split", "threat"])
+    if not pairs.empty:
+        lines += ["## DeMoA against each baseline, per attack x split x p (20 cells)", "",
+                  "above / below: cells where the first method's mean accuracy is higher / lower "
+                  "by more than the larger seed std of the two cells; within: the rest.", "",
+                  markdown_table(pairs, floatfmt=".1f"), ""]
+        for p in sorted(attacked["participation"].unique()):
+            at_p = _pairs(attacked[attacked["participation"] == p], "method", ours, theirs,
+                          "accuracy", ["split", "threat"])
+            lines += [f"At p = {p:g} (10 cells):", "", markdown_table(at_p, floatfmt=".1f"), ""]
+    if not clean.empty:
+        lines += ["## delta = 0 with plain averaging (demoa_ablations.yaml), per method x split", "",
+                  markdown_table(_over_seeds(clean, cell, "accuracy"), floatfmt=".2f"), "",
+                  markdown_table(_pairs(clean, "method", ["demoa+mean"],
+                                        list(clean["method"].unique()), "accuracy",
+                                        ["participation", "split"]), floatfmt=".2f"), ""]
+    return lines
+
+
+def demoa_ablations(runs: pd.DataFrame, rounds: pd.DataFrame, at: tuple[int, ...]) -> list[str]:
+    frame = _labelled(runs)
+    frame = frame[(frame["byzantine_fraction"] > 0) & (frame["method"] == "demoa")]
+    if "mean_honest_input_spread" not in frame or frame.empty:
+        return ["_(no DeMoA ablation runs with a recorded spread)_"]
+    frame = frame.assign(spread=frame["mean_honest_input_spread"].astype(float))
+    cell = ["participation", "split", "demoa_ablation"]
+    spread = _over_seeds(frame, cell, "spread")
+    accuracy = _over_seeds(frame, cell, "accuracy")
+    both = spread.add_suffix(" V").join(accuracy.add_suffix(" accuracy"))
+    both = both.drop(columns=["runs accuracy"]).rename(columns={"runs V": "runs"})
+    none = both.xs("none", level="demoa_ablation")["mean V"]
+    both["V / V(none)"] = [v / none.loc[(p, s)] for (p, s, _), v in zip(both.index, both["mean V"])]
+    both = both.join(frame.groupby(cell)["collapsed"].sum())
+    lines = ["## Spread V of the honest cached momenta and accuracy (%) per arm x p x split", "",
+             "V: each run's mean over its rounds of mean_{i in H} ||m_i - mean_H||^2; mean over the "
+             "5 attacks x 3 seeds, seed_sd/min/max over the per-seed means.", "",
+             markdown_table(both, floatfmt=".4g"), ""]
+    known = rounds[rounds["run_id"].isin(frame["run_id"])]
+    if "honest_input_spread" in known:
+        known = known[known["round"].isin(at)].join(frame.set_index("run_id")[cell], on="run_id")
+        curve = known.pivot_table(index=cell, columns="round", values="honest_input_spread",
+                                  aggfunc="mean")
+        curve.columns = [f"V at round {c}" for c in curve.columns]
+        lines += ["## V per round (mean over attacks and seeds)", "",
+                  markdown_table(curve, floatfmt=".4g"), ""]
+    arms = list(frame["demoa_ablation"].unique())
+    for value, name in (("spread", "V"), ("accuracy", "accuracy (%)")):
+        pairs = _pairs(frame, "demoa_ablation", [a for a in arms if a != "none"], ["none"], value,
+                       ["participation", "split", "threat"])
+        lines += [f"## Each ablation against the unablated arm: {name}, per attack x split x p", "",
+                  markdown_table(pairs, floatfmt=".4g"), ""]
+    per_attack = frame.groupby(["participation", "split", "threat", "demoa_ablation"]).agg(
+        V=("spread", "mean"), V_sd=("spread", "std"), accuracy=("accuracy", "mean"),
+        accuracy_sd=("accuracy", "std"), collapsed=("collapsed", "sum"))
+    lines += ["## Per attack (3 seeds)", "", markdown_table(per_attack, floatfmt=".4g"), ""]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=["collapses", "gain", "aggregation"])
+    parser.add_argument("table", choices=["collapses", "gain", "aggregation", "demoa", "ablations"])
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--end", type=int, default=25)
@@ -106,11 +280,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: results folder {str(args.results_dir)!r} does not exist", file=sys.stderr)
         return 2
     runs = load_runs(args.results_dir)
+    if args.table in ("demoa", "ablations"):  # two sweeps in one study share an arm
+        runs, _ = axes.distinct_runs(runs)
     if runs.empty:
         print(f"error: no run (summary.json) under {args.results_dir}", file=sys.stderr)
         return 2
     if args.table == "collapses":
         lines = collapses(runs)
+    elif args.table == "demoa":
+        lines = demoa_comparison(runs, load_rounds(args.results_dir, runs))
+    elif args.table == "ablations":
+        lines = demoa_ablations(runs, load_rounds(args.results_dir, runs), (5, 20, 40, 60))
     elif args.table == "gain":
         lines = gains(runs, load_rounds(args.results_dir, runs), args.start, args.end)
     else:

@@ -1,0 +1,69 @@
+"""analysis/findings/claim_tables.py's claim 6 and 7 helpers on hand-built runs whose per-seed
+means, spreads and pairwise verdicts are written out by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "claim_tables.py"
+
+
+@pytest.fixture(scope="module")
+def tables():
+    spec = importlib.util.spec_from_file_location("claim_tables_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _frame() -> pd.DataFrame:
+    """Two methods x two attacks x seeds 1-3. A's accuracy: 80 + seed (alie), 60 + seed (ipm);
+    B's: 70 + 2 seed (alie), 60 + seed (ipm)."""
+    rows = []
+    for seed in (1, 2, 3):
+        rows += [{"method": "A", "threat": "alie", "seed": seed, "accuracy": 80 + seed},
+                 {"method": "A", "threat": "ipm", "seed": seed, "accuracy": 60 + seed},
+                 {"method": "B", "threat": "alie", "seed": seed, "accuracy": 70 + 2 * seed},
+                 {"method": "B", "threat": "ipm", "seed": seed, "accuracy": 60 + seed}]
+    return pd.DataFrame(rows)
+
+
+def test_over_seeds_spreads_the_per_seed_means(tables):
+    out = tables._over_seeds(_frame(), ["method"], "accuracy")
+    # A's per-seed means over the two attacks: 71, 72, 73 -> mean 72, sd 1
+    assert out.loc["A", "runs"] == 6 and out.loc["A", "mean"] == pytest.approx(72.0)
+    assert out.loc["A", "seed_sd"] == pytest.approx(1.0)
+    assert (out.loc["A", "seed_min"], out.loc["A", "seed_max"]) == (71.0, 73.0)
+    # B's: 66.5, 68, 69.5 -> sd 1.5
+    assert out.loc["B", "seed_sd"] == pytest.approx(1.5)
+
+
+def test_pairs_count_cells_beyond_the_larger_seed_sd(tables):
+    out = tables._pairs(_frame(), "method", ["A"], ["B"], "accuracy", ["threat"])
+    row = out.loc[("A", "B")]
+    # alie: 82 against 74, bar max(1, 2) = 2 -> above; ipm: 62 against 62 -> within
+    assert (row["cells"], row["above"], row["within"], row["below"]) == (2, 1, 1, 0)
+    assert row["mean difference"] == pytest.approx((8 + 0) / 2)
+    flipped = tables._pairs(_frame(), "method", ["B"], ["A"], "accuracy", ["threat"])
+    assert flipped.loc[("B", "A"), "below"] == 1
+
+
+def test_majority_effect_splits_trained_rounds_by_majority(tables):
+    runs = pd.DataFrame([{"run_id": "r", "method": "fedsgd+cclip", "dirichlet_alpha": math.inf,
+                          "participation": 0.1, "num_classes": 10, "attack": "alie",
+                          "attack_strength": None}])
+    accuracy = [0.3, 0.6, 0.7, 0.2, 0.65, 0.7]
+    majority = [False, False, False, True, False, True]
+    rounds = pd.DataFrame({"run_id": "r", "round": range(1, 7), "accuracy": accuracy,
+                           "byzantine_majority": majority})
+    out = tables._majority_effect(runs, rounds, trained=50.0).loc[(0.1, "IID", "fedsgd+cclip")]
+    # trained before: rounds 3 (60), 4 (70), 6 (65); round 5 starts from 20: left out
+    assert out["majority rounds"] == 2 and out["other rounds"] == 1
+    assert out["mean change (majority)"] == pytest.approx((-50 + 5) / 2)
+    assert out["worst change (majority)"] == pytest.approx(-50)
+    assert out["mean change (other)"] == pytest.approx(10)
