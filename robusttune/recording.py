@@ -6,6 +6,7 @@ a trial restored from a checkpoint reopens its folder with ``RunWriter(..., resu
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import time
@@ -114,8 +115,12 @@ class RunWriter:
                 names = reader.fieldnames
                 rows = [row for row in reader if int(row["round"]) <= rounds_done]
             if names and rows:
+                # the rows after the cut are appended with today's RoundRecord columns: a folder
+                # written before a column existed gets that column (empty for its old rows)
+                # instead of rows shifted under the old header
                 text = io.StringIO()
-                out = csv.DictWriter(text, fieldnames=names)
+                columns = [field.name for field in dataclasses.fields(RoundRecord)]
+                out = csv.DictWriter(text, fieldnames=columns, restval="", extrasaction="ignore")
                 out.writeheader()
                 out.writerows(rows)
                 write_text_atomic(self.csv_path, text.getvalue())

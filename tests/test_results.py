@@ -261,3 +261,24 @@ def test_accuracy_by_attack_shows_where_each_rule_breaks():
     assert table.loc["fedavg", "ipm x10"] == pytest.approx(13.0)
     assert table.loc["fedavg", "worst"] == pytest.approx(13.0)
     assert table.loc["median", "worst"] == pytest.approx(46.0)
+
+
+def test_a_resumed_folder_from_before_a_column_keeps_its_rows_aligned(tmp_path):
+    # rounds.csv written before `honest_input_spread` existed: the resumed run appends rows with
+    # today's columns, so the old header must not stay (pandas would shift every new value)
+    spec = RunSpec(dataset="synthetic", clients=10, rounds=3)
+    writer = RunWriter(tmp_path, spec, tensorboard=False)
+    for r in (1, 2):
+        writer.write(record(r, 0.1 * r, 10.0 + r))
+    writer.abort()
+    old = pd.read_csv(tmp_path / "rounds.csv").drop(columns=["honest_input_spread"])
+    old.to_csv(tmp_path / "rounds.csv", index=False)
+
+    resumed = RunWriter(tmp_path, spec, tensorboard=False, resume_at=1)
+    resumed.write(RoundRecord(**{**record(2, 0.7, 12.5).to_dict(), "honest_input_spread": 3.25}))
+    resumed.abort()
+    table = pd.read_csv(tmp_path / "rounds.csv")
+    assert list(table.columns) == list(record(1, 0.1, 11.0).to_dict())
+    assert table["round"].tolist() == [1, 2]
+    assert table["accuracy"].tolist() == [0.1, 0.7] and table["param_norm"].tolist() == [11.0, 12.5]
+    assert math.isnan(table["honest_input_spread"][0]) and table["honest_input_spread"][1] == 3.25
