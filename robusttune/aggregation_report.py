@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from robusttune.markdown import markdown_table
 from robusttune.plots import aggregation_error_vs_corruption, fit_sqrt_bound, threat_label
 
-__all__ = ["run_aggregation_errors", "aggregation_error_table", "sqrt_fit_table", "write_figure_two"]
+__all__ = ["run_aggregation_errors", "aggregation_error_table", "sqrt_fit_table", "write_figure_two",
+           "figure_two_section"]
 
 
 def run_aggregation_errors(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
@@ -108,3 +110,25 @@ def write_figure_two(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path
     fits.to_csv(out_dir / "aggregation_error_fit.csv")
     figure, skipped = aggregation_error_vs_corruption(scored, out_dir / "aggregation_error_vs_corruption.png")
     return table, fits, figure, skipped
+
+
+def figure_two_section(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path) -> list[str]:
+    """report.md's Figure 2 section, its CSVs and figure written by `write_figure_two`; no lines
+    when no run recorded an aggregation error."""
+    table, fits, figure, skipped = write_figure_two(runs, rounds, out_dir)
+    if table.empty:
+        return []
+    lines = ["## Figure 2: aggregation error against corruption", "",
+             "Per round, ||Agg − x̄_H||₂: the rule's output against the mean of its honest inputs, "
+             "in the space it aggregates (under a cache, the honest cached rows). A run's figure "
+             "is its mean over rounds; the table averages runs (std over runs, ddof = 1). Dashed: "
+             "E(β) = E0 + C sqrt(β) (SWB-DM Eq. 1) fitted to SWB when present, else to the first "
+             "method, where at least three points exist. CSVs: aggregation_error.csv, "
+             "aggregation_error_fit.csv.", ""]
+    if figure is not None:
+        lines += [f"![aggregation error against corruption]({figure.name})", ""]
+    lines += [f"- no panel for {attack}: {reason}" for attack, reason in skipped.items()]
+    lines += ([""] if skipped else []) + [markdown_table(table, floatfmt=".4g"), ""]
+    if not fits.empty:
+        lines += ["Fitted E(β) = E0 + C sqrt(β):", "", markdown_table(fits, floatfmt=".4g"), ""]
+    return lines

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from robusttune import axes
+from robusttune.markdown import markdown_table
 from robusttune.records import is_collapsed
 
 __all__ = ["majority_table", "majority_summary", "run_events", "majority_section"]
@@ -155,8 +156,6 @@ def majority_section(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path) ->
     """The report's lines on Byzantine-majority rounds (the summary, then every run), with
     ``majority_runs.csv`` and ``majority_summary.csv`` written to ``out_dir``; no lines when no
     run has Byzantine clients or rounds.csv has no ``byzantine_majority``."""
-    from robusttune.results import markdown_table
-
     attacked = runs[runs["byzantine_fraction"] > 0] if "byzantine_fraction" in runs else runs
     table = majority_table(attacked, rounds)
     if table.empty:

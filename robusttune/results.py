@@ -28,6 +28,8 @@ from robusttune.config import RUNSPEC_KEYS
 from robusttune.plots import threat_label
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
+from robusttune.aggregation_report import figure_two_section
+from robusttune.markdown import markdown_table
 from robusttune.spread_report import spread_section
 
 __all__ = [
@@ -182,45 +184,6 @@ def gain_table(runs: pd.DataFrame, rounds: pd.DataFrame, start: int = 10, end: i
     return _sort_methods(table)
 
 
-# -- markdown ------------------------------------------------------------------------------------
-def _cell(value: Any, floatfmt: str) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return "" if math.isnan(value) else format(value, floatfmt)
-    if value is None:
-        return ""
-    return str(value).replace("|", "\\|")
-
-
-def markdown_table(frame: pd.DataFrame, floatfmt: str = ".2f", index: bool | None = None) -> str:
-    """A GitHub markdown table (no tabulate dependency). The index is shown when it is named;
-    MultiIndex columns are joined as ``p=0.5, β=0.1``-style headers by their level names."""
-    if frame.empty:
-        return "_(no runs)_"
-    show_index = index if index is not None else any(n is not None for n in frame.index.names)
-    if isinstance(frame.columns, pd.MultiIndex):
-        names = [_short(n) for n in frame.columns.names]
-        headers = [", ".join(f"{n}={_cell(v, 'g')}" for n, v in zip(names, col)) for col in frame.columns]
-    else:
-        headers = [str(c) for c in frame.columns]
-    if show_index:
-        headers = [" / ".join(str(n) for n in frame.index.names)] + headers
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] * len(headers)) + "|"]
-    for key, row in zip(frame.index, frame.itertuples(index=False)):
-        cells = [_cell(v, floatfmt) for v in row]
-        if show_index:
-            label = " / ".join(map(str, key)) if isinstance(key, tuple) else str(key)
-            cells = [label] + cells
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _short(name: Any) -> str:
-    return {"participation": "p", "byzantine_fraction": "β"}.get(str(name), str(name))
-
-
-# -- the report ----------------------------------------------------------------------------------
 def default_curve_runs(runs: pd.DataFrame, limit: int = 8) -> list[str]:
     """Runs worth a per-round look when one figure is asked for: per method, its worst attacked
     run (lowest final accuracy at byzantine_fraction > 0), else its first run; at most
@@ -346,7 +309,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         if figure is not None:
             lines += [f"### {title}", "", "Runs: " + ", ".join(f"`{r}`" for r in chosen), "",
                       f"![{title}]({figure.name})", ""]
-    figure_two = _aggregation_error_lines(runs, rounds, out_dir)
+    figure_two = figure_two_section(runs, rounds, out_dir)
     lines += figure_two
     extra += ["aggregation_error.csv", "aggregation_error_fit.csv"] if figure_two else []
     figure, skipped = plots.classification_error_vs_corruption(runs, out_dir / "test_error_vs_corruption.png")
@@ -377,30 +340,6 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     path.write_text(text)
     (out_dir / "report.html").write_text(report_html(text, out_dir, title=f"Results: {root.resolve().name}"))
     return path
-
-
-def _aggregation_error_lines(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path) -> list[str]:
-    """report.md's Figure 2 section (robusttune.aggregation_report writes its CSVs and figure);
-    none when no run recorded an aggregation error."""
-    from robusttune.aggregation_report import write_figure_two
-
-    table, fits, figure, skipped = write_figure_two(runs, rounds, out_dir)
-    if table.empty:
-        return []
-    lines = ["## Figure 2: aggregation error against corruption", "",
-             "Per round, ||Agg − x̄_H||₂: the rule's output against the mean of its honest inputs, "
-             "in the space it aggregates (under a cache, the honest cached rows). A run's figure "
-             "is its mean over rounds; the table averages runs (std over runs, ddof = 1). Dashed: "
-             "E(β) = E0 + C sqrt(β) (SWB-DM Eq. 1) fitted to SWB when present, else to the first "
-             "method, where at least three points exist. CSVs: aggregation_error.csv, "
-             "aggregation_error_fit.csv.", ""]
-    if figure is not None:
-        lines += [f"![aggregation error against corruption]({figure.name})", ""]
-    lines += [f"- no panel for {attack}: {reason}" for attack, reason in skipped.items()]
-    lines += ([""] if skipped else []) + [markdown_table(table, floatfmt=".4g"), ""]
-    if not fits.empty:
-        lines += ["Fitted E(β) = E0 + C sqrt(β):", "", markdown_table(fits, floatfmt=".4g"), ""]
-    return lines
 
 
 def seed_spread_section(runs: pd.DataFrame, out_dir: Path) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from robusttune import axes
+from robusttune.markdown import markdown_table
 
 __all__ = ["spread_table", "spread_section"]
 
@@ -50,8 +51,6 @@ def spread_table(runs: pd.DataFrame) -> pd.DataFrame:
 def spread_section(runs: pd.DataFrame, out_dir: Path) -> list[str]:
     """report.md's lines on the honest input spread, with ``honest_input_spread.csv`` in
     ``out_dir``; none when no run recorded it (runs written before it was recorded)."""
-    from robusttune.results import markdown_table
-
     table = spread_table(runs)
     if table.empty:
         return []

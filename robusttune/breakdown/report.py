@@ -11,6 +11,7 @@ import pandas as pd
 
 from robusttune.breakdown.bisection import BreakdownMap
 from robusttune.breakdown.theory import theory_columns
+from robusttune.markdown import markdown_table
 
 __all__ = ["write_breakdown", "breakdown_table", "breakdown_label", "answer", "frontier_table",
            "cells_by_method"]
@@ -179,8 +180,6 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
     with ``base`` (the plan's run) each cell also gets the theory columns (`theory_columns`).
     Returns the .md path."""
     from robusttune.plots import breakdown_frontier, breakdown_heatmap
-    from robusttune.results import markdown_table
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = breakdown_table(result, base)
