@@ -76,7 +76,10 @@ class FedCMXu(ServerAlgorithm):
         x_{t+1} = x_t + eta_g U,   Delta_{t+1} = -U / (eta_l K)
 
     i.e. Delta_{t+1} = (1 / (eta_l K |S|)) sum_i (x_t - y_{i,K}), x_{t+1} = x_t - eta_g eta_l K
-    Delta_{t+1}. alpha = ``demoa_alpha``, eta_l = ``lr``, eta_g = ``server_lr`` (1: the new
+    Delta_{t+1}. A server step written in gradient scale, x_{t+1} = x_t - eta'_g Delta_{t+1} (one
+    public implementation does so; the paper's text was not reachable to settle it), is this
+    update with eta'_g = eta_g eta_l K: the same family, a different meaning of server_lr.
+    alpha = ``demoa_alpha``, eta_l = ``lr``, eta_g = ``server_lr`` (1: the new
     model is the clients' aggregated end point), K = a client's steps in ``local_epochs``
     epochs of ``batch_size`` (K_i = E ceil(n_i / B); with unequal data the server divides by
     the sampled clients' mean K). Local steps are plain SGD on v (``momentum`` is not used:
