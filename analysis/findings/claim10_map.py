@@ -1,0 +1,175 @@
+"""The tables behind issue 14's claim 10, read from a breakdown map's folder (markdown on stdout).
+
+    python analysis/findings/claim10_map.py MAP_DIR
+
+MAP_DIR is what `robusttune breakdown` wrote: breakdown.csv (one row per cell), frontier.csv
+(beta*(p) per method), breakdown_points.csv (every evaluated lattice point, with the run folder
+that decided it) and trials/ (those runs' rounds.csv). Three tables:
+
+theory      per method: cells, the rule's theoretical fraction over its inputs (`theory_fraction`:
+            the largest beta with the precondition met, e.g. median (n - 1) / (2n) rounded down to
+            the lattice), the cells whose measured breakdown reaches it (breakdown >= theory),
+            those that break below it, those never broken on the lattice, and those whose
+            failing point more likely than not holds a Byzantine-majority sample in some round
+            (`p_majority_run` > 0.5, the map's own binomial figure).
+frontier    beta*(p): per method and participation the smallest breakdown over its cells
+            (frontier.csv; `>=` where no cell broke on the lattice).
+cached      every cell of the methods that aggregate a cache (SWB-DM, DelayedMomentum, DeMoA):
+            clean accuracy and the survival threshold, the breakdown against the theory, and of
+            the run that failed first above the breakdown (its rounds.csv): the rounds whose
+            rule precondition failed for the Byzantine rows actually in the cache
+            (aggregated and not precondition_held_actual), the largest Byzantine share of the
+            inputs, and the Byzantine-majority samples (2 b_t >= |S_t|). `why`:
+            "precondition" where some round's precondition failed; else "within precondition"
+            (the attack broke it at a count the rule claims to handle); "weak baseline" is added
+            where the cell's clean accuracy is below half the method's own clean accuracy at
+            p = 1 (the cache had not warmed up in the cell's rounds, so a survival threshold of
+            half the clean accuracy is close to chance).
+
+Everything is a function of the folder; nothing is run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from robusttune.results import markdown_table
+
+CELL = ["method", "participation", "participation_mode", "attack"]
+CACHED_METHODS = ("swb_dm", "delayed_momentum")
+CACHED_PREFIX = "demoa"
+
+
+def _method_order(frame: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(frame["method"]))
+
+
+def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per method: how many cells reach the theoretical fraction, break below it, never break,
+    or fail where a Byzantine-majority sample is likely (p_majority_run > 0.5)."""
+    rows = []
+    for method in _method_order(cells):
+        own = cells[cells["method"] == method]
+        theory = own["theory_fraction"].astype(float)
+        measured = own["breakdown_fraction"].astype(float)
+        never = own["status"] == "survives_all"
+        known = theory.notna()
+        rows.append({
+            "method": method, "cells": len(own),
+            "theory (min-max)": (f"{theory.min():g}-{theory.max():g}" if known.any() else "-"),
+            "reached theory": int((known & (measured >= theory - 1e-9)).sum()),
+            "below theory": int((known & (measured < theory - 1e-9)).sum()),
+            "never broke": int(never.sum()),
+            "majority likely at failing point": int((own["p_majority_run"].astype(float) > 0.5).sum()),
+        })
+    return pd.DataFrame(rows).set_index("method")
+
+
+def frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
+    """beta*(p) per method (rows) and participation (columns), `>=` where nothing broke."""
+    values = frontier.assign(value=[
+        (f">= {row.lattice_top:g}" if bool(row.never_broke) else f"{row.breakdown_fraction:g}")
+        for row in frontier.itertuples(index=False)])
+    table = values.pivot(index="method", columns="participation", values="value")
+    table.columns = [f"p={c:g}" for c in table.columns]
+    return table.loc[_method_order(frontier)]
+
+
+def _run_folder(map_dir: Path, detail: str) -> Path | None:
+    """The first run folder a point's `detail` names, re-rooted under MAP_DIR/trials (the map may
+    have been moved since it was written)."""
+    for token in str(detail).split():
+        if "/trials/" in token:
+            return map_dir / "trials" / Path(token).name
+    return None
+
+
+def failing_point(points: pd.DataFrame, cell: pd.Series) -> pd.Series | None:
+    """The smallest evaluated lattice point above the cell's breakdown that did not survive."""
+    own = points
+    for key in CELL:
+        own = own[own[key] == cell[key]]
+    failed = own[(~own["survived"].astype(bool))
+                 & (own["byzantine_fraction"] > float(cell["breakdown_fraction"]) + 1e-9)]
+    if failed.empty:
+        return None
+    return failed.sort_values("byzantine_fraction").iloc[0]
+
+
+def round_figures(rounds_csv: Path) -> dict[str, float]:
+    """Of one run: rounds aggregated with the precondition failing for the Byzantine rows actually
+    present, the largest Byzantine input share, and the Byzantine-majority sample rounds."""
+    rounds = pd.read_csv(rounds_csv)
+    truth = {"True": True, "False": False, True: True, False: False}
+    aggregated = rounds["aggregated"].map(truth).astype(bool)
+    held = rounds["precondition_held_actual"].map(truth).astype(bool)
+    majority = rounds["byzantine_majority"].map(truth).astype(bool)
+    return {"precondition failed rounds": f"{int((aggregated & ~held).sum())}/{int(aggregated.sum())}",
+            "max byzantine input share": float(rounds["byzantine_input_share"].max()),
+            "majority-sample rounds": int(majority.sum()),
+            "_violations": int((aggregated & ~held).sum())}
+
+
+def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Every cell of the cached methods with the failing run's round figures and `why`."""
+    cached = cells[cells["method"].isin(CACHED_METHODS)
+                   | cells["method"].str.startswith(CACHED_PREFIX)]
+    full = cells[cells["participation"] == 1.0].groupby("method")["clean_accuracy"].first()
+    rows = []
+    for _, cell in cached.iterrows():
+        row = {key: cell[key] for key in CELL}
+        row.update({"rounds": int(cell["rounds"]), "clean": float(cell["clean_accuracy"]),
+                    "threshold": float(cell["threshold"]),
+                    "breakdown": ("survives all" if cell["status"] == "survives_all"
+                                  else f"{float(cell['breakdown_fraction']):g}"),
+                    "theory": float(cell["theory_fraction"])})
+        point = failing_point(points, cell)
+        why = []
+        if point is None:
+            row.update({"failing point": "-", "its accuracy": float("nan")})
+        else:
+            row.update({"failing point": f"{float(point['byzantine_fraction']):g}",
+                        "its accuracy": float(point["accuracy"]),
+                        "collapsed": bool(point["collapsed"])})
+            folder = _run_folder(map_dir, point["detail"])
+            if folder is not None and (folder / "rounds.csv").exists():
+                figures = round_figures(folder / "rounds.csv")
+                violations = figures.pop("_violations")
+                row.update(figures)
+                why.append("precondition" if violations else "within precondition")
+        if float(cell["clean_accuracy"]) < 0.5 * float(full.get(cell["method"], float("nan"))):
+            why.append("weak baseline")
+        row["why"] = ", ".join(why) or "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("map_dir", type=Path)
+    args = parser.parse_args(argv)
+    needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
+    missing = [name for name in needed if not (args.map_dir / name).exists()]
+    if missing:
+        print(f"error: map_dir {str(args.map_dir)!r} lacks {', '.join(missing)} "
+              "(a folder written by `robusttune breakdown`)", file=sys.stderr)
+        return 2
+    cells = pd.read_csv(args.map_dir / "breakdown.csv")
+    frontier = pd.read_csv(args.map_dir / "frontier.csv")
+    points = pd.read_csv(args.map_dir / "breakdown_points.csv")
+    print("\n".join([
+        "## Measured breakdown against the rule's theoretical fraction, per method", "",
+        markdown_table(theory_table(cells)), "",
+        "## The p-frontier beta*(p) (worst cell at each p)", "",
+        markdown_table(frontier_table(frontier)), "",
+        "## The cached methods cell by cell, and the run that failed first", "",
+        markdown_table(cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False), ""]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
