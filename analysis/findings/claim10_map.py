@@ -9,9 +9,11 @@ that decided it) and trials/ (those runs' rounds.csv). Three tables:
 theory      per method: cells, the rule's theoretical fraction over its inputs (`theory_fraction`:
             the largest beta with the precondition met, e.g. median (n - 1) / (2n) rounded down to
             the lattice), the cells whose measured breakdown reaches it (breakdown >= theory),
-            those that break below it, those never broken on the lattice, and those whose
+            those that break below it, those never broken on the lattice, those whose
             failing point more likely than not holds a Byzantine-majority sample in some round
-            (`p_majority_run` > 0.5, the map's own binomial figure).
+            (`p_majority_run` > 0.5, the map's own binomial figure), and those whose first
+            failing run aggregated a round with the precondition false for the Byzantine rows
+            actually in its input.
 frontier    beta*(p): per method and participation the smallest breakdown over its cells
             (frontier.csv; `>=` where no cell broke on the lattice).
 cached      every cell of the methods that aggregate a cache (SWB-DM, DelayedMomentum, DeMoA):
@@ -48,12 +50,17 @@ def _method_order(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["method"]))
 
 
-def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
+def theory_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Per method: how many cells reach the theoretical fraction, break below it, never break,
-    or fail where a Byzantine-majority sample is likely (p_majority_run > 0.5)."""
+    fail where a Byzantine-majority sample is likely (p_majority_run > 0.5), or failed first in a
+    run whose precondition failed in some round for the Byzantine rows actually present."""
     rows = []
     for method in _method_order(cells):
         own = cells[cells["method"] == method]
+        violated = 0
+        for _, cell in own.iterrows():
+            figures = _failing_run_figures(map_dir, points, cell)
+            violated += int(bool(figures) and figures["_violations"] > 0)
         theory = own["theory_fraction"].astype(float)
         measured = own["breakdown_fraction"].astype(float)
         never = own["status"] == "survives_all"
@@ -65,6 +72,7 @@ def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
             "below theory": int((known & (measured < theory - 1e-9)).sum()),
             "never broke": int(never.sum()),
             "majority likely at failing point": int((own["p_majority_run"].astype(float) > 0.5).sum()),
+            "failing run broke the precondition": violated,
         })
     return pd.DataFrame(rows).set_index("method")
 
@@ -114,6 +122,15 @@ def round_figures(rounds_csv: Path) -> dict[str, float]:
             "_violations": int((aggregated & ~held).sum())}
 
 
+def _failing_run_figures(map_dir: Path, points: pd.DataFrame, cell: pd.Series) -> dict:
+    """round_figures of the cell's failing point's run; {} where none failed or it is missing."""
+    point = failing_point(points, cell)
+    folder = None if point is None else _run_folder(map_dir, point["detail"])
+    if folder is None or not (folder / "rounds.csv").exists():
+        return {}
+    return round_figures(folder / "rounds.csv")
+
+
 def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Every cell of the cached methods with the failing run's round figures and `why`."""
     cached = cells[cells["method"].isin(CACHED_METHODS)
@@ -135,9 +152,8 @@ def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd
             row.update({"failing point": f"{float(point['byzantine_fraction']):g}",
                         "its accuracy": float(point["accuracy"]),
                         "collapsed": bool(point["collapsed"])})
-            folder = _run_folder(map_dir, point["detail"])
-            if folder is not None and (folder / "rounds.csv").exists():
-                figures = round_figures(folder / "rounds.csv")
+            figures = _failing_run_figures(map_dir, points, cell)
+            if figures:
                 violations = figures.pop("_violations")
                 row.update(figures)
                 why.append("precondition" if violations else "within precondition")
@@ -163,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     points = pd.read_csv(args.map_dir / "breakdown_points.csv")
     print("\n".join([
         "## Measured breakdown against the rule's theoretical fraction, per method", "",
-        markdown_table(theory_table(cells)), "",
+        markdown_table(theory_table(args.map_dir, cells, points)), "",
         "## The p-frontier beta*(p) (worst cell at each p)", "",
         markdown_table(frontier_table(frontier)), "",
         "## The cached methods cell by cell, and the run that failed first", "",
