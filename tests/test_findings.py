@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +30,9 @@ from robusttune.training import train_clients
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces" / "findings"
 SCRIPT = ROOT / "analysis" / "findings.py"
+FINDINGS = ROOT / "analysis" / "FINDINGS.md"
+# a repository file named in the text: a search space, an analysis script or page
+REPO_PATH = re.compile(r"(?:search_spaces|analysis)/[\w/.-]+\.(?:yaml|py|md)")
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +197,42 @@ def test_claim6_fedavg_breaks_after_the_first_byzantine_majority_round_demoa_kee
     demoa = claim.setting(method="demoa+median", attack="strategic_skip")
     assert demoa["first_majority"] != "-"
     assert collapsed_count(demoa) == 0 and demoa["accuracy"] > fedavg["accuracy"] + 0.3
+
+
+# -- analysis/FINDINGS.md: one row per claim, each naming evidence that exists ----------------------
+def summary_rows(text: str) -> dict[int, list[str]]:
+    """The cells of FINDINGS.md's summary table (the one headed `| claim |`) by claim number."""
+    rows: dict[int, list[str]] = {}
+    lines = iter(text.splitlines())
+    for line in lines:
+        if line.startswith("| claim |"):
+            break
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0].isdigit():
+            rows[int(cells[0])] = cells
+    return rows
+
+
+def test_findings_page_has_every_claim_with_a_section_that_runs_its_evidence():
+    text = FINDINGS.read_text()
+    rows = summary_rows(text)
+    assert sorted(rows) == list(range(1, 12))  # issue 14's claims 1-11, each once
+    for claim, cells in rows.items():
+        assert len(cells) == 4, f"claim {claim}: {cells}"
+        _, verdict, command, section = cells
+        link = re.fullmatch(r"\[claim(\d+)\.md\]\((findings/claim\d+\.md)\)", section)
+        assert link and int(link.group(1)) == claim, f"claim {claim} links {section!r}"
+        evidence = REPO_PATH.findall(command)
+        assert evidence, f"claim {claim}: no search space or script in {command!r}"
+        for path in evidence:
+            assert (ROOT / path).is_file(), f"claim {claim}: {path} does not exist"
+        if verdict == "see section":
+            continue  # a section another branch writes; its verdict is filled in when it lands
+        page = (FINDINGS.parent / link.group(2)).read_text()
+        assert "**Verdict" in page, f"claim {claim}: its section states no verdict"
+        assert any(path in page for path in evidence), f"claim {claim}: section omits {evidence}"
+    for path in set(REPO_PATH.findall(text)):
+        assert (ROOT / path).is_file(), f"FINDINGS.md names {path}, which does not exist"
