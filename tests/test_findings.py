@@ -236,3 +236,51 @@ def test_findings_page_has_every_claim_with_a_section_that_runs_its_evidence():
         assert any(path in page for path in evidence), f"claim {claim}: section omits {evidence}"
     for path in set(REPO_PATH.findall(text)):
         assert (ROOT / path).is_file(), f"FINDINGS.md names {path}, which does not exist"
+
+
+# -- analysis/findings/claim10_map.py on a hand-made map folder --------------------------------------
+def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "claim10_map_script", ROOT / "analysis" / "findings" / "claim10_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cell = {"method": "swb_dm", "participation_mode": "fixed", "attack": "sign_flip",
+            "rounds": 15, "status": "ok", "theory_fraction": 0.45}
+    cells = pd.DataFrame([
+        {**cell, "participation": 0.5, "breakdown_fraction": 0.1, "clean_accuracy": 0.8,
+         "threshold": 0.4, "p_majority_run": 0.0},
+        {**cell, "participation": 1.0, "breakdown_fraction": 0.45, "clean_accuracy": 0.9,
+         "threshold": 0.45, "p_majority_run": 0.7},
+    ])
+    point = {"method": "swb_dm", "participation_mode": "fixed", "attack": "sign_flip", "collapsed": False}
+    # the map was written elsewhere: `detail` names the run folders where they were then
+    points = pd.DataFrame([
+        {**point, "participation": 0.5, "byzantine_fraction": 0.1, "survived": True, "accuracy": 0.5, "detail": ""},
+        {**point, "participation": 0.5, "byzantine_fraction": 0.25, "survived": False, "accuracy": 0.1,
+         "detail": "/elsewhere/trials/late attack_strength=1.0"},
+        {**point, "participation": 0.5, "byzantine_fraction": 0.15, "survived": False, "accuracy": 0.3,
+         "detail": "/elsewhere/trials/first attack_strength=1.0"},
+        {**point, "participation": 1.0, "byzantine_fraction": 0.5, "survived": False, "accuracy": 0.2,
+         "detail": "/elsewhere/trials/top"},
+    ])
+    columns = ["round", "aggregated", "precondition_held_actual", "byzantine_input_share", "byzantine_majority"]
+    for name, rows in {"first": [(1, True, True, 0.10, False), (2, True, False, 0.15, True),
+                                 (3, False, False, 0.0, False)],
+                       "late": [(1, True, False, 0.25, True)],
+                       "top": [(1, True, True, 0.5, False)]}.items():
+        (tmp_path / "trials" / name).mkdir(parents=True)
+        pd.DataFrame(rows, columns=columns).to_csv(tmp_path / "trials" / name / "rounds.csv", index=False)
+
+    theory = module.theory_table(tmp_path, cells, points).loc["swb_dm"]
+    assert (theory["cells"], theory["reached theory"], theory["below theory"]) == (2, 1, 1)
+    assert theory["majority likely at failing point"] == 1
+    assert theory["failing run broke the precondition"] == 1  # p = 0.5's run "first", round 2
+
+    table = module.cached_table(tmp_path, cells, points).set_index("participation")
+    at_half = table.loc[0.5]
+    assert at_half["failing point"] == "0.15"  # the smallest failed point above 0.1, not 0.25
+    # round 3 aggregated nothing, so it does not count as a round run against the precondition
+    assert at_half["precondition failed rounds"] == "1/2"
+    assert at_half["max byzantine input share"] == 0.15 and at_half["majority-sample rounds"] == 1
+    assert at_half["why"] == "precondition"  # clean 0.8 is not below half of p = 1's 0.9
+    assert table.loc[1.0, "why"] == "within precondition"
