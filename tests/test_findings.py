@@ -284,3 +284,10 @@ def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(tmp_path):
     assert at_half["max byzantine input share"] == 0.15 and at_half["majority-sample rounds"] == 1
     assert at_half["why"] == "precondition"  # clean 0.8 is not below half of p = 1's 0.9
     assert table.loc[1.0, "why"] == "within precondition"
+    # two maps of overlapping cells: only the common cell is compared, with its spread
+    other = cells.assign(breakdown_fraction=[0.25, 0.4])
+    other.loc[1, "participation"] = 0.1  # a cell the first map does not hold
+    seeds = module.seed_table({"s42": cells, "s7": other})
+    assert list(seeds["participation"]) == [0.5]
+    assert (seeds["s42"].iloc[0], seeds["s7"].iloc[0]) == (0.1, 0.25)
+    assert seeds["spread"].iloc[0] == pytest.approx(0.15)

@@ -28,7 +28,11 @@ cached      every cell of the methods that aggregate a cache (SWB-DM, DelayedMom
             p = 1 (the cache had not warmed up in the cell's rounds, so a survival threshold of
             half the clean accuracy is close to chance).
 
-Everything is a function of the folder; nothing is run.
+With ``--also MAP2 [MAP3 ...]`` (maps of the same cells at other seeds, e.g.
+search_spaces/findings/claim10_cached_seeds.yaml's) a fourth table puts each cell's breakdown in
+every map side by side, for the cells all of them hold, with the range over the maps.
+
+Everything is a function of the folders; nothing is run.
 """
 
 from __future__ import annotations
@@ -164,16 +168,33 @@ def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd
     return pd.DataFrame(rows)
 
 
+def seed_table(maps: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Each cell's breakdown fraction in every map (columns named by map), for the cells every map
+    holds, with min, max and their spread (a cell never broken counts as its lattice top)."""
+    merged = None
+    for label, cells in maps.items():
+        values = cells[CELL + ["breakdown_fraction"]].rename(columns={"breakdown_fraction": label})
+        merged = values if merged is None else merged.merge(values, on=CELL)
+    labels = list(maps)
+    merged["min"] = merged[labels].min(axis=1)
+    merged["max"] = merged[labels].max(axis=1)
+    merged["spread"] = merged["max"] - merged["min"]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("map_dir", type=Path)
+    parser.add_argument("--also", type=Path, nargs="+", default=[],
+                        help="maps of the same cells at other seeds, compared cell by cell")
     args = parser.parse_args(argv)
     needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
-    missing = [name for name in needed if not (args.map_dir / name).exists()]
-    if missing:
-        print(f"error: map_dir {str(args.map_dir)!r} lacks {', '.join(missing)} "
-              "(a folder written by `robusttune breakdown`)", file=sys.stderr)
-        return 2
+    for folder in [args.map_dir, *args.also]:
+        missing = [name for name in needed if not (folder / name).exists()]
+        if missing:
+            print(f"error: map folder {str(folder)!r} lacks {', '.join(missing)} "
+                  "(a folder written by `robusttune breakdown`)", file=sys.stderr)
+            return 2
     cells = pd.read_csv(args.map_dir / "breakdown.csv")
     frontier = pd.read_csv(args.map_dir / "frontier.csv")
     points = pd.read_csv(args.map_dir / "breakdown_points.csv")
@@ -184,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         markdown_table(frontier_table(frontier)), "",
         "## The cached methods cell by cell, and the run that failed first", "",
         markdown_table(cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False), ""]))
+    if args.also:
+        maps = {folder.name: pd.read_csv(folder / "breakdown.csv")
+                for folder in [args.map_dir, *args.also]}
+        print("\n".join(["## The breakdown per map (seed), cells every map holds", "",
+                          markdown_table(seed_table(maps), floatfmt=".3g", index=False), ""]))
     return 0
 
 
