@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -64,7 +65,7 @@ def theory_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd
         violated = 0
         for _, cell in own.iterrows():
             figures = _failing_run_figures(map_dir, points, cell)
-            violated += int(bool(figures) and figures["_violations"] > 0)
+            violated += int(figures is not None and figures.violations > 0)
         theory = own["theory_fraction"].astype(float)
         measured = own["breakdown_fraction"].astype(float)
         never = own["status"] == "survives_all"
@@ -112,7 +113,16 @@ def failing_point(points: pd.DataFrame, cell: pd.Series) -> pd.Series | None:
     return failed.sort_values("byzantine_fraction").iloc[0]
 
 
-def round_figures(rounds_csv: Path) -> dict[str, float]:
+class RunFigures(NamedTuple):
+    """What one run's rounds.csv says about why it failed."""
+
+    violations: int      # rounds aggregated with the precondition false for the actual Byzantine rows
+    aggregated: int      # rounds that aggregated at all
+    max_share: float     # the largest Byzantine share of the rule's input
+    majority_rounds: int  # rounds whose sample was Byzantine-majority (2 b_t >= |S_t|)
+
+
+def round_figures(rounds_csv: Path) -> RunFigures:
     """Of one run: rounds aggregated with the precondition failing for the Byzantine rows actually
     present, the largest Byzantine input share, and the Byzantine-majority sample rounds."""
     rounds = pd.read_csv(rounds_csv)
@@ -120,18 +130,16 @@ def round_figures(rounds_csv: Path) -> dict[str, float]:
     aggregated = rounds["aggregated"].map(truth).astype(bool)
     held = rounds["precondition_held_actual"].map(truth).astype(bool)
     majority = rounds["byzantine_majority"].map(truth).astype(bool)
-    return {"precondition failed rounds": f"{int((aggregated & ~held).sum())}/{int(aggregated.sum())}",
-            "max byzantine input share": float(rounds["byzantine_input_share"].max()),
-            "majority-sample rounds": int(majority.sum()),
-            "_violations": int((aggregated & ~held).sum())}
+    return RunFigures(int((aggregated & ~held).sum()), int(aggregated.sum()),
+                      float(rounds["byzantine_input_share"].max()), int(majority.sum()))
 
 
-def _failing_run_figures(map_dir: Path, points: pd.DataFrame, cell: pd.Series) -> dict:
-    """round_figures of the cell's failing point's run; {} where none failed or it is missing."""
+def _failing_run_figures(map_dir: Path, points: pd.DataFrame, cell: pd.Series) -> RunFigures | None:
+    """round_figures of the cell's failing point's run; None where none failed or it is missing."""
     point = failing_point(points, cell)
     folder = None if point is None else _run_folder(map_dir, point["detail"])
     if folder is None or not (folder / "rounds.csv").exists():
-        return {}
+        return None
     return round_figures(folder / "rounds.csv")
 
 
@@ -157,10 +165,11 @@ def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd
                         "its accuracy": float(point["accuracy"]),
                         "collapsed": bool(point["collapsed"])})
             figures = _failing_run_figures(map_dir, points, cell)
-            if figures:
-                violations = figures.pop("_violations")
-                row.update(figures)
-                why.append("precondition" if violations else "within precondition")
+            if figures is not None:
+                row.update({"precondition failed rounds": f"{figures.violations}/{figures.aggregated}",
+                            "max byzantine input share": figures.max_share,
+                            "majority-sample rounds": figures.majority_rounds})
+                why.append("precondition" if figures.violations else "within precondition")
         if float(cell["clean_accuracy"]) < 0.5 * float(full.get(cell["method"], float("nan"))):
             why.append("weak baseline")
         row["why"] = ", ".join(why) or "-"
