@@ -12,7 +12,8 @@ collapses    per method x participation x attack x beta: runs, collapsed runs (f
              summed over beta and p.
 gain         per run, 100 (acc(end) - acc(start)) from rounds.csv (the last evaluated accuracy at
              or before each round, robusttune.results.round_value); per configuration (method x
-             participation x attack x beta) its mean, std and min over seeds; per method x
+             participation x attack x beta) the mean accuracy (%) at both rounds and the gain's
+             mean, std and min over seeds; per method x
              participation the mean over configurations and how many gained (mean > 0).
 demoa        DeMoA's comparison (demoa.yaml's runs, beta > 0, no ablation): per method x split x
              p the accuracy over attacks and seeds with the spread of the per-seed means, and the
@@ -66,11 +67,14 @@ def collapses(runs: pd.DataFrame) -> list[str]:
 
 
 def gains(runs: pd.DataFrame, rounds: pd.DataFrame, start: int, end: int) -> list[str]:
-    values = [100 * (round_value(rounds, r, end) - round_value(rounds, r, start))
-              for r in runs["run_id"]]
-    runs = runs.assign(gain=values).dropna(subset=["gain"])
-    cells = runs.groupby(CELL).agg(runs=("gain", "count"), gain=("gain", "mean"),
-                                   std=("gain", "std"), min=("gain", "min"))
+    at_start = [100 * round_value(rounds, r, start) for r in runs["run_id"]]
+    at_end = [100 * round_value(rounds, r, end) for r in runs["run_id"]]
+    runs = runs.assign(at_start=at_start, at_end=at_end,
+                       gain=[b - a for a, b in zip(at_start, at_end)]).dropna(subset=["gain"])
+    cells = runs.groupby(CELL).agg(runs=("gain", "count"),
+                                   **{f"acc {start}": ("at_start", "mean"),
+                                      f"acc {end}": ("at_end", "mean")},
+                                   gain=("gain", "mean"), std=("gain", "std"), min=("gain", "min"))
     cells["gained"] = cells["gain"] > 0
     per_p = cells.reset_index().groupby(["method", "participation"]).agg(
         configurations=("gain", "count"), gained=("gained", "sum"), mean_gain=("gain", "mean"),

@@ -1,0 +1,226 @@
+"""The tables behind issue 14's claim 10, read from a breakdown map's folder (markdown on stdout).
+
+    python analysis/findings/claim10_map.py MAP_DIR
+
+MAP_DIR is what `robusttune breakdown` wrote: breakdown.csv (one row per cell), frontier.csv
+(beta*(p) per method), breakdown_points.csv (every evaluated lattice point, with the run folder
+that decided it) and trials/ (those runs' rounds.csv). Three tables:
+
+theory      per method: cells, the rule's theoretical fraction over its inputs (`theory_fraction`:
+            the largest beta with the precondition met, e.g. median (n - 1) / (2n) rounded down to
+            the lattice), the cells whose measured breakdown reaches it (breakdown >= theory),
+            those that break below it, those never broken on the lattice, those whose
+            failing point more likely than not holds a Byzantine-majority sample in some round
+            (`p_majority_run` > 0.5, the map's own binomial figure), and those whose first
+            failing run aggregated a round with the precondition false for the Byzantine rows
+            actually in its input.
+frontier    beta*(p): per method and participation the smallest breakdown over its cells
+            (frontier.csv; `>=` where no cell broke on the lattice).
+cached      every cell of the methods that aggregate a cache (SWB-DM, DelayedMomentum, DeMoA):
+            clean accuracy and the survival threshold, the breakdown against the theory, and of
+            the run that failed first above the breakdown (its rounds.csv): the rounds whose
+            rule precondition failed for the Byzantine rows actually in the cache
+            (aggregated and not precondition_held_actual), the largest Byzantine share of the
+            inputs, and the Byzantine-majority samples (2 b_t >= |S_t|). `why`:
+            "precondition" where some round's precondition failed; else "within precondition"
+            (the attack broke it at a count the rule claims to handle); "weak baseline" is added
+            where the cell's clean accuracy is below half the method's own clean accuracy at
+            p = 1 (the cache had not warmed up in the cell's rounds, so a survival threshold of
+            half the clean accuracy is close to chance).
+
+With ``--also MAP2 [MAP3 ...]`` (maps of the same cells at other seeds, e.g.
+search_spaces/findings/claim10_cached_seeds.yaml's) a fourth table puts each cell's breakdown in
+every map side by side, for the cells all of them hold, with the range over the maps.
+
+Everything is a function of the folders; nothing is run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from robusttune.results import markdown_table
+
+CELL = ["method", "participation", "participation_mode", "attack"]
+CACHED_METHODS = ("swb_dm", "delayed_momentum")
+CACHED_PREFIX = "demoa"
+
+
+def _method_order(frame: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(frame["method"]))
+
+
+def theory_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Per method: how many cells reach the theoretical fraction, break below it, never break,
+    fail where a Byzantine-majority sample is likely (p_majority_run > 0.5), or failed first in a
+    run whose precondition failed in some round for the Byzantine rows actually present."""
+    rows = []
+    for method in _method_order(cells):
+        own = cells[cells["method"] == method]
+        violated = 0
+        for _, cell in own.iterrows():
+            figures = _failing_run_figures(map_dir, points, cell)
+            violated += int(figures is not None and figures.violations > 0)
+        theory = own["theory_fraction"].astype(float)
+        measured = own["breakdown_fraction"].astype(float)
+        never = own["status"] == "survives_all"
+        known = theory.notna()
+        rows.append({
+            "method": method, "cells": len(own),
+            "theory (min-max)": (f"{theory.min():g}-{theory.max():g}" if known.any() else "-"),
+            "reached theory": int((known & (measured >= theory - 1e-9)).sum()),
+            "below theory": int((known & (measured < theory - 1e-9)).sum()),
+            "never broke": int(never.sum()),
+            "majority likely at failing point": int((own["p_majority_run"].astype(float) > 0.5).sum()),
+            "failing run broke the precondition": violated,
+        })
+    return pd.DataFrame(rows).set_index("method")
+
+
+def frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
+    """beta*(p) per method (rows) and participation (columns), `>=` where nothing broke."""
+    values = frontier.assign(value=[
+        (f">= {row.lattice_top:g}" if bool(row.never_broke) else f"{row.breakdown_fraction:g}")
+        for row in frontier.itertuples(index=False)])
+    table = values.pivot(index="method", columns="participation", values="value")
+    table.columns = [f"p={c:g}" for c in table.columns]
+    return table.loc[_method_order(frontier)]
+
+
+def _run_folder(map_dir: Path, detail: str) -> Path | None:
+    """The first run folder a point's `detail` names, re-rooted under MAP_DIR/trials (the map may
+    have been moved since it was written)."""
+    for token in str(detail).split():
+        if "/trials/" in token:
+            return map_dir / "trials" / Path(token).name
+    return None
+
+
+def failing_point(points: pd.DataFrame, cell: pd.Series) -> pd.Series | None:
+    """The smallest evaluated lattice point above the cell's breakdown that did not survive."""
+    own = points
+    for key in CELL:
+        own = own[own[key] == cell[key]]
+    failed = own[(~own["survived"].astype(bool))
+                 & (own["byzantine_fraction"] > float(cell["breakdown_fraction"]) + 1e-9)]
+    if failed.empty:
+        return None
+    return failed.sort_values("byzantine_fraction").iloc[0]
+
+
+class RunFigures(NamedTuple):
+    """What one run's rounds.csv says about why it failed."""
+
+    violations: int      # rounds aggregated with the precondition false for the actual Byzantine rows
+    aggregated: int      # rounds that aggregated at all
+    max_share: float     # the largest Byzantine share of the rule's input
+    majority_rounds: int  # rounds whose sample was Byzantine-majority (2 b_t >= |S_t|)
+
+
+def round_figures(rounds_csv: Path) -> RunFigures:
+    """Of one run: rounds aggregated with the precondition failing for the Byzantine rows actually
+    present, the largest Byzantine input share, and the Byzantine-majority sample rounds."""
+    rounds = pd.read_csv(rounds_csv)
+    truth = {"True": True, "False": False, True: True, False: False}
+    aggregated = rounds["aggregated"].map(truth).astype(bool)
+    held = rounds["precondition_held_actual"].map(truth).astype(bool)
+    majority = rounds["byzantine_majority"].map(truth).astype(bool)
+    return RunFigures(int((aggregated & ~held).sum()), int(aggregated.sum()),
+                      float(rounds["byzantine_input_share"].max()), int(majority.sum()))
+
+
+def _failing_run_figures(map_dir: Path, points: pd.DataFrame, cell: pd.Series) -> RunFigures | None:
+    """round_figures of the cell's failing point's run; None where none failed or it is missing."""
+    point = failing_point(points, cell)
+    folder = None if point is None else _run_folder(map_dir, point["detail"])
+    if folder is None or not (folder / "rounds.csv").exists():
+        return None
+    return round_figures(folder / "rounds.csv")
+
+
+def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """Every cell of the cached methods with the failing run's round figures and `why`."""
+    cached = cells[cells["method"].isin(CACHED_METHODS)
+                   | cells["method"].str.startswith(CACHED_PREFIX)]
+    full = cells[cells["participation"] == 1.0].groupby("method")["clean_accuracy"].first()
+    rows = []
+    for _, cell in cached.iterrows():
+        row = {key: cell[key] for key in CELL}
+        row.update({"rounds": int(cell["rounds"]), "clean": float(cell["clean_accuracy"]),
+                    "threshold": float(cell["threshold"]),
+                    "breakdown": ("survives all" if cell["status"] == "survives_all"
+                                  else f"{float(cell['breakdown_fraction']):g}"),
+                    "theory": float(cell["theory_fraction"])})
+        point = failing_point(points, cell)
+        why = []
+        if point is None:
+            row.update({"failing point": "-", "its accuracy": float("nan")})
+        else:
+            row.update({"failing point": f"{float(point['byzantine_fraction']):g}",
+                        "its accuracy": float(point["accuracy"]),
+                        "collapsed": bool(point["collapsed"])})
+            figures = _failing_run_figures(map_dir, points, cell)
+            if figures is not None:
+                row.update({"precondition failed rounds": f"{figures.violations}/{figures.aggregated}",
+                            "max byzantine input share": figures.max_share,
+                            "majority-sample rounds": figures.majority_rounds})
+                why.append("precondition" if figures.violations else "within precondition")
+        if float(cell["clean_accuracy"]) < 0.5 * float(full.get(cell["method"], float("nan"))):
+            why.append("weak baseline")
+        row["why"] = ", ".join(why) or "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def seed_table(maps: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Each cell's breakdown fraction in every map (columns named by map), for the cells every map
+    holds, with min, max and their spread (a cell never broken counts as its lattice top)."""
+    merged = None
+    for label, cells in maps.items():
+        values = cells[CELL + ["breakdown_fraction"]].rename(columns={"breakdown_fraction": label})
+        merged = values if merged is None else merged.merge(values, on=CELL)
+    labels = list(maps)
+    merged["min"] = merged[labels].min(axis=1)
+    merged["max"] = merged[labels].max(axis=1)
+    merged["spread"] = merged["max"] - merged["min"]
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("map_dir", type=Path)
+    parser.add_argument("--also", type=Path, nargs="+", default=[],
+                        help="maps of the same cells at other seeds, compared cell by cell")
+    args = parser.parse_args(argv)
+    needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
+    for folder in [args.map_dir, *args.also]:
+        missing = [name for name in needed if not (folder / name).exists()]
+        if missing:
+            print(f"error: map folder {str(folder)!r} lacks {', '.join(missing)} "
+                  "(a folder written by `robusttune breakdown`)", file=sys.stderr)
+            return 2
+    cells = pd.read_csv(args.map_dir / "breakdown.csv")
+    frontier = pd.read_csv(args.map_dir / "frontier.csv")
+    points = pd.read_csv(args.map_dir / "breakdown_points.csv")
+    print("\n".join([
+        "## Measured breakdown against the rule's theoretical fraction, per method", "",
+        markdown_table(theory_table(args.map_dir, cells, points)), "",
+        "## The p-frontier beta*(p) (worst cell at each p)", "",
+        markdown_table(frontier_table(frontier)), "",
+        "## The cached methods cell by cell, and the run that failed first", "",
+        markdown_table(cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False), ""]))
+    if args.also:
+        maps = {folder.name: pd.read_csv(folder / "breakdown.csv")
+                for folder in [args.map_dir, *args.also]}
+        print("\n".join(["## The breakdown per map (seed), cells every map holds", "",
+                          markdown_table(seed_table(maps), floatfmt=".3g", index=False), ""]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
