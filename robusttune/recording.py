@@ -84,7 +84,8 @@ class RunWriter:
     ``resume_at=k`` reopens the folder of a run restored after round k: rounds.csv keeps only its
     rows up to k (the rounds after the checkpoint run again), a summary.json from an earlier end
     is removed (rewritten when the run ends), and TensorBoard hides the old scalars from step
-    k + 1 on (``SummaryWriter(purge_step=k + 1)``), so no round appears twice."""
+    k + 1 on (``SummaryWriter(purge_step=k + 1)``), so no round appears twice. ``resume_at=0`` is
+    a run starting from round 1 in a folder an earlier attempt may have left rows in."""
 
     def __init__(self, folder: str | Path, spec: RunSpec, tensorboard: bool = True,
                  resume_at: int | None = None, declares_experiment: bool = True) -> None:
@@ -189,7 +190,8 @@ def run_to_folder(spec: RunSpec, folder: str | Path | None, *, tensorboard: bool
     the folder is created, so bad input never leaves a half-written folder behind."""
     started = time.perf_counter()
     simulation = Simulation(spec)
-    writer = RunWriter(folder, spec, tensorboard=tensorboard) if folder is not None else None
+    # resume_at 0: a folder a killed run left behind (no summary.json) starts over, not appended to
+    writer = None if folder is None else RunWriter(folder, spec, tensorboard=tensorboard, resume_at=0)
     for record in simulation:
         if writer is not None:
             writer.write(record)

@@ -282,3 +282,25 @@ def test_a_resumed_folder_from_before_a_column_keeps_its_rows_aligned(tmp_path):
     assert table["round"].tolist() == [1, 2]
     assert table["accuracy"].tolist() == [0.1, 0.7] and table["param_norm"].tolist() == [11.0, 12.5]
     assert math.isnan(table["honest_input_spread"][0]) and table["honest_input_spread"][1] == 3.25
+
+
+def test_a_run_started_over_in_a_folder_a_killed_attempt_left_has_each_round_once(tmp_path):
+    # a sweep trial restarted without a checkpoint, or `robusttune run` after a kill: the first
+    # attempt's rows must not stay in front of the second attempt's
+    from robusttune.recording import run_to_folder
+
+    spec = RunSpec(dataset="synthetic", clients=4, rounds=2, local_epochs=1)
+    killed = RunWriter(tmp_path, spec)
+    for r in (1, 2):
+        killed.write(record(r, 0.5, 10.0 + r))
+    killed.abort()
+    summary = run_to_folder(spec, tmp_path)
+    table = pd.read_csv(tmp_path / "rounds.csv")
+    assert table["round"].tolist() == [1, 2]
+    assert table["param_norm"].iloc[-1] != 12.0 and summary.rounds_run == 2
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [e.step for e in events.Scalars("round/param_norm")] == [1, 2]

@@ -129,7 +129,9 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
         report_config_error(str(error), sweep, run_folder)
         return
     checkpoint = tune.get_checkpoint()
-    resume_at = None
+    # a trial restarted without a checkpoint (killed before its first one, or checkpoint_every 0)
+    # runs again from round 1: resume_at 0 clears the rows and scalars its first attempt left
+    resume_at = 0
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             simulation.load_state_dict(load_checkpoint(Path(folder) / CHECKPOINT_FILE))
