@@ -21,6 +21,7 @@ from robusttune.algorithms import RoundPlan, RoundState, ServerAlgorithm, make_a
 from robusttune.attacks import Attack, make_attack
 from robusttune.config import RunSpec
 from robusttune.data import load_federated
+from robusttune.input_statistics import error_from, honest_inputs, spread_from
 from robusttune.models import flat_params, make_model
 from robusttune.records import RoundRecord, RunSummary, is_collapsed
 from robusttune.registry import SpecError
@@ -80,81 +81,6 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
                        n_sampled=sample.size, own=honest.index_select(0, sample.byzantine_rows),
                        generator=generator, **context)
     return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
-
-
-def _honest_inputs(rows: Tensor, byzantine: Tensor,
-                   weights: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor] | None:
-    """The rule's honest input rows (at least float32), their weights (None: unweighted) and
-    their (weighted) mean xbar_H; None when no row is honest. ``byzantine`` is a host mask, so
-    selecting the rows reads nothing back from the device."""
-    honest = (~byzantine).nonzero().flatten()
-    if honest.numel() == 0:
-        return None
-    index = honest.to(rows.device, non_blocking=True)
-    benign = rows.index_select(0, index).to(torch.promote_types(rows.dtype, torch.float32))
-    if weights is None:
-        return benign, None, benign.mean(dim=0)
-    w = weights.index_select(0, index).to(benign.dtype)
-    return benign, w, (w @ benign) / w.sum()
-
-
-def _infinite_if_nan(value: Tensor) -> Tensor:
-    return torch.where(torch.isnan(value), torch.full_like(value, math.inf), value)
-
-
-def aggregation_error(aggregate: Tensor, rows: Tensor, byzantine: Tensor,
-                      weights: Tensor | None) -> Tensor | None:
-    """The round's L2 aggregation error against the benign mean (SWB-DM, Eq. 1 and Figure 2),
-    a 0-dim float64 tensor on the rows' device (no read-back here):
-
-        E = || Agg - xbar_H ||_2,   xbar_H = sum_{i in H} w_i x_i / sum_{i in H} w_i,
-
-    over H, the rule's input rows that no Byzantine client wrote (``byzantine``: bool[n_in] on
-    the host, the AggregatorInput's mask), with the weights the rule was given (``None``: the
-    plain mean 1/|H| sum_{i in H} x_i, the paper's benign mean; rules that ignore weights, such as
-    median and SWB, see the same aggregate either way). The rule's inputs are what it aggregates:
-    trained states under fedavg and state_cache, momenta or gradients under the others. States
-    and their aggregate share one translation (the global model), so the difference is the
-    update-space (delta-space) one. Under a cache algorithm H is the honest rows the rule saw:
-    the honest clients' cached (possibly stale) rows, not only this round's messages.
-
-    None when H is empty (nothing honest to compare with). A non-finite aggregate or benign mean
-    gives +inf, so NaN always means "not defined this round"."""
-    honest = _honest_inputs(rows, byzantine, weights)
-    return None if honest is None else _error_from(aggregate, honest)
-
-
-def _error_from(aggregate: Tensor, honest: tuple[Tensor, Tensor | None, Tensor]) -> Tensor:
-    centre = honest[2]
-    error = torch.linalg.vector_norm(aggregate.to(centre.dtype) - centre, dtype=torch.float64)
-    return _infinite_if_nan(error)
-
-
-def honest_input_spread(rows: Tensor, byzantine: Tensor, weights: Tensor | None) -> Tensor | None:
-    """The spread of the rule's honest inputs about their mean, a 0-dim float64 tensor on the
-    rows' device (no read-back here):
-
-        V = sum_{i in H} w_i ||x_i - xbar_H||^2 / sum_{i in H} w_i   (w_i = 1: the plain mean
-        1/|H| sum_{i in H} ||x_i - xbar_H||^2),
-
-    with H, the weights and xbar_H as in `aggregation_error`. It is the honest spread that
-    (delta, c)-robustness bounds a rule's squared error by, up to c delta (the definition DeMoA,
-    arXiv 2509.02970, assumes of its Agg), and the quantity DeMoA's Sec. 3 compares momentum
-    recursions by: the coefficient swap (1 - alpha p) -> (1 - alpha) adds alpha^2 p (1 - p)
-    ||m_i||^2 to a momentum's variance. Under a cache algorithm H is the honest clients' cached
-    rows, fresh and stale, so V measures the momenta the rule aggregated. Translation-invariant:
-    trained states and their updates give the same V.
-
-    None when H is empty; +inf when a honest row is not finite."""
-    honest = _honest_inputs(rows, byzantine, weights)
-    return None if honest is None else _spread_from(honest)
-
-
-def _spread_from(honest: tuple[Tensor, Tensor | None, Tensor]) -> Tensor:
-    benign, w, centre = honest
-    squared = torch.linalg.vector_norm(benign - centre, dim=1, dtype=torch.float64).square()
-    spread = squared.mean() if w is None else (w.double() @ squared) / w.double().sum()
-    return _infinite_if_nan(spread)
 
 
 def byzantine_clients(spec: RunSpec) -> Tensor:
@@ -301,10 +227,10 @@ class Simulation:
         # measured after the timing: aggregate_seconds stays the rule's (and the caches') cost
         # one selection of the honest rows for both; the spread is defined in a refused round
         # too: it describes the inputs, not the rule's answer
-        honest = None if inputs is None else _honest_inputs(inputs.rows, inputs.byzantine_rows,
+        honest = None if inputs is None else honest_inputs(inputs.rows, inputs.byzantine_rows,
                                                             inputs.weights)
-        error = None if aggregate is None or honest is None else _error_from(aggregate, honest)
-        spread = None if honest is None else _spread_from(honest)
+        error = None if aggregate is None or honest is None else error_from(aggregate, honest)
+        spread = None if honest is None else spread_from(honest)
 
         # the round's one read-back (beside evaluation): counts, norm, error and spread together
         undefined = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)

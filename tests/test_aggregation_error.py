@@ -15,7 +15,8 @@ import torch
 
 from robusttune.config import RunSpec
 from robusttune.recording import run_to_folder
-from robusttune.simulation import Simulation, aggregation_error, byzantine_clients
+from robusttune.input_statistics import aggregation_error
+from robusttune.simulation import Simulation, byzantine_clients
 
 FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
             local_epochs=1, synthetic_samples=300, aggregate_weights="uniform")

@@ -16,7 +16,8 @@ import torch
 
 from robusttune.config import RunSpec
 from robusttune.recording import run_to_folder
-from robusttune.simulation import Simulation, aggregation_error, honest_input_spread
+from robusttune.input_statistics import aggregation_error, honest_input_spread
+from robusttune.simulation import Simulation
 from tests.test_host_syncs import CountReadbacks
 
 FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
