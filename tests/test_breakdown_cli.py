@@ -259,3 +259,16 @@ def test_the_stored_runner_sends_a_wave_missing_runs_together_and_keeps_no_error
     assert [s.final_accuracy for s in out] == pytest.approx([0.1, 0.9, 0.3, 0.4, 0.1])
     assert set(store.finished()) == {run_key(s) for s in specs[:3]}
     assert (runner.ran, runner.reused) == (3, 1)   # the repeated run was run once, not kept before
+
+
+def test_set_seed_maps_that_seed_where_the_file_names_seeds():
+    # breakdown.yaml names breakdown.seeds [42]: `--set seed=7` must map seed 7, not 42 silently
+    from robusttune.breakdown import load_plan
+
+    shipped = Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml"
+    plan = load_plan(shipped)
+    assert plan.seeds == [42]
+    moved = plan.with_overrides(run={"seed": 7})
+    assert moved.seeds == [7] and moved.raw["breakdown"]["seeds"] == [7]
+    assert moved.identity() != plan.identity()      # a resumed seed-42 map is not this one
+    assert plan.with_overrides(run={"rounds": 3}).seeds == [42]

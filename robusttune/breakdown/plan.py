@@ -107,6 +107,9 @@ class BreakdownPlan:
         for key, value in (run or {}).items():
             raw["run"] = {**(raw.get("run") or {}), key: value}
             given.append(f"--set {key}={format_value(value)}")
+        if "seed" in (run or {}) and "seeds" in (raw.get("breakdown") or {}):
+            # `--set seed=S` is a map at seed S: the file's breakdown.seeds must not win silently
+            raw["breakdown"] = {**raw["breakdown"], "seeds": [run["seed"]]}
         for key, value, flag in (("cpu", cpu, "--cpus-per-trial"), ("gpu", gpu, "--gpus-per-trial")):
             if value is not None:
                 raw["resources"] = {**(raw.get("resources") or {}), key: value}
