@@ -290,3 +290,32 @@ def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(tmp_path):
     assert list(seeds["participation"]) == [0.5]
     assert (seeds["s42"].iloc[0], seeds["s7"].iloc[0]) == (0.1, 0.25)
     assert seeds["spread"].iloc[0] == pytest.approx(0.15)
+
+
+def test_claim10_seed_summary_counts_cells_against_the_bound_at_every_seed():
+    spec = importlib.util.spec_from_file_location(
+        "claim10_map_script", ROOT / "analysis" / "findings" / "claim10_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    nan = float("nan")
+
+    def cells(values: dict[tuple[str, float], float]) -> pd.DataFrame:
+        return pd.DataFrame([{"method": m, "participation": p, "participation_mode": "fixed",
+                              "attack": "ipm", "breakdown_fraction": v,
+                              "theory_fraction": {"median": 0.2, "fltrust": nan}[m]}
+                             for (m, p), v in values.items()])
+
+    # median: p 0.5 reaches 0.2 at both seeds, p 1.0 below at both (spread 0.1), p 0.1 has a
+    # seed whose clean run failed; fltrust declares no bound
+    first = cells({("median", 0.5): 0.2, ("median", 1.0): 0.1, ("median", 0.1): 0.0,
+                   ("fltrust", 1.0): 0.5})
+    second = cells({("median", 0.5): 0.25, ("median", 1.0): 0.0, ("median", 0.1): nan,
+                    ("fltrust", 1.0): 0.5})
+    table = module.seed_table({"s42": first, "s7": second})
+    summary = module.seed_summary(table, first).set_index("method")
+    median, fltrust = summary.loc["median"], summary.loc["fltrust"]
+    assert (median["cells"], median["same at every seed"], median["a seed fails clean"]) == (3, 0, 1)
+    assert median["mean spread"] == pytest.approx(0.075) and median["max spread"] == pytest.approx(0.1)
+    assert (median["reached bound at every seed"], median["below bound at every seed"]) == (1, 1)
+    assert (fltrust["no bound declared"], fltrust["reached bound at every seed"],
+            fltrust["below bound at every seed"], fltrust["same at every seed"]) == (1, 0, 0, 1)

@@ -191,6 +191,34 @@ def seed_table(maps: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return merged
 
 
+def seed_summary(table: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Per method, `seed_table`'s cells read against the rule's bound (``theory_fraction`` of
+    ``cells``, the first map's breakdown.csv): cells the same at every seed, the mean and largest
+    per-cell spread, cells at or above the bound at every seed, below it at every seed, cells
+    where some seed has no breakdown (its clean run failed: "fails clean") and cells of a rule
+    that declares no bound (FLTrust); the last two are left out of the bound counts."""
+    labels = [c for c in table.columns if c not in CELL + ["min", "max", "spread"]]
+    scored = table.merge(cells[CELL + ["theory_fraction"]], on=CELL)
+    values = scored[labels].astype(float)
+    complete = values.notna().all(axis=1)
+    bound = scored["theory_fraction"].astype(float)
+    reached = values.ge(bound - 1e-9, axis=0)
+    judged = complete & bound.notna()
+    rows = []
+    for method, group in scored.groupby("method", sort=False):
+        at = group.index
+        whole = complete.loc[at]
+        rows.append({"method": method, "cells": len(group),
+                     "same at every seed": int((group["spread"][whole] == 0).sum()),
+                     "mean spread": float(group["spread"][whole].mean()),
+                     "max spread": float(group["spread"][whole].max()),
+                     "reached bound at every seed": int(reached.loc[at][judged.loc[at]].all(axis=1).sum()),
+                     "below bound at every seed": int((~reached.loc[at][judged.loc[at]]).all(axis=1).sum()),
+                     "a seed fails clean": int((~whole).sum()),
+                     "no bound declared": int(bound.loc[at].isna().sum())})
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("map_dir", type=Path)
@@ -217,8 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.also:
         maps = {folder.name: pd.read_csv(folder / "breakdown.csv")
                 for folder in [args.map_dir, *args.also]}
+        seeds = seed_table(maps)
         print("\n".join(["## The breakdown per map (seed), cells every map holds", "",
-                          markdown_table(seed_table(maps), floatfmt=".3g", index=False), ""]))
+                          markdown_table(seeds, floatfmt=".3g", index=False), "",
+                          "## Per method over the maps (seeds)", "",
+                          markdown_table(seed_summary(seeds, cells), floatfmt=".3g", index=False),
+                          ""]))
     return 0
 
 
