@@ -93,7 +93,13 @@ def test_a_refused_round_has_no_error():
     assert math.isnan(simulation.summary(0.0).mean_aggregation_error)
 
 
-def test_a_restored_simulation_keeps_the_running_mean():
+# the two per-round figures on the rule's inputs share their bookkeeping: a running mean that a
+# checkpoint carries, a rounds.csv column, its mean in summary.json and in the runs table
+ROUND_FIGURES = ("aggregation_error", "honest_input_spread")
+
+
+@pytest.mark.parametrize("figure", ROUND_FIGURES)
+def test_a_restored_simulation_keeps_the_running_mean(figure):
     spec = RunSpec(**{**FULL, "rounds": 4}, method="median", attack="alie", byzantine_fraction=2 / 6)
     whole = Simulation(spec)
     list(whole)
@@ -102,17 +108,23 @@ def test_a_restored_simulation_keeps_the_running_mean():
     second = Simulation(spec)
     second.load_state_dict(first.state_dict())
     list(second)
-    assert second.summary(0.0).mean_aggregation_error == whole.summary(0.0).mean_aggregation_error
+    mean = f"mean_{figure}"
+    assert getattr(second.summary(0.0), mean) == getattr(whole.summary(0.0), mean)
+    assert math.isfinite(getattr(whole.summary(0.0), mean))
 
 
-def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path):
+@pytest.mark.parametrize("figure", ROUND_FIGURES)
+def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path, figure):
+    from robusttune.results import load_runs
+
     spec = RunSpec(**FULL, method="swb", attack="alie_swbdm", byzantine_fraction=2 / 6)
     run_to_folder(spec, tmp_path / "run", tensorboard=False)
     with (tmp_path / "run" / "rounds.csv").open(newline="") as handle:
-        column = [float(row["aggregation_error"]) for row in csv.DictReader(handle)]
+        column = [float(row[figure]) for row in csv.DictReader(handle)]
     assert len(column) == 3 and all(math.isfinite(v) and v > 0 for v in column)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["mean_aggregation_error"] == pytest.approx(sum(column) / 3, rel=1e-9)
+    assert summary[f"mean_{figure}"] == pytest.approx(sum(column) / 3, rel=1e-9)
+    assert load_runs(tmp_path)[f"mean_{figure}"].tolist() == pytest.approx([sum(column) / 3], rel=1e-9)
 
 
 def _runs_with_errors() -> tuple[pd.DataFrame, pd.DataFrame]:

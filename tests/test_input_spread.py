@@ -5,7 +5,6 @@ and its mean in summary.json."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 
@@ -110,30 +109,8 @@ def test_a_refused_round_still_has_its_spread():
     assert all(math.isfinite(r.honest_input_spread) and r.honest_input_spread > 0 for r in records)
 
 
-def test_a_restored_simulation_keeps_the_running_mean():
-    spec = RunSpec(**{**FULL, "rounds": 4}, method="median", attack="alie", byzantine_fraction=2 / 6)
-    whole = Simulation(spec)
-    list(whole)
-    first = Simulation(spec)
-    first.step(), first.step()
-    second = Simulation(spec)
-    second.load_state_dict(first.state_dict())
-    list(second)
-    assert second.summary(0.0).mean_honest_input_spread == whole.summary(0.0).mean_honest_input_spread
-
-
-def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path):
-    from robusttune.results import load_runs
-
-    spec = RunSpec(**FULL, method="swb", attack="alie_swbdm", byzantine_fraction=2 / 6)
-    run_to_folder(spec, tmp_path / "run", tensorboard=False)
-    with (tmp_path / "run" / "rounds.csv").open(newline="") as handle:
-        column = [float(row["honest_input_spread"]) for row in csv.DictReader(handle)]
-    assert len(column) == 3 and all(math.isfinite(v) and v > 0 for v in column)
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["mean_honest_input_spread"] == pytest.approx(sum(column) / 3, rel=1e-9)
-    assert load_runs(tmp_path)["mean_honest_input_spread"].tolist() == \
-        pytest.approx([sum(column) / 3], rel=1e-9)
+# the running mean across a restore and the rounds.csv / summary.json columns are tested with the
+# aggregation error's, in test_aggregation_error.py (ROUND_FIGURES)
 
 
 def test_the_report_tabulates_the_spread_per_cell_and_counts_a_repeated_run_once(tmp_path):
