@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,6 +28,29 @@ from robusttune.records import RoundRecord, RunSummary, is_collapsed
 from robusttune.registry import SpecError
 from robusttune.sampling import Sample, draw_clients
 from robusttune.training import evaluate, resolve_trainer
+
+
+# RoundRecord figures whose run mean summary.json keeps as mean_<name>
+ROUND_MEANS = ("aggregation_error", "honest_input_spread")
+
+
+@dataclass
+class RunningMean:
+    """The mean of a round figure over the rounds where it was defined: a NaN round (not
+    defined: no aggregate, no honest input) is skipped, an infinite one makes the mean +inf."""
+
+    total: float = 0.0
+    count: int = 0
+
+    def add(self, value: float) -> None:
+        if not math.isnan(value):
+            self.total += value
+            self.count += 1
+
+    @property
+    def mean(self) -> float:
+        """NaN when no round had the figure."""
+        return self.total / self.count if self.count else math.nan
 
 
 def resolve_device(name: str) -> torch.device:
@@ -148,11 +172,8 @@ class Simulation:
         self.last_loss = math.nan
         self.byzantine_majority_rounds = 0
         self.collapsed = False
-        # the run's mean aggregation error: the sum over the rounds where it was defined
-        self.aggregation_error_sum = 0.0
-        self.aggregation_error_rounds = 0
-        self.honest_input_spread_sum = 0.0
-        self.honest_input_spread_rounds = 0
+        # the run's means of the round figures on the rule's inputs (summary.json's mean_<name>)
+        self.round_means = {name: RunningMean() for name in ROUND_MEANS}
 
     # -- one round ---------------------------------------------------------------------------
     def _sample(self) -> Tensor:
@@ -241,12 +262,8 @@ class Simulation:
                                undefined if spread is None else spread]).tolist()
         nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]
         round_error, round_spread = figures[3], figures[4]
-        if not math.isnan(round_error):
-            self.aggregation_error_sum += round_error
-            self.aggregation_error_rounds += 1
-        if not math.isnan(round_spread):
-            self.honest_input_spread_sum += round_spread
-            self.honest_input_spread_rounds += 1
+        self.round_means["aggregation_error"].add(round_error)
+        self.round_means["honest_input_spread"].add(round_spread)
         majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
         self.byzantine_majority_rounds += int(majority)
         accuracy = loss = max_share = math.nan
@@ -296,10 +313,8 @@ class Simulation:
             "last_loss": self.last_loss,
             "byzantine_majority_rounds": self.byzantine_majority_rounds,
             "collapsed": self.collapsed,
-            "aggregation_error_sum": self.aggregation_error_sum,
-            "aggregation_error_rounds": self.aggregation_error_rounds,
-            "honest_input_spread_sum": self.honest_input_spread_sum,
-            "honest_input_spread_rounds": self.honest_input_spread_rounds,
+            **{f"{name}_{part}": value for name, mean in self.round_means.items()
+               for part, value in (("sum", mean.total), ("rounds", mean.count))},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -314,11 +329,10 @@ class Simulation:
         self.last_loss = state["last_loss"]
         self.byzantine_majority_rounds = state["byzantine_majority_rounds"]
         self.collapsed = state["collapsed"]
-        # checkpoints written before the aggregation error was recorded start its mean afresh
-        self.aggregation_error_sum = state.get("aggregation_error_sum", 0.0)
-        self.aggregation_error_rounds = state.get("aggregation_error_rounds", 0)
-        self.honest_input_spread_sum = state.get("honest_input_spread_sum", 0.0)
-        self.honest_input_spread_rounds = state.get("honest_input_spread_rounds", 0)
+        # a checkpoint written before a figure was recorded starts its mean afresh
+        self.round_means = {name: RunningMean(state.get(f"{name}_sum", 0.0),
+                                              state.get(f"{name}_rounds", 0))
+                            for name in ROUND_MEANS}
 
     def summary(self, seconds: float) -> RunSummary:
         """The run's final figures and its resolved RunSpec (summary.json)."""
@@ -327,26 +341,8 @@ class Simulation:
             collapsed=is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
             rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
             seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
-            mean_aggregation_error=self.mean_aggregation_error,
-            mean_honest_input_spread=self.mean_honest_input_spread,
+            **{f"mean_{name}": mean.mean for name, mean in self.round_means.items()},
         )
-
-    @property
-    def mean_aggregation_error(self) -> float:
-        """The mean of the rounds' aggregation errors over the rounds where it was defined (an
-        aggregate and an honest input); +inf once a round's aggregate was not finite; NaN when
-        no round had one."""
-        if not self.aggregation_error_rounds:
-            return math.nan
-        return self.aggregation_error_sum / self.aggregation_error_rounds
-
-    @property
-    def mean_honest_input_spread(self) -> float:
-        """The mean of the rounds' honest input spreads over the rounds where it was defined (a
-        honest input); +inf once a honest input was not finite; NaN when no round had one."""
-        if not self.honest_input_spread_rounds:
-            return math.nan
-        return self.honest_input_spread_sum / self.honest_input_spread_rounds
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
