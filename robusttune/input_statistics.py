@@ -23,14 +23,19 @@ def honest_inputs(rows: Tensor, byzantine: Tensor,
     """The rule's honest input rows (at least float32), their weights (None: unweighted) and
     their (weighted) mean xbar_H; None when no row is honest. ``byzantine`` is a host mask, so
     selecting the rows reads nothing back from the device."""
+    dtype = torch.promote_types(rows.dtype, torch.float32)
     honest = (~byzantine).nonzero().flatten()
     if honest.numel() == 0:
         return None
-    index = honest.to(rows.device, non_blocking=True)
-    benign = rows.index_select(0, index).to(torch.promote_types(rows.dtype, torch.float32))
-    if weights is None:
+    if honest.numel() == rows.shape[0]:
+        # every row honest (a clean run, a sample without Byzantine clients): no copy of the rows
+        benign, w = rows.to(dtype), None if weights is None else weights.to(dtype)
+    else:
+        index = honest.to(rows.device, non_blocking=True)
+        benign = rows.index_select(0, index).to(dtype)
+        w = None if weights is None else weights.index_select(0, index).to(dtype)
+    if w is None:
         return benign, None, benign.mean(dim=0)
-    w = weights.index_select(0, index).to(benign.dtype)
     return benign, w, (w @ benign) / w.sum()
 
 
