@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from robusttune import axes
 from robusttune.markdown import markdown_table
-from robusttune.plots import aggregation_error_vs_corruption, fit_sqrt_bound, threat_label
+from robusttune.plots import aggregation_error_vs_corruption, fit_sqrt_bound
 
 __all__ = ["run_aggregation_errors", "aggregation_error_table", "sqrt_fit_table", "write_figure_two",
            "figure_two_section"]
@@ -40,11 +41,6 @@ def run_aggregation_errors(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataF
     return out
 
 
-def _labelled(runs: pd.DataFrame) -> pd.DataFrame:
-    strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
-    return runs.assign(threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
-
-
 def _cell_keys(runs: pd.DataFrame) -> list[str]:
     extra = [k for k in ("dataset", "participation") if k in runs and runs[k].nunique() > 1]
     return extra + ["method", "threat", "byzantine_fraction"]
@@ -57,7 +53,7 @@ def aggregation_error_table(runs: pd.DataFrame) -> pd.DataFrame:
     (`run_aggregation_errors`)."""
     if runs.empty or "aggregation_error" not in runs:
         return pd.DataFrame()
-    labelled = _labelled(runs)
+    labelled = axes.labelled(runs)
     labelled = labelled[labelled["aggregation_error"].notna()]
     if labelled.empty:
         return pd.DataFrame()
@@ -73,7 +69,7 @@ def sqrt_fit_table(runs: pd.DataFrame) -> pd.DataFrame:
     exactly. ``runs`` needs ``aggregation_error``."""
     if runs.empty or "aggregation_error" not in runs:
         return pd.DataFrame()
-    labelled = _labelled(runs)
+    labelled = axes.labelled(runs)
     keys = [k for k in _cell_keys(labelled) if k not in ("threat", "byzantine_fraction")]
     rows = []
     for group_key, group in labelled.groupby(keys, sort=True):
