@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["StrengthSearch"]
+__all__ = ["StrengthSearch", "spans_a_range"]
 
 KEY = "attack_strength"
+
+
+def spans_a_range(ladder: Sequence[float]) -> bool:
+    """Whether an attack's strength ladder leaves anything to search: two or more strengths (an
+    attack with one strength, or none, has its worst case in the ladder already)."""
+    return len(set(ladder)) > 1
 
 
 class StrengthSearch:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from itertools import product
 
 from robusttune.attacks import ATTACKS
+from robusttune.breakdown.adaptive import StrengthSearch, spans_a_range
 from robusttune.breakdown.bisection import Cell, Evaluator, Outcome, Point, survival_bar
 from robusttune.config import RunSpec
 from robusttune.records import RunSummary, survives
@@ -218,7 +219,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
             return ()
         attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
         ladder = ATTACKS[attack].strength_ladder
-        return ladder if len(set(ladder)) > 1 else ()
+        return ladder if spans_a_range(ladder) else ()
 
     def run_variants(todo: list[tuple[int, dict]], requests: list[tuple[Point, dict]],
                      judged: list[list[Outcome]], trials: list[int]) -> None:
@@ -236,8 +237,6 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
     def search(requests: list[tuple[Point, dict]], variants: list[list[dict]],
                judged: list[list[Outcome]], trials: list[int]) -> None:
         """The adaptive adversary's runs after the ladder (see ``adaptive``)."""
-        from robusttune.breakdown.adaptive import StrengthSearch
-
         searches = {}
         for i, (point, _) in enumerate(requests):
             ladder = ladder_of(point)

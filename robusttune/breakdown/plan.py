@@ -172,10 +172,10 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     sweep = parse_sweep(raw, name=default_name, source=where)
 
     settings = section.model_dump()
-    adaptive = settings.pop("adaptive_budget") if section.adversary == "adaptive" else 0
+    adaptive_budget = settings.pop("adaptive_budget")
+    adaptive = adaptive_budget if section.adversary == "adaptive" else 0
     if "adaptive_budget" in section_values and not adaptive:
         raise SpecError(f"{where}: breakdown.adaptive_budget applies to adversary: adaptive only")
-    settings.pop("adaptive_budget", None)
     if section.adversary == "adaptive":
         settings["adversary"] = {}
     cells = []
@@ -262,6 +262,7 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
     display's estimate of the time left counts down)."""
     from robusttune.breakdown.bisection import lattice_top
     from robusttune.attacks import ATTACKS
+    from robusttune.breakdown.adaptive import spans_a_range
     from robusttune.breakdown.evaluate import adversary_variants
 
     budget = plan.budget if plan.tune else 1   # without drawn knobs there is nothing to tune
@@ -272,7 +273,7 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
         variants = adversary_variants(attack, plan.adversary or None)
         steps = math.ceil(math.log2(k_max + 1)) if k_max > 0 else 0
         expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
-        searched = plan.adaptive if len(set(ATTACKS[attack].strength_ladder)) > 1 else 0
+        searched = plan.adaptive if spans_a_range(ATTACKS[attack].strength_ladder) else 0
         costs.append(CellCost(cell, k_max, variants, len(plan.seeds) * budget,
                               len(plan.seeds) * (len(variants) + searched) * budget, expected))
     return costs
