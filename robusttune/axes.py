@@ -24,7 +24,8 @@ import pandas as pd
 from robusttune.schema import RUNSPEC_KEYS
 
 __all__ = ["AXIS_ORDER", "NOT_AXES", "THREAT_KEYS", "varying_axes", "split_label", "labelled",
-           "row_axes", "seed_table", "NOT_CONFIGURATION", "distinct_runs", "ablation_labelled"]
+           "row_axes", "cell_index", "accuracy_percent", "seed_table", "NOT_CONFIGURATION",
+           "distinct_runs", "ablation_labelled"]
 
 # The order keys are considered in: a key earlier here is kept, and the later keys it fixes are
 # dropped (method before algorithm/aggregator, participation before what is coupled to it).
@@ -96,6 +97,22 @@ def row_axes(runs: pd.DataFrame, without: Sequence[str] = ()) -> list[str]:
     return [a for a in axes if a != "method"] + (["method"] if "method" in runs else [])
 
 
+def cell_index(runs: pd.DataFrame) -> list[str]:
+    """The row index of a per-cell table (columns of `labelled`): `row_axes`, with ``threat``
+    just before ``method`` when the attack varies."""
+    index = row_axes(runs)
+    if "attack" in varying_axes(runs):
+        index = index[:-1] + ["threat"] + index[-1:]
+    return index
+
+
+def accuracy_percent(runs: pd.DataFrame) -> pd.Series:
+    """Final accuracy in %, a run without a finite accuracy (it diverged) counted as 0, as
+    `records.mean_accuracy` does."""
+    accuracy = runs["final_accuracy"].astype(float)
+    return 100 * accuracy.where(accuracy.map(math.isfinite), 0.0)
+
+
 def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per cell (every varying axis, the threat as ``threat``): ``runs``, the mean final
     accuracy (%) over its seeds, their sample standard deviation ``sd`` (NaN for one seed),
@@ -104,12 +121,7 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=["runs", "mean", "sd", "min", "max", "collapsed"])
     frame = labelled(runs)
-    index = row_axes(frame)
-    if "attack" in varying_axes(runs):
-        index = index[:-1] + ["threat"] + index[-1:]
-    accuracy = 100 * frame["final_accuracy"].astype(float).where(
-        frame["final_accuracy"].astype(float).map(math.isfinite), 0.0)
-    grouped = frame.assign(accuracy=accuracy).groupby(index, sort=True)
+    grouped = frame.assign(accuracy=accuracy_percent(frame)).groupby(cell_index(frame), sort=True)
     table = grouped.agg(runs=("accuracy", "size"), mean=("accuracy", "mean"),
                         sd=("accuracy", "std"), min=("accuracy", "min"),
                         max=("accuracy", "max"), collapsed=("collapsed", "sum"))

@@ -87,9 +87,7 @@ def majority_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
     if runs.empty or rounds.empty or "byzantine_majority" not in rounds:
         return pd.DataFrame(columns=columns)
     frame = axes.labelled(runs)
-    index = axes.row_axes(runs)
-    if "attack" in axes.varying_axes(runs):
-        index = index[:-1] + ["threat"] + index[-1:]
+    index = axes.cell_index(runs)
     by_run = dict(tuple(rounds.groupby("run_id")))
     rows = []
     for _, run in frame.iterrows():

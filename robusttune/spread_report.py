@@ -11,7 +11,6 @@ ablation does to the momentum's variance and to accuracy under attack" is one ta
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -36,13 +35,9 @@ def spread_table(runs: pd.DataFrame) -> pd.DataFrame:
     if recorded.empty:
         return pd.DataFrame()
     frame = axes.labelled(recorded)
-    index = axes.row_axes(recorded)
-    if "attack" in axes.varying_axes(recorded):
-        index = index[:-1] + ["threat"] + index[-1:]
-    accuracy = 100 * frame["final_accuracy"].astype(float).where(
-        frame["final_accuracy"].astype(float).map(math.isfinite), 0.0)
     spread = pd.to_numeric(frame[COLUMN], errors="coerce").astype(float)
-    grouped = frame.assign(spread=spread, accuracy=accuracy).groupby(index, sort=True)
+    grouped = frame.assign(spread=spread, accuracy=axes.accuracy_percent(frame)).groupby(
+        axes.cell_index(recorded), sort=True)
     return grouped.agg(runs=("spread", "size"), mean=("spread", "mean"), sd=("spread", "std"),
                        min=("spread", "min"), max=("spread", "max"),
                        accuracy=("accuracy", "mean"))
