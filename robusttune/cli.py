@@ -160,6 +160,14 @@ def _choose_runner(out: Path, local: bool, resources: dict[str, float], address:
                            verbose=tune_verbose)
 
 
+def _pin_driver(mode: str) -> None:
+    """Pin this process's float path before it computes anything (robusttune.numerics): with
+    --local it trains the runs itself, and a local Ray it starts inherits the environment."""
+    from robusttune.numerics import pin
+
+    pin(mode)
+
+
 def _ray_or_nothing(local: bool, address: Optional[str]) -> Any:
     """One Ray session around every wave (Ray starts once), or nothing with --local."""
     import contextlib
@@ -238,6 +246,7 @@ def calibrate(
                                   "rounds": sweep_rounds or min(rounds, 10)}
         values.update(parse_assignments(set_))
         base = RunSpec.from_dict(values)
+        _pin_driver(base.numerics)
         fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
         trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
         folder = out or Path("results") / f"calibrate-{method}-{attack}-N{clients}-b{byzantine:g}"
@@ -337,6 +346,10 @@ def breakdown(
                         threshold=threshold, relative_threshold=relative_threshold, budget=budget,
                         max_fraction=max_fraction, on_non_monotone=on_non_monotone)
     folder = map_folder(storage, plan.name)
+    if not dry_run:
+        from robusttune.schema import default_numerics
+
+        _pin_driver(plan.base.get("numerics") or default_numerics())
     if dry_run:
         if resume:
             raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")

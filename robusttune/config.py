@@ -25,7 +25,7 @@ from robusttune.attacks import ATTACKS
 from robusttune.data import DATASETS
 from robusttune.models import MODELS
 from robusttune.registry import SpecError
-from robusttune.schema import RUNSPEC_KEYS, RunSchema, check_model, spec_error
+from robusttune.schema import RUNSPEC_KEYS, RunSchema, check_model, default_numerics, spec_error
 
 __all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "method_presets"]
 
@@ -58,6 +58,10 @@ class RunSpec(RunSchema):
         # "given" means passed, not "different from the default": RunSpec(dataset="digits",
         # lr=0.01) keeps lr=0.01 over the digits default.
         explicit = frozenset(values.pop("explicit", ())) | frozenset(values)
+        if "numerics" not in values:
+            # resolved here, never where the spec runs: a trial carries its driver's mode
+            values["numerics"] = default_numerics()
+            explicit |= {"numerics"}
         typed = check_model(RunSchema, values)
         resolved = _resolve({k: getattr(typed, k) for k in values}, explicit)
         try:

@@ -89,7 +89,10 @@ class RunSummary:
     ``mean_aggregation_error``: the mean of its rounds' ``RoundRecord.aggregation_error`` over the
     rounds where it was defined (+inf once an aggregate was not finite, null in JSON like every
     non-finite figure; NaN when no round had one, or the summary predates the figure).
-    ``mean_honest_input_spread``: the same mean of ``RoundRecord.honest_input_spread``."""
+    ``mean_honest_input_spread``: the same mean of ``RoundRecord.honest_input_spread``.
+    ``float_path``: the float path the run computed with (``robusttune.numerics.FloatPath.label``:
+    mode, ATen capability, MKL branch, threads), so two summaries that differ can be told apart
+    by machine; absent from summaries written before it existed."""
 
     final_accuracy: float
     final_loss: float
@@ -104,6 +107,7 @@ class RunSummary:
     error: str | None = None
     mean_aggregation_error: float = math.nan
     mean_honest_input_spread: float = math.nan
+    float_path: str | None = None   # what the run computed with (robusttune.numerics.FloatPath)
 
     @classmethod
     def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,
@@ -133,13 +137,14 @@ class RunSummary:
                    stopped_early=bool(data.get("stopped_early", False)),
                    run_dir=data.get("run_dir"), error=data.get("error"),
                    mean_aggregation_error=_number(data.get("mean_aggregation_error")),
-                   mean_honest_input_spread=_number(data.get("mean_honest_input_spread")))
+                   mean_honest_input_spread=_number(data.get("mean_honest_input_spread")),
+                   float_path=data.get("float_path"))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: NaN and infinities as None; ``run_dir`` and ``error`` only when set."""
+        """JSON-ready: NaN and infinities as None; ``run_dir``, ``error`` and ``float_path`` only when set."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["spec"] = dict(self.spec)
-        for key in ("run_dir", "error"):
+        for key in ("run_dir", "error", "float_path"):
             if out[key] is None:
                 del out[key]
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)

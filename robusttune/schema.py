@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 from types import UnionType
 from typing import (Annotated, Any, ClassVar, Literal, Optional, Sequence, Union, get_args,
@@ -22,7 +23,21 @@ from pydantic.fields import FieldInfo
 from robusttune.registry import SpecError
 
 __all__ = ["Checked", "RunSchema", "RUNSPEC_KEYS", "KeyedError", "spec_error", "check_model",
-           "check_key", "check_value", "dotted", "optional_int", "optional_finite"]
+           "check_key", "check_value", "dotted", "optional_int", "optional_finite",
+           "NUMERICS_ENV", "default_numerics"]
+
+
+NUMERICS_ENV = "ROBUSTTUNE_NUMERICS"
+
+
+def default_numerics() -> str:
+    """The ``numerics`` of a RunSpec that does not set it: $ROBUSTTUNE_NUMERICS, else portable.
+    The resolver writes it into the spec where the spec is made (the driver), so a trial on a
+    cluster node trains in the driver's mode, whatever that node's environment says."""
+    value = os.environ.get(NUMERICS_ENV, "").strip() or "portable"
+    if value not in ("native", "portable"):
+        raise SpecError(f"{NUMERICS_ENV} must be one of native, portable; got {value!r}")
+    return value
 
 
 def _not_bool(value: Any) -> Any:
@@ -162,6 +177,9 @@ class RunSchema(BaseModel):
     synthetic_classes: Annotated[Int, Field(ge=2)] = 10
     synthetic_samples: Annotated[Int, Field(ge=1)] = 2000
     checkpoint_every: Annotated[Int, Field(ge=0)] = 5
+    # The float path (robusttune.numerics): `portable` pins MKL, ATen, oneDNN and threads so the
+    # same spec gives the same bits on every AVX2 x86-64 CPU; `native` is the machine's own.
+    numerics: Literal["native", "portable"] = "portable"
 
     @model_validator(mode="after")
     def _across_keys(self) -> "RunSchema":

@@ -24,6 +24,7 @@ from robusttune.config import RunSpec
 from robusttune.data import load_federated
 from robusttune.input_statistics import error_from, honest_inputs, spread_from
 from robusttune.models import flat_params, make_model
+from robusttune.numerics import float_path, pin
 from robusttune.records import RoundRecord, RunSummary, is_collapsed
 from robusttune.registry import SpecError
 from robusttune.sampling import Sample, draw_clients
@@ -142,6 +143,7 @@ class Simulation:
     """One federated run. Iterate it (or call `step`) to get one RoundRecord per round."""
 
     def __init__(self, spec: RunSpec) -> None:
+        pin(spec.numerics)  # before this run's first computation (robusttune.numerics)
         self.spec = spec
         self.device = resolve_device(spec.device)
         self.trainer = resolve_trainer(spec.trainer, self.device)
@@ -341,6 +343,7 @@ class Simulation:
             collapsed=is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
             rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
             seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
+            float_path=float_path().label(),
             **{f"mean_{name}": mean.mean for name, mean in self.round_means.items()},
         )
 

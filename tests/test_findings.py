@@ -123,18 +123,22 @@ def test_unguarded_krum_without_its_precondition_picks_a_byzantine_update():
     assert torch.equal(picked, inputs[2]) or torch.equal(picked, inputs[3])
 
 
+def diverged(setting) -> bool:
+    """Claim 2's verdict in a form every float path satisfies: the parameters turned non-finite,
+    or their norm grew past 100x its first round's (a NaN norm is the first case, not a miss)."""
+    return setting["first_nonfinite"] != "-" or setting["norm_final"] > 100 * setting["norm_round1"]
+
+
 def test_claim2_unguarded_krum_at_n2_diverges_and_guarded_krum_refuses_every_round(findings, tmp_path):
-    # n = 2: n > 2f + 2 fails for every f. Unguarded, Krum copies one of the two messages: on cnn2
-    # (the paper's model) seed 42 turns non-finite at round 4 (the full run: 2 of 3 seeds, rounds 4
-    # and 10), on mlp the norm explodes without turning non-finite (3 of 3 seeds over 100x by
-    # round 20). The space's own 20 rounds: the mlp norm of seed 7 is only 8x at round 8.
+    # n = 2: n > 2f + 2 fails for every f. Unguarded, Krum copies one of the two messages and the
+    # run diverges on both models. Whether it turns non-finite or only explodes, and at which
+    # round, is a property of one float path (issue 21: seed 42's mlp run turns non-finite on an
+    # AVX-512 EPYC and stays finite here natively), so the test asks for the verdict only.
     claim = Claim(findings, "claim2_krum_guard", tmp_path, seeds=(42,))
     rounds = int(claim.runs["rounds"].iloc[0])
-    cnn2 = claim.setting(guarded=False, model="cnn2")
-    assert cnn2["first_nonfinite"] != "-" and int(cnn2["first_nonfinite"]) <= 7
-    assert collapsed_count(cnn2) == 1
-    mlp = claim.setting(guarded=False, model="mlp")
-    assert collapsed_count(mlp) == 1 and mlp["norm_final"] > 100 * mlp["norm_round1"]
+    for model in ("mlp", "cnn2"):
+        unguarded = claim.setting(guarded=False, model=model)
+        assert diverged(unguarded) and collapsed_count(unguarded) == 1, model
     for model in ("mlp", "cnn2"):
         guarded = claim.setting(guarded=True, model=model)
         assert guarded["refused"] == rounds and guarded["precondition_held"] == 0

@@ -90,7 +90,11 @@ def preflight(spec: SweepSpec, *, joined: bool = False,
     from robusttune.attacks import make_attack
     from robusttune.data import clear_dataset_cache
 
+    from robusttune.numerics import pin
+
     data_runs, rule_runs = preflight_specs(spec)
+    if data_runs:  # one mode per sweep (space_file); the driver builds data below, and a local
+        pin(data_runs[0].numerics)  # Ray started after this inherits the pinned environment
     try:
         _build_data_and_models(spec, data_runs, joined, announce)
     finally:

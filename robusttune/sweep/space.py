@@ -61,7 +61,7 @@ from typing import Any, Iterable, Mapping
 
 from robusttune.config import RunSpec
 from robusttune.registry import SpecError
-from robusttune.schema import check_model
+from robusttune.schema import check_model, default_numerics
 from robusttune.sweep.domains import DOMAIN_KINDS, RANDOM_KINDS, Axis, Domain, format_value
 from robusttune.sweep.space_file import (EXTRA_METRICS, INVALID_POLICIES, SAMPLERS, SCHEDULERS,
                                          SEARCH_ALGORITHMS, ConstraintSpec, ResourceSpec,
@@ -376,7 +376,13 @@ def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>")
         raise SpecError(f"{source}: a search space is a mapping with keys {', '.join(TOP_KEYS)}")
     raw = _deep_copy(dict(mapping))
     parsed: SweepFile = check_model(SweepFile, {"name": name, **raw}, where=source)
-    spec = SweepSpec(name=parsed.name, run=dict(parsed.run), axes=parsed.axes, search=parsed.search,
+    run = dict(parsed.run)
+    if "numerics" not in run:
+        # written into the sweep as stored, so every trial (on any node) and a --resume train in
+        # the mode the sweep was started in, whatever their environment's default
+        run["numerics"] = default_numerics()
+        raw["run"] = {**(raw.get("run") or {}), "numerics": run["numerics"]}
+    spec = SweepSpec(name=parsed.name, run=run, axes=parsed.axes, search=parsed.search,
                      scheduler=parsed.scheduler, resources=parsed.resources,
                      max_concurrent=parsed.max_concurrent, constraints=parsed.constraints,
                      raw=raw, source=source)

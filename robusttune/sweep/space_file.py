@@ -289,6 +289,10 @@ class SweepFile(BaseModel):
             except KeyedError as error:
                 raise KeyedError(str(error), key=("space", *error.key), value=error.value) from None
             for key in axis.keys:
+                if key == "numerics":
+                    raise KeyedError("is an axis over numerics, which takes one value per sweep (a "
+                                     "process trains in one float path); allowed: numerics in run:",
+                                     key=("space", name))
                 if key in owner:
                     raise KeyedError(f"sets {key}, which {owner[key]} sets too; allowed: one axis "
                                      f"per RunSpec key", key=("space", name))

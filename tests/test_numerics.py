@@ -1,0 +1,210 @@
+"""Portable numerics (robusttune.numerics, issue 21): the same RunSpec gives the same bits on every
+AVX2 x86-64 CPU.
+
+The golden values below were recorded on an AMD EPYC (Zen, AVX2 and FMA, no AVX-512; MKL 2024.2
+inside torch 2.14.1) and checked there under every float path a machine can impose on the process
+(ATen's default and avx2 kernels, MKL's AUTO branch, oneDNN capped at AVX2, two threads), and
+under QEMU's emulated Intel Haswell and Skylake CPUs (GenuineIntel, other cache sizes), see
+README.md "Numerics". A portable run pins all of those itself, so this file must pass unchanged
+on any such CPU: a failure here on a new machine is a float path the mode does not pin yet.
+
+Each run goes in a fresh process: a process trains in one mode, fixed before torch computes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from robusttune.numerics import environment, float_path, pin, pinned_mode
+from robusttune.registry import SpecError
+from robusttune.schema import NUMERICS_ENV, default_numerics
+
+# (label, RunSpec keys): FedAvg-style runs of both digits models, a robust rule under attack and
+# DeMoA, each a few seconds.
+GOLDEN_RUNS = {
+    "fedavg mlp": {"model": "mlp", "rounds": 2, "local_epochs": 2},
+    "fedavg cnn2": {"model": "cnn2", "rounds": 1, "local_epochs": 1},
+    "median mlp, ipm": {"model": "mlp", "method": "median", "attack": "ipm",
+                        "byzantine_fraction": 0.2, "rounds": 2, "local_epochs": 1},
+    "demoa+cclip mlp, alie": {"model": "mlp", "method": "demoa", "attack": "alie",
+                              "byzantine_fraction": 0.2, "rounds": 25},
+}
+BASE = {"dataset": "digits", "clients": 10, "participation": 0.5, "seed": 42,
+        "checkpoint_every": 0, "device": "cpu"}
+
+# final (loss, parameter norm) per run in portable numerics, written down once (see above)
+GOLDEN = {
+    "fedavg mlp": (0.842600589328342, 12.700790405273438),
+    "fedavg cnn2": (2.2621534559461804, 9.005170822143555),
+    "median mlp, ipm": (2.03990478515625, 11.887321472167969),
+    "demoa+cclip mlp, alie": (2.1292992485894096, 11.77539348602295),
+}
+
+# What another machine's defaults, or a user's shell, may put in front of a run.
+FOREIGN_PATHS = {
+    "another capability": {"ATEN_CPU_CAPABILITY": "default"},
+    "MKL's per-CPU branch, oneDNN at AVX2, two threads": {
+        "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2"},
+}
+PINNED_KEYS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS",
+               "MKL_NUM_THREADS", NUMERICS_ENV)
+
+
+def golden_runs(mode: str) -> dict[str, list[float]]:
+    """Run GOLDEN_RUNS in this process in ``mode``; (final loss, parameter norm) per label."""
+    from robusttune.config import RunSpec
+    from robusttune.simulation import simulate
+
+    out = {}
+    for label, keys in GOLDEN_RUNS.items():
+        for record in simulate(RunSpec.from_dict({**BASE, **keys, "numerics": mode})):
+            last = record
+        out[label] = [last.loss, last.param_norm]
+    return out
+
+
+def _clean_environment(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PINNED_KEYS}
+    return {**env, **extra}
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+def _golden_in_fresh_process(mode: str, env: dict[str, str]) -> dict[str, tuple[float, float]]:
+    code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+            f"import test_numerics as t; print(json.dumps(t.golden_runs({mode!r})))")
+    done = _python(code, env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {k: tuple(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+
+
+@pytest.fixture(scope="module")
+def portable_here():
+    return _golden_in_fresh_process("portable", _clean_environment())
+
+
+# The golden bits are an x86-64 claim; elsewhere (aarch64: another BLAS, README.md "Numerics")
+# a portable run is held to giving its own machine's bits whatever the process's environment.
+X86_64 = environment("portable")["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
+def test_portable_runs_give_the_golden_bits(portable_here):
+    expected = GOLDEN if X86_64 else _golden_in_fresh_process("portable", _clean_environment())
+    assert portable_here == expected
+
+
+@pytest.mark.parametrize("foreign", list(FOREIGN_PATHS), ids=list(FOREIGN_PATHS))
+def test_portable_runs_override_a_foreign_float_path(foreign, portable_here):
+    # the environment a process starts with does not reach a portable run's bits
+    foreign_run = _golden_in_fresh_process("portable", _clean_environment(**FOREIGN_PATHS[foreign]))
+    assert foreign_run == (GOLDEN if X86_64 else portable_here)
+
+
+def test_the_golden_runs_see_the_float_path(portable_here):
+    # not a vacuous comparison: natively, ATen's default kernels instead of AVX2 ones move the
+    # bits (on x86-64; elsewhere `default` is what the machine runs anyway)
+    native = _golden_in_fresh_process("native", _clean_environment(ATEN_CPU_CAPABILITY="default"))
+    assert native.keys() == GOLDEN.keys()
+    assert (native != GOLDEN) if X86_64 else (native == _golden_in_fresh_process(
+        "native", _clean_environment(ATEN_CPU_CAPABILITY="default")))
+
+
+def test_portable_environment_pins_mkl_aten_onednn_and_threads():
+    env = environment("portable")
+    assert env["MKL_CBWR"] == "COMPATIBLE,STRICT"
+    assert env["ATEN_CPU_CAPABILITY"] in ("avx2", "default")
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+    assert environment("native") == {}
+    with pytest.raises(SpecError, match="numerics must be one of native, portable; got 'fast'"):
+        environment("fast")
+
+
+def test_this_process_runs_the_float_path_it_was_pinned_to():
+    path = float_path()
+    assert path.mode == pinned_mode() == default_numerics()
+    if path.mode == "portable":
+        assert path.aten_capability.lower() == environment("portable")["ATEN_CPU_CAPABILITY"]
+        assert path.threads == 1 and not path.mkldnn and not path.nnpack
+        # the MKL adapter reaches torch's MKL wherever torch has one
+        assert (path.mkl_branch == "compatible") == torch.backends.mkl.is_available()
+    assert path.label().startswith(f"{path.mode}: aten ")
+
+
+def test_a_process_that_computed_first_is_refused_portable_in_one_line():
+    code = ("import torch; torch.ones(64, 64) @ torch.ones(64, 64); "
+            "from robusttune.numerics import pin; pin('portable')")
+    done = _python(code, _clean_environment())
+    if torch.backends.mkl.is_available():  # MKL's branch was fixed at the matmul: detectable
+        assert done.returncode != 0
+        last = done.stderr.strip().splitlines()[-1]
+        assert "numerics portable:" in last and "computed in this process before" in last
+    else:
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_process_keeps_its_mode():
+    code = ("from robusttune.numerics import pin; pin('portable'); pin('portable'); "
+            "pin('native')")
+    done = _python(code, _clean_environment())
+    assert done.returncode != 0
+    assert ("numerics native: this process already trains in portable numerics"
+            in done.stderr.strip().splitlines()[-1])
+    with pytest.raises(SpecError, match="numerics must be one of"):
+        pin("fast")
+
+
+def test_the_default_mode_comes_from_the_environment_and_is_checked(monkeypatch):
+    from robusttune.config import RunSpec
+
+    monkeypatch.setenv(NUMERICS_ENV, "native")
+    spec = RunSpec(dataset="digits")
+    assert spec.numerics == "native" and "numerics" in spec.explicit  # carried to every worker
+    monkeypatch.setenv(NUMERICS_ENV, "fast")
+    with pytest.raises(SpecError, match=f"{NUMERICS_ENV} must be one of native, portable; got 'fast'"):
+        RunSpec(dataset="digits")
+    monkeypatch.delenv(NUMERICS_ENV)
+    assert RunSpec(dataset="digits").numerics == "portable"
+    with pytest.raises(SpecError, match="numerics"):
+        RunSpec(dataset="digits", numerics="fast")
+
+
+def test_a_sweep_stores_its_mode_and_takes_one(monkeypatch):
+    from robusttune.sweep.space import parse_sweep
+
+    monkeypatch.setenv(NUMERICS_ENV, "native")
+    space = {"run": {"dataset": "digits", "rounds": 1}, "space": {"seed": {"grid": [1, 2]}}}
+    spec = parse_sweep(space)
+    # written into the stored sweep: a resume, or a node with another default, keeps it
+    assert spec.run["numerics"] == "native" and spec.raw["run"]["numerics"] == "native"
+    assert parse_sweep({**space, "run": {"dataset": "digits", "numerics": "portable"}}).run[
+        "numerics"] == "portable"
+    with pytest.raises(SpecError, match="space.numerics is an axis over numerics, which takes one value per sweep"):
+        parse_sweep({**space, "space": {"numerics": {"grid": ["native", "portable"]}}})
+
+
+def test_summary_records_the_mode_and_the_float_path(tmp_path):
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", "--set", "dataset=synthetic", "--set", "model=mlp",
+                                      "--set", "rounds=1", "--set", "clients=4",
+                                      "--set", "synthetic_samples=100", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["spec"]["numerics"] == default_numerics()
+    assert summary["float_path"] == float_path().label()
+
+
+if __name__ == "__main__":  # print the golden values of this machine (to record them once)
+    print(json.dumps(golden_runs(sys.argv[1] if len(sys.argv) > 1 else "portable"), indent=1))
