@@ -129,6 +129,14 @@ def test_mnist_10k_split_is_fixed_stratified_and_normalised():
     assert torch.equal(raw.test_x, again.test_x) and torch.equal(raw.train_y, again.train_y)
 
 
+def test_the_measured_dataset_defaults_apply_unless_given():
+    # installed.py's comments give the measurements behind them
+    digits = RunSpec(dataset="mnist_10k")
+    assert (digits.lr, digits.batch_size, digits.local_epochs) == (0.05, 32, 2)
+    fashion = RunSpec(dataset="fashion_mnist", lr=0.2)
+    assert (fashion.lr, fashion.batch_size, fashion.local_epochs) == (0.2, 32, 2)
+
+
 @pytest.mark.parametrize("dataset, where", [("fashion_mnist", "DEBIAN_FASHION_MNIST"),
                                             ("mnist_10k", "PROJECT_DATA_CACHE")])
 def test_a_missing_dataset_is_one_line_naming_make_data(dataset, where, tmp_path, monkeypatch):

