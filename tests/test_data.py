@@ -25,6 +25,7 @@ from robusttune.data import (
     load_federated,
     root_set,
 )
+from robusttune.data import installed
 from robusttune.data.torchvision_files import _TORCHVISION_SOURCES
 from robusttune.registry import SpecError
 
@@ -276,7 +277,9 @@ def test_torchvision_dataset_reads_its_on_disk_format(name, tmp_path):
     ("mnist", "MNIST/raw"), ("fashion_mnist", "FashionMNIST/raw"), ("emnist", "EMNIST/raw"),
     ("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python"),
 ])
-def test_missing_dataset_is_one_clear_line(name, folder, tmp_path):
+def test_missing_dataset_is_one_clear_line(name, folder, tmp_path, monkeypatch):
+    # fashion_mnist falls back to Debian's package, installed by `make data`: here it is not
+    monkeypatch.setattr(installed, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
     with pytest.raises(SpecError) as info:
         DATASETS[name](RunSpec(dataset=name, data_root=str(tmp_path)))
     message = str(info.value)

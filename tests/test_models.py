@@ -39,6 +39,20 @@ def test_cnn2_skips_pools_a_tiny_input_cannot_take(shape, features):
     assert model(torch.randn(2, *shape)).shape == (2, 4)
 
 
+def test_convnet_is_pytorchs_mnist_network_without_dropout():
+    # 28 -> 26 -> 24 -> pool 12: 320 + 18,496 + (64 * 12 * 12 * 128 + 128) + 1,290
+    model = make_model("convnet", (1, 28, 28), 10, seed=0)
+    assert [p.numel() for p in model.parameters()] == [288, 32, 18_432, 64, 1_179_648, 128, 1_280, 10]
+    assert n_params(model) == 1_199_882
+    assert not any(isinstance(m, nn.Dropout) for m in model.modules())
+    assert make_model("convnet", (3, 32, 32), 10).fc1.in_features == 64 * 14 * 14
+
+
+def test_convnet_refuses_images_its_convolutions_cannot_take():
+    with pytest.raises(SpecError, match="6x6; got 5x8"):
+        make_model("convnet", (1, 5, 8), 10)
+
+
 def test_mlp_widths():
     model = make_model("mlp", (1, 8, 8), 10)
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
@@ -69,7 +83,7 @@ def test_buffer_free(name):
     assert list(model.buffers()) == []
 
 
-@pytest.mark.parametrize("name", ["cnn2", "resnet18"])
+@pytest.mark.parametrize("name", ["cnn2", "convnet", "resnet18"])
 def test_image_models_refuse_flat_input_shapes(name):
     with pytest.raises(SpecError, match="mlp"):
         make_model(name, (20,), 3)

