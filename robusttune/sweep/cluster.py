@@ -13,7 +13,7 @@ from robusttune.registry import SpecError
 from robusttune.sweep.ray_compat import autoscaling_ceiling, autoscaling_node_types
 from robusttune.sweep.space import SweepSpec, format_value
 
-__all__ = ["ray_session", "check_cluster"]
+__all__ = ["ray_session", "check_cluster", "shape_problem", "holds"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,13 +60,14 @@ def check_cluster(spec: SweepSpec, *, joined: bool = False,
     say = announce or print
     wanted = {r: a for r, a in (("CPU", spec.resources.cpu), ("GPU", spec.resources.gpu)) if a > 0}
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    if any(_holds(node, wanted) for node in nodes):
+    if any(holds(node, wanted) for node in nodes):
         return
     types = autoscaling_node_types() if joined else None
     if types is not None:
-        able = [name for name, resources in types.items() if _holds(resources, wanted)]
-        if not able:
-            raise SpecError(_fits_no_node_type(wanted, nodes, types))
+        problem = shape_problem(wanted, nodes, types)
+        if problem is not None:
+            raise SpecError(problem)
+        able = [name for name, resources in types.items() if holds(resources, wanted)]
         say(f"note: no node of the Ray cluster holds a trial ({_shape(wanted)}) now; trials wait "
             f"for the autoscaler to add {' or '.join(able)} nodes")
         return
@@ -91,7 +92,8 @@ def check_cluster(spec: SweepSpec, *, joined: bool = False,
             f"for the autoscaler to add nodes (Ctrl-C if this cluster does not autoscale)")
 
 
-def _holds(node: dict[str, float], wanted: dict[str, float]) -> bool:
+def holds(node: dict[str, float], wanted: dict[str, float]) -> bool:
+    """Whether one node with resources ``node`` can hold a trial's bundle ``wanted``."""
     return all(node.get(resource, 0.0) >= amount for resource, amount in wanted.items())
 
 
@@ -100,9 +102,13 @@ def _shape(resources: dict[str, float]) -> str:
         or "CPU 0"
 
 
-def _fits_no_node_type(wanted: dict[str, float], nodes: list[dict[str, float]],
-                       types: dict[str, dict[str, float]]) -> str:
-    """The one line for a per-trial bundle that no node, present or addable, can hold."""
+def shape_problem(wanted: dict[str, float], nodes: list[dict[str, float]],
+                  types: dict[str, dict[str, float]]) -> str | None:
+    """None when a trial's bundle ``wanted`` ({"CPU": c, "GPU": g}) fits one of the cluster's
+    ``nodes`` or node ``types`` (resources of one node each), else the one line that says which
+    per-trial amount no node can hold and what is allowed."""
+    if any(holds(node, wanted) for node in [*nodes, *types.values()]):
+        return None
     shapes = "; ".join(f"{name}: {_shape(resources)}" for name, resources in types.items())
     where = f"no node of the Ray cluster holds it, nor any node type its autoscaler can add ({shapes})"
     largest = {r: max([n.get(r, 0.0) for n in nodes] + [t.get(r, 0.0) for t in types.values()])

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any, Callable, Iterator
 
 __all__ = ["RAY_VERSION", "TrialStopped", "autoscaling_ceiling", "autoscaling_node_types",
-           "restored_run_config",
+           "config_node_types", "restored_run_config",
            "grid_trials", "trial_storage", "TUNE_LOGGER", "TUNE_INTERRUPTED", "TUNE_NOISE",
            "ANALYSIS_LOGGER", "quiet_analysis", "quiet_tune_logs"]
 
@@ -52,7 +53,7 @@ def autoscaling_node_types() -> dict[str, dict[str, float]] | None:
             return {group.name: dict(group.resources) for group in config.node_group_configs
                     if group.max_count != 0}
         path = _monitor_config_path(ray.get_runtime_context().gcs_address)
-        return None if path is None else _node_types_of(path)
+        return None if path is None else config_node_types(path)
     except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
         return None
 
@@ -76,11 +77,10 @@ def _monitor_config_path(gcs_address: str) -> str | None:
     return None
 
 
-def _node_types_of(path: str) -> dict[str, dict[str, float]] | None:
+def config_node_types(path: str | os.PathLike) -> dict[str, dict[str, float]] | None:
     """``available_node_types`` of an autoscaling config (YAML or JSON) that can have a node:
-    the head type, and worker types with ``max_workers`` above 0."""
-    import os
-
+    the head type, and worker types with ``max_workers`` above 0; None when a type leaves its
+    CPU count for the provider to fill in."""
     import yaml
 
     with open(os.path.expanduser(path)) as handle:
