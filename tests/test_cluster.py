@@ -101,6 +101,62 @@ def test_validation_catches_a_broken_file():
         validate_config(prepare_config(config))
 
 
+# -- per-trial shapes against node types --------------------------------------------------------
+def test_a_trial_shape_fits_one_node_or_is_refused_naming_the_amount():
+    """shape_problem: a trial is one bundle, placed on one node; the line names the amount no
+    node type holds and what is allowed (the live refusal is in tests/test_autoscaling.py)."""
+    from robusttune.sweep.cluster import shape_problem
+
+    types = {"head": {"CPU": 0.0}, "gpu_worker": {"CPU": 4.0, "GPU": 1.0}, "cpu_worker": {"CPU": 16.0}}
+    assert shape_problem({"CPU": 1, "GPU": 0.25}, [], types) is None
+    assert shape_problem({"CPU": 16}, [], types) is None
+    assert shape_problem({"CPU": 4, "GPU": 1}, [], types) is None
+    more_cpus = shape_problem({"CPU": 32}, [], types)
+    assert more_cpus.startswith("resources.cpu 32 per trial: no node") and "at most 16" in more_cpus
+    # enough CPUs on one type and GPUs on another is no node for a trial that needs both
+    together = shape_problem({"CPU": 8, "GPU": 1}, [], types)
+    assert together.startswith("resources cpu 8, gpu 1 per trial") and "together" in together
+    no_gpu = shape_problem({"CPU": 1, "GPU": 0.5}, [], {"head": {"CPU": 0.0}, "w": {"CPU": 1.0}})
+    assert no_gpu.startswith("resources.gpu 0.5 per trial") and "gpu 0 (--gpus-per-trial 0)" in no_gpu
+    # a node the cluster has now counts as much as a type it could add
+    assert shape_problem({"CPU": 32}, [{"CPU": 64.0}], types) is None
+    assert all("\n" not in line for line in (more_cpus, together, no_gpu))
+
+
+def test_readme_per_trial_flags_fit_cluster_yamls_gpu_workers():
+    """The README's and cluster.yaml's suggested --gpus-per-trial/--cpus-per-trial fit a GPU
+    worker of cluster.yaml (not the head), with the trials per node and the cluster size the
+    README states; node types read as robusttune reads the autoscaler's config."""
+    from robusttune.sweep.cluster import holds, shape_problem
+    from robusttune.sweep.ray_compat import config_node_types
+
+    types = config_node_types(ROOT / "cluster.yaml")
+    config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    head = config["head_node_type"]
+    (gpu_type,) = [name for name, r in types.items() if r.get("GPU", 0) >= 1]
+    worker = types[gpu_type]
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
+    suggested = re.findall(r"--gpus-per-trial ([\d.]+)(?:\s+--cpus-per-trial ([\d.]+))?", section)
+    suggested += re.findall(r"--gpus-per-trial ([\d.]+)(?: and --cpus-per-trial ([\d.]+))?",
+                            (ROOT / "cluster.yaml").read_text())
+    assert len(suggested) >= 3
+    for gpu, cpu in suggested:
+        wanted = {"CPU": float(cpu or 1), "GPU": float(gpu)}  # cpu: the sweep's default, 1
+        assert shape_problem(wanted, [], types) is None, wanted
+        assert holds(worker, wanted) and not holds(types[head], wanted)
+    claim = re.search(r"worker \((\d+) GPU, (\d+) CPUs\) holds (\d+)\s+trials with "
+                      r"`--gpus-per-trial ([\d.]+) --cpus-per-trial ([\d.]+)`", section)
+    assert claim, "the README no longer says how many trials a GPU worker holds"
+    gpus, cpus, per_node, gpu, cpu = (float(x) for x in claim.groups())
+    assert (gpus, cpus) == (worker["GPU"], worker["CPU"])
+    assert per_node == min(gpus // gpu, cpus // cpu)
+    size = re.search(r"(\d+) × ([\d.]+) / (\d+) = (\d+)", section)
+    concurrent, fraction, per_gpu_node, workers = (float(x) for x in size.groups())
+    assert concurrent * fraction / per_gpu_node == workers
+    assert workers == config["available_node_types"][gpu_type]["max_workers"]
+
+
 # -- GPU fractions --------------------------------------------------------------------------------
 def test_cuda_memory_cap_matches_the_gpu_fraction():
     assert cuda_memory_fraction({"CPU": 1, "GPU": 0.25}) == 0.25  # four trials share one GPU

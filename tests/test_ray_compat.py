@@ -32,6 +32,29 @@ def test_autoscaling_ceiling_is_unknown_on_a_local_ray(ray_session):
     assert ceiling is None or isinstance(ceiling, dict)
 
 
+def test_autoscaler_node_types_sources_are_where_the_adapter_looks(ray_session, tmp_path):
+    """autoscaling_node_types reads Ray's published cluster config, else the autoscaler's
+    command line (``monitor.py --gcs-address=... --autoscaling-config=...``) and its file."""
+    from ray._private import services
+    from ray._private.state import state
+    from ray.autoscaler._private import monitor
+
+    assert callable(state.get_cluster_config)
+    assert monitor.__file__.endswith("autoscaler/_private/monitor.py")
+    source = inspect.getsource(services.start_monitor)
+    assert '"--autoscaling-config="' in source and 'f"--gcs-address={gcs_address}"' in source
+    # a local Ray has no autoscaler config: unknown, so nothing is refused for want of one
+    assert ray_compat.autoscaling_node_types() is None
+    assert ray_compat._monitor_config_path("127.0.0.1:1") is None
+    config = tmp_path / "autoscaling.json"
+    config.write_text('{"head_node_type": "h", "available_node_types": {"h": {"resources": {"CPU": 0}},'
+                      ' "w": {"resources": {"CPU": 2, "GPU": 1}, "max_workers": 3},'
+                      ' "off": {"resources": {"CPU": 8}, "max_workers": 0}}}')
+    assert ray_compat.config_node_types(config) == {"h": {"CPU": 0.0}, "w": {"CPU": 2.0, "GPU": 1.0}}
+    config.write_text('{"head_node_type": "h", "available_node_types": {"h": {"resources": {}}}}')
+    assert ray_compat.config_node_types(config) is None  # left for the provider to fill in
+
+
 def test_tuner_and_result_grid_internals(ray_session, tmp_path):
     """A two-trial Tuner: grid_trials gives status, config, last result and folder of each trial;
     trial_storage names the folder the trial writes to; a restored Tuner's run config is editable."""

@@ -10,10 +10,10 @@ import os
 from typing import Callable, Iterator
 
 from robusttune.registry import SpecError
-from robusttune.sweep.ray_compat import autoscaling_ceiling
+from robusttune.sweep.ray_compat import autoscaling_ceiling, autoscaling_node_types
 from robusttune.sweep.space import SweepSpec, format_value
 
-__all__ = ["ray_session", "check_cluster"]
+__all__ = ["ray_session", "check_cluster", "shape_problem", "holds"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,16 +50,31 @@ def ray_session(address: str | None, num_cpus: int | None) -> Iterator[bool]:
 def check_cluster(spec: SweepSpec, *, joined: bool = False,
                   announce: Callable[[str], None] | None = None) -> None:
     """Fail with one line instead of leaving trials pending forever for resources that the
-    cluster does not have. A joined cluster (``--address``) may autoscale from zero workers
-    (cluster.yaml's GPU nodes start at 0): there the shortfall is an error only when the
-    autoscaler's config cannot cover it either, and otherwise a note."""
+    cluster does not have. A trial is one bundle of ``resources.cpu`` CPUs and ``resources.gpu``
+    GPUs, placed on one node. A joined cluster (``--address``) may autoscale from zero workers
+    (cluster.yaml's GPU nodes start at 0): there the request is an error when no node type of
+    its autoscaler (`autoscaling_node_types`) can hold one trial, or the autoscaler's ceiling
+    cannot cover it, and otherwise a note."""
     import ray
 
+    say = announce or print
+    wanted = {r: a for r, a in (("CPU", spec.resources.cpu), ("GPU", spec.resources.gpu)) if a > 0}
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    if any(holds(node, wanted) for node in nodes):
+        return
+    types = autoscaling_node_types() if joined else None
+    if types is not None:
+        problem = shape_problem(wanted, nodes, types)
+        if problem is not None:
+            raise SpecError(problem)
+        able = [name for name, resources in types.items() if holds(resources, wanted)]
+        say(f"note: no node of the Ray cluster holds a trial ({_shape(wanted)}) now; trials wait "
+            f"for the autoscaler to add {' or '.join(able)} nodes")
+        return
     available = ray.cluster_resources()
-    wanted = {"GPU": spec.resources.gpu, "CPU": spec.resources.cpu}
     for resource, amount in wanted.items():
         have = available.get(resource, 0.0)
-        if amount <= 0 or amount <= have:
+        if amount <= have:
             continue
         key = resource.lower()
         problem = (f"resources.{key} {format_value(amount)} per trial, but the Ray cluster has "
@@ -69,6 +84,45 @@ def check_cluster(spec: SweepSpec, *, joined: bool = False,
         ceiling = autoscaling_ceiling() if joined else None
         if not joined or (ceiling is not None and ceiling.get(resource, 0) < amount):
             raise SpecError(problem)
-        (announce or print)(f"note: {problem} now; trials wait for the autoscaler to add nodes "
-                            f"(Ctrl-C if this cluster does not autoscale)")
+        say(f"note: {problem} now; trials wait for the autoscaler to add nodes "
+            f"(Ctrl-C if this cluster does not autoscale)")
         return
+    if joined:  # enough in total, but no one node holds a trial
+        say(f"note: no node of the Ray cluster holds a trial ({_shape(wanted)}) now; trials wait "
+            f"for the autoscaler to add nodes (Ctrl-C if this cluster does not autoscale)")
+
+
+def holds(node: dict[str, float], wanted: dict[str, float]) -> bool:
+    """Whether one node with resources ``node`` can hold a trial's bundle ``wanted``."""
+    return all(node.get(resource, 0.0) >= amount for resource, amount in wanted.items())
+
+
+def _shape(resources: dict[str, float]) -> str:
+    return ", ".join(f"{r} {format_value(a)}" for r, a in resources.items() if r in ("CPU", "GPU")) \
+        or "CPU 0"
+
+
+def shape_problem(wanted: dict[str, float], nodes: list[dict[str, float]],
+                  types: dict[str, dict[str, float]]) -> str | None:
+    """None when a trial's bundle ``wanted`` ({"CPU": c, "GPU": g}) fits one of the cluster's
+    ``nodes`` or node ``types`` (resources of one node each), else the one line that says which
+    per-trial amount no node can hold and what is allowed."""
+    if any(holds(node, wanted) for node in [*nodes, *types.values()]):
+        return None
+    shapes = "; ".join(f"{name}: {_shape(resources)}" for name, resources in types.items())
+    where = f"no node of the Ray cluster holds it, nor any node type its autoscaler can add ({shapes})"
+    largest = {r: max([n.get(r, 0.0) for n in nodes] + [t.get(r, 0.0) for t in types.values()])
+               for r in wanted}
+    short = [r for r in wanted if wanted[r] > largest[r]]
+    if not short:  # each amount exists on some node type, never together
+        asked = ", ".join(f"{r.lower()} {format_value(a)}" for r, a in wanted.items())
+        return (f"resources {asked} per trial: {where}; allowed: cpu and gpu that one node type "
+                f"holds together (--cpus-per-trial, --gpus-per-trial)")
+    resource = short[0]
+    key, flag = resource.lower(), "--gpus-per-trial" if resource == "GPU" else "--cpus-per-trial"
+    allowed = (f"gpu 0 ({flag} 0), or a node type with GPUs in the cluster config"
+               if largest[resource] == 0 and resource == "GPU"
+               else f"at most {format_value(largest[resource])} ({flag}), or a larger node type "
+                    f"in the cluster config")
+    return (f"resources.{key} {format_value(wanted[resource])} per trial: {where}; "
+            f"allowed: {allowed}")

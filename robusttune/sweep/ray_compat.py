@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any, Callable, Iterator
 
-__all__ = ["RAY_VERSION", "TrialStopped", "autoscaling_ceiling", "restored_run_config",
+__all__ = ["RAY_VERSION", "TrialStopped", "autoscaling_ceiling", "autoscaling_node_types",
+           "config_node_types", "restored_run_config",
            "grid_trials", "trial_storage", "TUNE_LOGGER", "TUNE_INTERRUPTED", "TUNE_NOISE",
            "ANALYSIS_LOGGER", "quiet_analysis", "quiet_tune_logs"]
 
@@ -30,6 +32,67 @@ def autoscaling_ceiling() -> dict[str, float] | None:
         return state.get_max_resources_from_cluster_config()
     except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
         return None
+
+
+def autoscaling_node_types() -> dict[str, dict[str, float]] | None:
+    """The node types the autoscaler of the joined cluster can add, name -> the resources of one
+    node, or None when they cannot be known here.
+
+    Ray 2.60 has no public API for them. Two private sources: the cluster config Ray publishes in
+    the GCS (autoscaler v2, KubeRay: ``node_group_configs``), else the autoscaling config file
+    the head's autoscaler (``monitor.py``, autoscaler v1: ``ray up``'s clusters and ``ray start
+    --head --autoscaling-config``) was started with, found on its command line through procfs:
+    readable only on the head node, where ``ray job submit`` runs the driver. A type whose
+    resources name no CPU count (left for the provider to fill in) makes the set unknown."""
+    try:
+        import ray
+        from ray._private.state import state
+
+        config = state.get_cluster_config()
+        if config is not None and config.node_group_configs:
+            return {group.name: dict(group.resources) for group in config.node_group_configs
+                    if group.max_count != 0}
+        path = _monitor_config_path(ray.get_runtime_context().gcs_address)
+        return None if path is None else config_node_types(path)
+    except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
+        return None
+
+
+def _monitor_config_path(gcs_address: str) -> str | None:
+    """The ``--autoscaling-config`` of this machine's autoscaler for the GCS at ``gcs_address``
+    (matched by port: the monitor may name the head by another of its addresses), if any."""
+    from pathlib import Path
+
+    port = gcs_address.rsplit(":", 1)[-1]
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if not any(word.endswith("autoscaler/_private/monitor.py") for word in words[:3]):
+            continue
+        options = dict(word[2:].split("=", 1) for word in words if word.startswith("--") and "=" in word)
+        if options.get("gcs-address", "").rsplit(":", 1)[-1] == port and options.get("autoscaling-config"):
+            return options["autoscaling-config"]
+    return None
+
+
+def config_node_types(path: str | os.PathLike) -> dict[str, dict[str, float]] | None:
+    """``available_node_types`` of an autoscaling config (YAML or JSON) that can have a node:
+    the head type, and worker types with ``max_workers`` above 0; None when a type leaves its
+    CPU count for the provider to fill in."""
+    import yaml
+
+    with open(os.path.expanduser(path)) as handle:
+        config = yaml.safe_load(handle)
+    types = {}
+    for name, body in config["available_node_types"].items():
+        resources = dict(body.get("resources") or {})
+        if "CPU" not in resources:
+            return None
+        if name == config.get("head_node_type") or body.get("max_workers", 0) > 0:
+            types[name] = {k: float(v) for k, v in resources.items()}
+    return types
 
 
 def restored_run_config(tuner: Any) -> Any:

@@ -1,0 +1,398 @@
+"""Autoscaling, exercised (issue 26): ``robusttune sweep --address auto`` and ``robusttune
+breakdown --address auto`` on a cluster that grows from no worker, loses one mid-run and shrinks.
+
+The cluster is Ray 2.60's fake multi-node provider run by the real autoscaler
+(tests/autoscaling_support: `fake_cluster.FakeCluster`, `terminable_provider`): the head holds
+cluster.yaml's head resources (0 CPUs: it runs no trial), one worker type of 1 CPU, min 0, max 2,
+and an idle timeout of IDLE_TIMEOUT_MINUTES. The commands run as a user runs them, in child
+processes joined through ``--address auto`` (RAY_ADDRESS names this cluster, so no other Ray on
+the machine is found); every round is slowed by ROUND_DELAY_S in the cluster's processes
+(autoscaling_support/sitecustomize.py) so that a worker is lost while trials run. One module
+fixture runs the story once, in order, and the tests read what it saw:
+
+1. per-trial shapes no node type can hold are refused in one line before anything runs;
+2. a sweep of 4 trials starts with no worker, the autoscaler adds two, one is terminated through
+   the provider while both run a trial, a replacement comes, every trial finishes once with a
+   complete folder and the results of an uninterrupted run, and the workers go when idle;
+3. a breakdown map from no worker again: a worker lost mid-wave, then the driver killed in a
+   later wave; ``--resume`` replays the finished runs, runs only the missing ones and ends in the
+   map an uninterrupted ``--local`` run gives.
+
+The cluster's processes carry a marker in their environment and are ended by it in the
+fixture's ``finally`` (never ``ray stop``, which would end every Ray on the machine)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "autoscaling_support"))
+from fake_cluster import ROOT, FakeCluster  # noqa: E402
+from watching import Watcher, running_trials, wait_for  # noqa: E402
+
+WORKER_TYPE = "cpu_worker"
+MAX_WORKERS = 2
+IDLE_TIMEOUT_MINUTES = 0.25   # 15 s: longer than a breakdown takes between two waves
+ROUND_DELAY_S = 0.4
+ROUNDS = 6
+SEEDS = [1, 2, 3, 4]
+# A worker is terminated when two trials are at least LOSE_AFTER_ROUND rounds in (checkpointed
+# every round) and have at least LOSE_BEFORE_END rounds still to run.
+LOSE_AFTER_ROUND = 2
+LOSE_BEFORE_END = 2
+TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
+        "synthetic_samples": 240, "synthetic_shape": "16", "local_epochs": 1,
+        "trainer": "sequential", "rounds": ROUNDS, "checkpoint_every": 1}
+MAP = {"name": "map",
+       "run": {**TINY, "lr": 0.1},
+       "space": {"aggregator": {"grid": ["median"]}, "attack": {"grid": ["sign_flip"]}},
+       "breakdown": {"seeds": [1, 2], "adversary": {"attack_strength": [3.0]}}}
+COMMAND_TIMEOUT_S = 240
+# The story takes 5.5-7.5 minutes on this shared 2-core machine (most of it command and worker
+# start-up under load; README "Running on a cluster" has the measured times): above pytest's
+# 300 s default.
+pytestmark = pytest.mark.timeout(900)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def robusttune(*args: Any) -> list[str]:
+    return [str(Path(sys.executable).with_name("robusttune")), *map(str, args)]
+
+
+def lose_a_worker_mid_run(cluster: FakeCluster, folder: Path) -> tuple[Callable, Callable]:
+    """When a trial is mid-run (at least LOSE_AFTER_ROUND rounds in, LOSE_BEFORE_END to go):
+    terminate its node through the provider. The node is found from the trial's process id
+    (Tune's ``pid`` in result.json) and that process's environment (`FakeCluster.node_of`)."""
+    mid_run = range(LOSE_AFTER_ROUND, ROUNDS - LOSE_BEFORE_END + 1)
+    chosen: dict[str, Any] = {}
+
+    def ready() -> bool:
+        for trial, done in running_trials(folder).items():
+            try:
+                last = json.loads((Path(trial) / "result.json").read_text().splitlines()[-1])
+            except (OSError, IndexError, ValueError):
+                continue
+            node = cluster.node_of(int(last["pid"]))
+            if done in mid_run and node in cluster.live_workers():
+                chosen.update(trial=trial, node_id=node, rounds=done)
+                return True
+        return False
+
+    def act() -> dict[str, Any]:
+        cluster.terminate(chosen["node_id"])
+        return {**chosen, "time": time.time()}
+
+    return ready, act
+
+
+def reference_rounds(spec_keys: dict[str, Any]) -> list[Any]:
+    """The uninterrupted run, in this process (one torch thread, as in a trial)."""
+    import torch
+
+    from robusttune.config import RunSpec
+    from robusttune.simulation import Simulation
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return list(Simulation(RunSpec.from_dict({**spec_keys, "device": "cpu"})))
+    finally:
+        torch.set_num_threads(threads)
+
+
+# -- the story ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def story(tmp_path_factory) -> dict[str, Any]:
+    """Runs steps 1-3 of the module docstring on one fake cluster; returns what it saw."""
+    out = tmp_path_factory.mktemp("autoscaling")
+    head = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    head_resources = head["available_node_types"][head["head_node_type"]]["resources"]
+    cluster = FakeCluster(head_resources,
+                          {WORKER_TYPE: {"resources": {"CPU": 1}, "min_workers": 0,
+                                         "max_workers": MAX_WORKERS}},
+                          idle_timeout_minutes=IDLE_TIMEOUT_MINUTES, round_delay_s=ROUND_DELAY_S)
+    facts: dict[str, Any] = {"head_resources": head_resources}
+    started = time.time()
+    drivers: list[subprocess.Popen] = []
+
+    def run(*args: Any, **options: Any) -> subprocess.CompletedProcess:
+        return subprocess.run(robusttune(*args), env=cluster.env(), cwd=out, capture_output=True,
+                              text=True, timeout=COMMAND_TIMEOUT_S, **options)
+
+    try:
+        cluster.start()
+        facts["cluster_start_s"] = time.time() - started
+        space = out / "space.yaml"
+        space.write_text(yaml.safe_dump({"run": TINY, "space": {"seed": {"grid": SEEDS}}}))
+
+        # 1. shapes no node type can hold: both asked in one child process (imports once)
+        asked = [["--cpus-per-trial", "2"], ["--gpus-per-trial", "0.5"]]
+        code = ("import json, sys; from typer.testing import CliRunner; from robusttune.cli import app\n"
+                f"for flags in {asked!r}:\n"
+                f"    r = CliRunner().invoke(app, ['sweep', {str(space)!r}, '--name', 'refused', "
+                f"'--storage', {str(out / 'results')!r}, '--address', 'auto', *flags])\n"
+                "    print(json.dumps({'flag': flags[0], 'code': r.exit_code, 'output': r.output}))\n")
+        child = subprocess.run([sys.executable, "-c", code], env=cluster.env(), cwd=out,
+                               capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        assert child.returncode == 0, child.stderr[-3000:]
+        facts["refused"] = {r["flag"]: r for r in map(json.loads, child.stdout.strip().splitlines())}
+        facts["workers_after_refusals"] = sorted(cluster.live_workers())
+        facts["refused_folder_exists"] = (out / "results" / "refused").exists()
+
+        # 2. a sweep from no worker, a worker lost mid-run, scale-down
+        folder = out / "results" / "grow"
+        watcher = Watcher([lose_a_worker_mid_run(cluster, folder)])
+        watcher.start()
+        sweep_started = time.time()
+        sweep = run("sweep", space, "--name", "grow", "--storage", out / "results",
+                    "--address", "auto")
+        sweep_ended = time.time()
+        watcher.stop()
+        facts["sweep"] = {"code": sweep.returncode, "stdout": sweep.stdout, "stderr": sweep.stderr,
+                          "folder": str(folder), "started": sweep_started, "ended": sweep_ended,
+                          "lost": watcher.done[0] if watcher.done else None}
+        idle = wait_for(lambda: not cluster.live_workers(), 90, "the idle workers to go")
+        facts["sweep"]["idle_at"] = idle
+        facts["events_after_sweep"] = cluster.events()
+
+        # 3. a breakdown map from no worker: a worker lost mid-wave, the driver killed later
+        plan = out / "map.yaml"
+        plan.write_text(yaml.safe_dump(MAP))
+        map_folder = out / "results" / "map"
+        runs_file = map_folder / "runs.jsonl"
+
+        def kept() -> int:
+            return len(runs_file.read_text().splitlines()) if runs_file.exists() else 0
+
+        driver = subprocess.Popen(robusttune("breakdown", plan, "--storage", out / "results",
+                                             "--address", "auto"),
+                                  env=cluster.env(), cwd=out, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        drivers.append(driver)
+
+        def later_wave_running() -> bool:
+            return kept() >= 4 and bool(running_trials(map_folder / "trials"))
+
+        def kill_driver() -> dict[str, Any]:
+            driver.send_signal(signal.SIGKILL)  # the head's driver dies: no goodbye
+            return {"kept": kept(), "time": time.time()}
+
+        map_started = time.time()
+        watcher = Watcher([lose_a_worker_mid_run(cluster, map_folder / "trials"),
+                           (later_wave_running, kill_driver)])
+        facts["map"] = {"started_workers": sorted(cluster.live_workers())}
+        watcher.start()
+        output, _ = driver.communicate(timeout=COMMAND_TIMEOUT_S)
+        watcher.stop()
+        facts["map"] |= {"code": driver.returncode, "output": output, "started": map_started,
+                        "steps": watcher.done, "kept_lines": runs_file.read_text().splitlines()
+                        if runs_file.exists() else [],
+                        "waves_before_resume": sorted(p.name for p in (map_folder / "trials").glob("wave*"))}
+        resumed = run("breakdown", plan, "--storage", out / "results", "--address", "auto",
+                      "--resume")
+        facts["map"]["resumed"] = {"code": resumed.returncode, "stdout": resumed.stdout,
+                                   "stderr": resumed.stderr, "ended": time.time()}
+        facts["map"]["lines_after"] = runs_file.read_text().splitlines()
+        facts["map"]["folder"] = str(map_folder)
+        idle = wait_for(lambda: not cluster.live_workers(), 90, "the idle workers to go")
+        facts["map"]["idle_at"] = idle
+        facts["events"] = cluster.events()
+        facts["seconds"] = time.time() - started
+    finally:
+        (out / "provider-events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in cluster.events()))
+        for driver in drivers:
+            if driver.poll() is None:
+                driver.kill()
+        cluster.stop()
+        facts["left_behind"] = cluster.processes()
+    # the same map, uninterrupted, in this process (rounds not slowed: no cluster environment)
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    whole = CliRunner().invoke(app, ["breakdown", str(out / "map.yaml"), "--storage",
+                                     str(out / "whole"), "--local"])
+    assert whole.exit_code == 0, whole.output[-3000:]
+    facts["whole_folder"] = str(out / "whole" / "map")
+    (out / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
+    return facts
+
+
+def restarts(folder: Path) -> list[int]:
+    """The first round Tune received after each (re)start of the trial in ``folder``."""
+    reported = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    return [r["round"] for r in reported if r["iterations_since_restore"] == 1]
+
+
+def assert_complete_and_uninterrupted(folder: Path) -> None:
+    """One finished trial folder: each round once in result.json and rounds.csv, summary.json,
+    and the rounds of the uninterrupted run, bit for bit (the checkpoint holds the model, the
+    caches and the RNG states)."""
+    reported = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    assert [r["round"] for r in reported] == list(range(1, ROUNDS + 1)), folder
+    recorded = rows(folder / "rounds.csv")
+    assert [int(r["round"]) for r in recorded] == list(range(1, ROUNDS + 1)), folder
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["rounds_run"] == ROUNDS and summary.get("error") is None
+    spec = {k: v for k, v in summary["spec"].items() if k not in ("device",)}
+    reference = reference_rounds(spec)
+    assert [float(r["param_norm"]) for r in recorded] == [r.param_norm for r in reference], folder
+    assert [float(r["accuracy"]) for r in recorded] == [r.accuracy for r in reference], folder
+
+
+def test_no_process_of_the_fake_cluster_is_left_behind(story):
+    assert story["left_behind"] == []
+
+
+def test_head_is_cluster_yamls_head_and_runs_no_trial(story):
+    assert story["head_resources"] == {"CPU": 0}
+
+
+# -- 1. shapes no node can hold -------------------------------------------------------------------
+@pytest.mark.parametrize("flag,key", [("--cpus-per-trial", "resources.cpu 2"),
+                                      ("--gpus-per-trial", "resources.gpu 0.5")])
+def test_a_shape_no_node_type_holds_is_refused_in_one_line(story, flag, key):
+    refused = story["refused"][flag]
+    lines = refused["output"].strip().splitlines()
+    assert refused["code"] == 2 and len(lines) == 1, lines
+    assert key in lines[0] and WORKER_TYPE in lines[0] and "allowed" in lines[0], lines[0]
+    # refused before any trial asked for a node: none was launched, nothing written
+    assert story["workers_after_refusals"] == [] and not story["refused_folder_exists"]
+
+
+# -- 2. a sweep -----------------------------------------------------------------------------------
+def test_sweep_grows_from_no_worker_loses_one_and_every_trial_finishes_once(story):
+    sweep = story["sweep"]
+    assert sweep["code"] == 0, sweep["stderr"][-3000:]
+    assert "trials: 4 finished, 0 errored, 0 unfinished" in sweep["stdout"]
+    events = story["events_after_sweep"]
+    assert all(e["time"] > sweep["started"] for e in events)  # no worker before the sweep
+    lost = sweep["lost"]
+    assert lost is not None, "no worker was lost mid-run (trials too fast?)"
+    creates = [e for e in events if e["event"] == "create"]
+    terminations = {e["node_id"]: e for e in events if e["event"] == "terminate"}
+    assert terminations[lost["node_id"]]["by"] == "request"
+    # two workers as trials waited, then a replacement for the lost one as its trial waited
+    assert len(creates) >= MAX_WORKERS + 1 and all(e["node_type"] == WORKER_TYPE for e in creates)
+    assert any(e["time"] > lost["time"] for e in creates)
+    live, most = set(), 0
+    for event in events:
+        (live.add if event["event"] == "create" else live.discard)(event["node_id"])
+        most = max(most, len(live))
+    assert most == MAX_WORKERS and not live  # never above max_workers; none left at the end
+
+    folders = sorted(p.parent for p in Path(sweep["folder"]).glob("*/summary.json"))
+    assert len(folders) == len(SEEDS)
+    seeds = sorted(json.loads((f / "summary.json").read_text())["spec"]["seed"] for f in folders)
+    assert seeds == SEEDS
+    # the trial on the lost node (one CPU: one trial) continued from its checkpoint, not round
+    # 1; no other trial, and no finished one, ran again
+    started_again = {str(f): restarts(f) for f in folders if len(restarts(f)) > 1}
+    assert len(started_again) == 1, started_again
+    ((path, firsts),) = started_again.items()
+    assert path == lost["trial"] and firsts[0] == 1 and len(firsts) == 2
+    assert firsts[1] > LOSE_AFTER_ROUND, firsts
+    for folder in folders:
+        assert_complete_and_uninterrupted(folder)
+
+
+def test_idle_workers_are_removed_after_the_idle_timeout(story):
+    sweep = story["sweep"]
+    folders = [p.parent for p in Path(sweep["folder"]).glob("*/summary.json")]
+    last_finished = max((f / "summary.json").stat().st_mtime for f in folders)
+    by_autoscaler = [e for e in story["events_after_sweep"]
+                     if e["event"] == "terminate" and e["by"] == "autoscaler"]
+    assert len(by_autoscaler) >= MAX_WORKERS
+    # the last worker went once it had been idle for the timeout (not before: it ran the last trial)
+    assert max(e["time"] for e in by_autoscaler) - last_finished >= IDLE_TIMEOUT_MINUTES * 60 - 1
+    print(f"\nmeasured: {scaling_times(story)}")
+
+
+def scaling_times(story: dict[str, Any]) -> str:
+    """The README's measured times: from the sweep command to the first worker launched, from
+    that launch to the first round reported, from the loss to the replacement's launch, and
+    from the last trial's end to the last idle worker's termination."""
+    sweep, events = story["sweep"], story["events_after_sweep"]
+    folders = [p.parent for p in Path(sweep["folder"]).glob("*/summary.json")]
+    first_round = min(json.loads((f / "result.json").read_text().splitlines()[0])["timestamp"]
+                      for f in folders)  # Tune's timestamp: whole seconds
+    creates = sorted(e["time"] for e in events if e["event"] == "create")
+    lost = sweep["lost"]["time"]
+    replacement = min(t for t in creates if t > lost)
+    last_finished = max((f / "summary.json").stat().st_mtime for f in folders)
+    gone = max(e["time"] for e in events if e["event"] == "terminate" and e["by"] == "autoscaler")
+    return (f"cluster up {story['cluster_start_s']:.0f} s; sweep command to first worker launched "
+            f"{creates[0] - sweep['started']:.0f} s; launch to first round {first_round - creates[0]:.0f} s; "
+            f"worker lost to replacement launched {replacement - lost:.0f} s; last trial to last "
+            f"worker gone {gone - last_finished:.0f} s (idle timeout {IDLE_TIMEOUT_MINUTES * 60:.0f} s); "
+            f"sweep {sweep['ended'] - sweep['started']:.0f} s; map with kill and resume "
+            f"{story['map']['resumed']['ended'] - story['map']['started']:.0f} s; story {story['seconds']:.0f} s")
+
+
+# -- 3. a breakdown map ---------------------------------------------------------------------------
+COMPARED = ["aggregator", "breakdown_fraction", "status", "evaluated", "points_evaluated", "trials",
+            "clean_accuracy"]
+
+
+def test_map_loses_a_worker_mid_wave_and_resumes_after_a_driver_kill(story):
+    facts = story["map"]
+    assert len(facts["steps"]) == 2, facts["output"][-3000:]  # a worker lost, then the driver killed
+    lost, killed = facts["steps"]
+    assert facts["code"] == -signal.SIGKILL
+    events = story["events"]
+    # the map started with no worker, and the autoscaler added them as its trials waited
+    before = [e for e in events if e["time"] < facts["started"]]
+    alive = {e["node_id"] for e in before if e["event"] == "create"} - \
+        {e["node_id"] for e in before if e["event"] == "terminate"}
+    assert not alive
+    assert any(e["event"] == "create" and e["time"] > facts["started"] for e in events)
+    assert facts["started_workers"] == []
+    assert any(e["event"] == "terminate" and e["by"] == "request" and e["node_id"] == lost["node_id"]
+               for e in events)
+
+    resumed = facts["resumed"]
+    assert resumed["code"] == 0, resumed["stderr"][-3000:]
+    kept, after = facts["kept_lines"], facts["lines_after"]
+    assert len(kept) == killed["kept"] >= 4
+    assert f"{len(kept)} finished runs kept" in resumed["stderr"] + resumed["stdout"]
+    assert after[:len(kept)] == kept                     # the finished runs were replayed ...
+    keys = [json.loads(line)["key"] for line in after]
+    assert len(keys) == len(set(keys))                   # ... none ran twice
+    whole_folder = Path(story["whole_folder"])
+    whole = {json.loads(line)["key"]: json.loads(line)["summary"]
+             for line in (whole_folder / "runs.jsonl").read_text().splitlines()}
+    assert set(keys) == set(whole)                       # every run the map needs ran once
+    folder = Path(facts["folder"])
+    new_waves = [p for p in (folder / "trials").glob("wave*")
+                 if p.name not in facts["waves_before_resume"]]
+    assert sum(1 for w in new_waves for _ in w.glob("*/summary.json")) == len(after) - len(kept)
+    for line in after:
+        entry = json.loads(line)
+        mine, theirs = entry["summary"], whole[entry["key"]]
+        assert (mine["final_accuracy"], mine["final_loss"], mine["rounds_run"]) == \
+            (theirs["final_accuracy"], theirs["final_loss"], theirs["rounds_run"])
+    same = pd.read_csv(folder / "breakdown.csv")[COMPARED]
+    pd.testing.assert_frame_equal(same, pd.read_csv(whole_folder / "breakdown.csv")[COMPARED])
+    # the trial on the lost worker continued from its checkpoint, with the uninterrupted rounds
+    restarted = [p.parent for p in (folder / "trials").glob("wave*/*/result.json")
+                 if len(restarts(p.parent)) > 1 and (p.parent / "summary.json").exists()]
+    assert restarted and all(restarts(f)[1] > LOSE_AFTER_ROUND for f in restarted)
+    for trial in restarted:
+        assert_complete_and_uninterrupted(trial)
