@@ -171,14 +171,23 @@ def line_maximise(objective, *, evaluations: int = 20, start: float = 0.0, delta
     values of ``objective``. Expansion: from x = start, try x + delta, doubling delta after
     every improvement; at the first failure delta <- ratio * delta. Contraction: with the
     evaluations left, try best + delta, keep it if better, and delta <- ratio * delta after
-    every try. Returns the best x seen (the first one on ties)."""
+    every try. Returns the best x seen (the first one on ties).
+
+    "Better" means by more than 1e-12 relative: on a plateau of the objective (the rule's output
+    no longer moves: Krum keeps an honest row, ARC clips the copies to the same norm) the
+    computed values differ only in their last bits, and a search that followed that noise would
+    change its answer with the float kernels (``ATEN_CPU_CAPABILITY``) and disagree with ByzFL."""
+
+    def better(value: float, best: float) -> bool:
+        return value > best + 1e-12 * abs(best)
+
     best_x, best_y = start, objective(start)
     left = evaluations - 1
     while left > 0:
         proposal = best_x + delta
         value = objective(proposal)
         left -= 1
-        if value > best_y:
+        if better(value, best_y):
             best_x, best_y, delta = proposal, value, 2 * delta
         else:
             delta *= ratio
@@ -187,7 +196,7 @@ def line_maximise(objective, *, evaluations: int = 20, start: float = 0.0, delta
         proposal = best_x + delta
         value = objective(proposal)
         left -= 1
-        if value > best_y:
+        if better(value, best_y):
             best_x, best_y = proposal, value
         delta *= ratio
     return best_x
