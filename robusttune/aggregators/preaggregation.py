@@ -106,7 +106,7 @@ class AdaptiveRobustClipping(PreAggregation):
 
     def premap(self, x: Tensor, f: int, previous: Tensor | None) -> Tensor:
         n = x.shape[0]
-        k = min(max(int(2 * f * (n - f) // n), 0), n - 1) if n else 0
+        k = min(max(2 * f * (n - f) // n, 0), n - 1)  # floor(2 (f / n) (n - f)), exactly
         if k == 0:
             return x
         centre = torch.zeros(x.shape[1], device=x.device, dtype=x.dtype) if previous is None \

@@ -14,6 +14,7 @@ attacker does not know the server's random draws, and the run's own streams stay
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -37,7 +38,8 @@ def perturbation(source: Tensor, direction: str) -> Tensor:
     raise SpecError(f"attack_direction must be one of std, unit, sign; got {direction!r}")
 
 
-def halving_search(accepts, *, tolerance: float = 2.0 ** -20, max_doublings: int = 64) -> float:
+def halving_search(accepts: Callable[[float], bool], *, tolerance: float = 2.0 ** -20,
+                   max_doublings: int = 64) -> float:
     """The largest gamma >= 0 with ``accepts(gamma)`` True, for a monotone test (an interval
     [0, gamma*]), by Shejwalkar and Houmansadr's halving search (NDSS 2021, Algorithm 1):
 
@@ -73,8 +75,8 @@ def halving_search(accepts, *, tolerance: float = 2.0 ** -20, max_doublings: int
 class _DistanceBudget(Attack):
     """MinMax / MinSum: m = mu + gamma p, gamma by ``halving_search`` on the family's test.
 
-    The tests are evaluated from O(h) numbers computed once (no loop over coordinates, one
-    read-back per round): with a_i = ||mu - x_i||^2, b_i = <p, mu - x_i>, c = ||p||^2,
+    The tests are evaluated from O(h) numbers computed once (no loop over coordinates; two
+    read-backs per round, the bound and those numbers): with a_i = ||mu - x_i||^2, b_i = <p, mu - x_i>, c = ||p||^2,
     ||m - x_i||^2 = a_i + 2 gamma b_i + gamma^2 c. Cost per round: the honest rows' pairwise
     distances (O(h^2 d), once) plus O(h) per test."""
 
@@ -97,8 +99,8 @@ class _DistanceBudget(Attack):
         return rnd.repeat(x.mean(dim=0) + self.gamma(x, p) * p)
 
 
-def _scalars(x: Tensor, p: Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """(a, b, c) of ``_DistanceBudget`` in float64 on the host (the round's one read-back)."""
+def _scalars(x: Tensor, p: Tensor) -> tuple[Tensor, Tensor, float]:
+    """(a, b, c) of ``_DistanceBudget`` in float64 on the host."""
     centred = x.mean(dim=0)
     a = distances_to(x, centred).double().square()
     b = (centred - x) @ p
@@ -164,8 +166,8 @@ def rule_error(rnd: AttackRound, honest: Tensor, message: Tensor) -> float:
     return value if math.isfinite(value) else math.inf
 
 
-def line_maximise(objective, *, evaluations: int = 20, start: float = 0.0, delta: float = 10.0,
-                  ratio: float = 0.8) -> float:
+def line_maximise(objective: Callable[[float], float], *, evaluations: int = 20,
+                  start: float = 0.0, delta: float = 10.0, ratio: float = 0.8) -> float:
     """The bounded line search of ByzFL's optimal attacks (``Optimal_ALittleIsEnough``,
     ``Optimal_InnerProductManipulation``, version 0.0.11; our own code): at most ``evaluations``
     values of ``objective``. Expansion: from x = start, try x + delta, doubling delta after
