@@ -212,3 +212,17 @@ def test_bad_direction_is_a_one_line_error():
 def test_optimal_attacks_need_the_rule():
     with pytest.raises(ValueError, match="rule="):
         make_attack("optimal_alie")(honest_rows(), n_byzantine=1, n_total=10)
+
+
+def test_run_command_refuses_ipm_with_a_negative_strength_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from robusttune.cli import app
+
+    out = tmp_path / "helper"
+    result = CliRunner().invoke(app, ["run", "--set", "attack=ipm", "--set", "attack_strength=-1",
+                                      "--set", "byzantine_fraction=0.2", "--out", str(out)])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "attack_strength must be >= 0" in lines[0]
+    assert not out.exists()  # no half-written run folder
