@@ -110,7 +110,7 @@ class RunSpec(RunSchema):
     def aggregator_params(self) -> dict[str, Any]:
         """The knobs a rule may take, spelled as RunSpec keys."""
         keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_iters", "gm_iters", "bucket_size",
-                "swb_chunk", "swb_views", "swb_rotation", "median_even", "seed")
+                "pre_aggregator", "swb_chunk", "swb_views", "swb_rotation", "median_even", "seed")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -128,6 +128,11 @@ def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
     for key, registry in (("model", MODELS), ("attack", ATTACKS)):
         if key in values:
             _known(key, values[key], registry)
+    strength = values.get("attack_strength")
+    if isinstance(strength, (int, float)) and not isinstance(strength, bool):
+        # a strength outside the attack's meaningful range (IPM's eps < 0 sends +mu) is a
+        # configuration error: found here, before any run folder or progress line exists
+        ATTACKS[values.get("attack", "none")](attack_strength=strength)
     values["method"] = _label(algorithm, aggregator, values.get("method"))
 
     beta = values.get("byzantine_fraction", 0.0)

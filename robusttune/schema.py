@@ -123,6 +123,8 @@ class RunSchema(BaseModel):
     # `inputs` = every row the rule aggregates (all N cached rows under state_cache and demoa),
     # `sample` = this round's sampled messages (how the SWB-DM grid ran ALIE and IPM).
     attack_scope: Literal["inputs", "sample"] = "inputs"
+    # MinMax / MinSum's perturbation p (m = mu + gamma p): -std, -unit mean or -sign of the mean
+    attack_direction: Literal["std", "unit", "sign"] = "std"
     method: OptionalStr = None
     algorithm: str = "fedavg"
     aggregator: str = "mean"
@@ -132,6 +134,9 @@ class RunSchema(BaseModel):
     cclip_iters: Annotated[Int, Field(ge=1)] = 1
     gm_iters: Annotated[Int, Field(ge=1)] = 10
     bucket_size: Annotated[Int, Field(ge=0)] = 0
+    # a pre-aggregation in front of the rule (and its buckets): nearest-neighbour mixing
+    # (Allouah et al., AISTATS 2023) or adaptive robust clipping (Allouah et al., ICLR 2025)
+    pre_aggregator: Literal["none", "nnm", "arc"] = "none"
     swb_chunk: Annotated[Int, Field(ge=1)] = 512
     swb_views: Annotated[Int, Field(ge=1)] = 2
     swb_rotation: Literal["haar", "shared", "hadamard"] = "haar"

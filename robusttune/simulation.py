@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import torch
 from torch import Tensor
 
-from robusttune.aggregators import make_rule
+from robusttune.aggregators import Aggregator, make_rule
 from robusttune.algorithms import RoundPlan, RoundState, ServerAlgorithm, make_algorithm
 from robusttune.attacks import Attack, make_attack
 from robusttune.config import RunSpec
@@ -79,7 +79,8 @@ def client_seed(seed: int, round_index: int, client: int) -> int:
 
 
 def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundState,
-                       model: Tensor, *, scope: str, generator: torch.Generator | None) -> Tensor:
+                       model: Tensor, *, scope: str, generator: torch.Generator | None,
+                       rule: Aggregator | None = None, rule_f: int | None = None) -> Tensor:
     """The round's messages: ``state.honest`` with the sampled Byzantine clients' rows replaced
     by what ``attack`` crafts (a new tensor; ``state.honest`` stays what they honestly computed).
 
@@ -87,7 +88,8 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     the honest rows of the aggregator's input as it will be after this round (all N cached rows
     under a cache algorithm), n = its row count and f = its Byzantine rows; ``sample`` takes the
     round's honest messages, n = the sample size and f = the Byzantine clients sampled. Each
-    Byzantine client's ``own`` is its honest message, built from its own honest state."""
+    Byzantine client's ``own`` is its honest message, built from its own honest state.
+    A ``needs_rule`` attack is handed ``rule`` (the deployed rule) and ``rule_f`` (its f)."""
     sample, honest = state.sample, state.honest
     view = None
     if attack.needs_cache or (scope == "inputs" and algorithm.aggregates_cache):
@@ -102,6 +104,8 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     context: dict[str, Any] = {}
     if attack.needs_cache:
         context = {"cache": view.rows, "cache_byzantine": view.byzantine}
+    if attack.needs_rule:
+        context.update(rule=rule, rule_f=rule_f)
     malicious = attack(reference, n_byzantine=sample.n_byzantine, n_total=n_total, f=f,
                        n_sampled=sample.size, own=honest.index_select(0, sample.byzantine_rows),
                        generator=generator, **context)
@@ -158,7 +162,8 @@ class Simulation:
         self.noise_rng = torch.Generator(device=self.device).manual_seed(spec.seed + 1)
         self.byzantine = byzantine_clients(spec)
 
-        self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength)
+        self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength,
+                                  attack_direction=spec.attack_direction)
         self.client_x = self.data.client_x
         self.client_y = [
             self.attack.poison_labels(y, self.num_classes) if bool(self.byzantine[i]) else y
@@ -221,8 +226,11 @@ class Simulation:
         state = self.algorithm.begin_round(sample, local, self.params, plan)
         messages = state.honest
         if n_byzantine and not self.attack.data_side and self.attack.name != "none":
+            # the rule's input is the round's sample, or all N rows under a cache
+            n_inputs = spec.clients if self.algorithm.aggregates_cache else n_sampled
             messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
-                                          scope=spec.attack_scope, generator=self.noise_rng)
+                                          scope=spec.attack_scope, generator=self.noise_rng,
+                                          rule=self.aggregator, rule_f=spec.assumed_f(n_inputs))
         # read back with the record's other figures, not here in the middle of the round
         bad_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 

@@ -22,6 +22,8 @@ from robusttune.registry import SpecError
 PARAMS = {
     "swb": {"swb_chunk": 8, "trim_ratio": 0.2},
     "bucketing": {"inner": "median", "bucket_size": 2},
+    "nnm": {"inner": "median"},
+    "arc": {"inner": "median"},
 }
 
 
@@ -65,7 +67,7 @@ def test_shape_dtype_device_and_order_invariance(name, device, dtype):
 def test_registry_has_every_design_name():
     assert set(AGGREGATORS.names()) == {
         "mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "geometric_median",
-        "cclip", "fltrust", "swb", "bucketing"}
+        "cclip", "fltrust", "swb", "bucketing", "nnm", "arc"}
 
 
 @given(n=st.integers(1, 9), d=st.integers(1, 20), f=st.integers(0, 9),

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
+from robusttune.aggregators import make_rule
 from robusttune.attacks import ATTACKS, alie_z, alie_z_swbdm, make_attack
 from robusttune.registry import SpecError
 
@@ -30,6 +31,10 @@ def honest64() -> torch.Tensor:
 
 
 def call(name: str, honest: torch.Tensor, n_byzantine: int, n_total: int, **ctx):
+    """The attack with its context; a rule-aware one is handed the median (told f = 1) unless the
+    case names a rule, as the round loop hands it the deployed rule."""
+    if ATTACKS[name].needs_rule:
+        ctx = {"rule": make_rule("median"), "rule_f": 1, **ctx}
     return make_attack(name)(honest, n_byzantine=n_byzantine, n_total=n_total, **ctx)
 
 

@@ -650,15 +650,21 @@ def test_the_default_map_has_every_method_at_every_regime():
     min_client_rounds rounds per client."""
     from robusttune.config import RunSpec
 
+    from robusttune.attacks import ATTACKS
+
     plan = load_plan(Path(__file__).resolve().parent.parent / "search_spaces" / "breakdown.yaml")
-    methods = {c["method"] for c in plan.cells}
+    # a method is its rule behind its pre-aggregation: NNM in front of median, Krum and CCLIP
+    methods = {(c["method"], c.as_dict().get("pre_aggregator", "none")) for c in plan.cells}
     attacks = {c["attack"] for c in plan.cells}
     regimes = {(0.1, "fixed"), (0.1, "bernoulli"), (0.5, "fixed"), (0.5, "bernoulli"),
                (1.0, "fixed")}
-    found = {(c["method"], c["attack"], c["participation"], c["participation_mode"])
-             for c in plan.cells}
-    assert found == {(m, a, p, mode) for m in methods for a in attacks for p, mode in regimes}
-    assert len(plan.cells) == len(found) and len(methods) == 17
+    found = {(c["method"], c.as_dict().get("pre_aggregator", "none"), c["attack"],
+              c["participation"], c["participation_mode"]) for c in plan.cells}
+    assert found == {(*m, a, p, mode) for m in methods for a in attacks for p, mode in regimes}
+    assert len(plan.cells) == len(found) and len(methods) == 20
+    assert {m for m, pre in methods if pre == "nnm"} == {"median", "krum", "cclip"}
+    # every attack of the default worst case is mapped
+    assert attacks == {name for name in ATTACKS if ATTACKS[name].default_adversary}
     assert plan.min_client_rounds is not None
     for cell in plan.cells:
         spec = RunSpec.from_dict({**plan.base, **cell.as_dict()})

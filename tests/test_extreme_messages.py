@@ -28,6 +28,8 @@ OFFSET = 3.0  # honest rows ~ N(3, 1): FLTrust's reference (their mean) has posi
 PARAMS = {
     "swb": {"trim_ratio": 0.25, "swb_chunk": 8},
     "bucketing": {"inner": "median", "bucket_size": 2},  # ceil(11/2) = 6 buckets: 2f < 6
+    "nnm": {"inner": "median"},
+    "arc": {"inner": "median"},
 }
 KINDS = ("max", "1e20", "+inf", "-inf", "nan", "mix")
 # f bad rows: first, middle, last, spread (single bad rows are tried at every position).

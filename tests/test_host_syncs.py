@@ -76,6 +76,8 @@ def device_paths(monkeypatch):
 RULE_PARAMS: dict[str, dict[str, Any]] = {
     "swb": {"swb_chunk": 8, "trim_ratio": 0.25},
     "bucketing": {"bucket_size": 2},
+    "nnm": {"inner": "median"},
+    "arc": {"inner": "krum"},
 }
 INNER_OF_BUCKETING = ("mean", "krum", "bulyan", "geometric_median", "cclip", "fltrust", "swb")
 N, F = 11, 2

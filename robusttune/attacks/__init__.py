@@ -49,7 +49,17 @@ ipm, ipm_swbdm  own only when h == 0
 mimic           own only when h == 0
 cache_alie      cache, cache_byzantine (``needs_cache``); without them plain ALIE
 strategic_skip  n_sampled (the number SAMPLED this round), own (required when honest-looking)
+minmax, minsum  own only when h == 0 (``attack_direction``: std, unit or sign)
+fang_trmean     generator; own only when h == 0
+fang_krum       rule_f (``needs_rule``); own only when h == 0
+optimal_alie    rule, rule_f (``needs_rule``: the deployed rule, evaluated 20 times a round)
+optimal_ipm     as optimal_alie
 =============== ============================================================================
+
+Rule-aware attacks (``rule_aware``, ``fang``) choose their message against the deployed rule
+every round; their strength is searched, not scaled, so they have no ladder.
+``default_adversary``: whether the attack belongs to a cell's default worst case (sign flip,
+IPM and the rule-aware attacks).
 
 ``needs_own`` says whether the attack's output depends on ``own`` when honest rows exist.
 """
@@ -60,7 +70,7 @@ from __future__ import annotations
 from typing import Any
 
 # importing the families registers their attacks
-from robusttune.attacks import cache, simple, statistical  # noqa: F401
+from robusttune.attacks import cache, fang, rule_aware, simple, statistical  # noqa: F401
 from robusttune.attacks.base import ATTACKS, Attack, AttackRound
 from robusttune.attacks.statistical import alie_z, alie_z_swbdm
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from robusttune.registry import Registry, SpecError
 from robusttune.schema import RUNSPEC_KEYS
+
+if TYPE_CHECKING:
+    from robusttune.aggregators import Aggregator
 
 ATTACKS: Registry[type["Attack"]] = Registry("attack", RUNSPEC_KEYS)
 
@@ -28,6 +32,8 @@ class AttackRound:
     cache: Tensor | None               # [N, d] the aggregator's whole input, fresh and cached
     cache_byzantine: Tensor | None     # [N] bool, True on Byzantine rows of ``cache``
     generator: torch.Generator | None
+    rule: "Aggregator | None" = None   # the deployed rule (``needs_rule`` attacks)
+    rule_f: int | None = None          # the f that rule is told this round
 
     @property
     def h(self) -> int:
@@ -78,8 +84,12 @@ class Attack:
     data_side: bool = False
     needs_cache: bool = False
     needs_own: bool = False
+    needs_rule: bool = False
+    default_adversary: bool = False
     default_strength: float = 1.0
     min_strength: float | None = None  # smallest allowed attack_strength (None: any finite value)
+    # what a strength below min_strength would do, for the error line (IPM's eps < 0 sends +mu)
+    why_min_strength: str = ""
     # The strengths a worst-case breakdown map tries (each attack documents why its ladder ends
     # where it does); empty: the attack has no strength to scale (none, label_flip, mimic).
     strength_ladder: tuple[float, ...] = ()
@@ -96,8 +106,9 @@ class Attack:
             raise SpecError(f"attack_strength must be a finite number for attack {self.name!r}; "
                             f"got {strength}")
         if self.min_strength is not None and strength < self.min_strength:
+            why = f" ({self.why_min_strength})" if self.why_min_strength else ""
             raise SpecError(f"attack_strength must be >= {self.min_strength:g} for attack "
-                            f"{self.name!r}; got {strength}")
+                            f"{self.name!r}; got {strength:g}{why}")
         self.strength = strength
 
     def __repr__(self) -> str:
@@ -109,7 +120,8 @@ class Attack:
     def __call__(self, honest: Tensor, *, n_byzantine: int, n_total: int, own: Tensor | None = None,
                  f: int | None = None, cache: Tensor | None = None,
                  cache_byzantine: Tensor | None = None,
-                 generator: torch.Generator | None = None, n_sampled: int | None = None) -> Tensor:
+                 generator: torch.Generator | None = None, n_sampled: int | None = None,
+                 rule: "Aggregator | None" = None, rule_f: int | None = None) -> Tensor:
         if honest.ndim != 2:
             raise ValueError(f"attack {self.name!r}: honest must be [h, d]; got shape {tuple(honest.shape)}")
         d = honest.shape[1]
@@ -131,7 +143,8 @@ class Attack:
             return honest.new_empty((0, d))
         n_sampled = n_total if n_sampled is None else int(n_sampled)
         out = self.craft(AttackRound(honest, n_byzantine, n_total, n_sampled, own,
-                                     None if f is None else int(f), cache, cache_byzantine, generator))
+                                     None if f is None else int(f), cache, cache_byzantine, generator,
+                                     rule, None if rule_f is None else int(rule_f)))
         return out.to(device=honest.device, dtype=honest.dtype)
 
     def craft(self, rnd: AttackRound) -> Tensor:

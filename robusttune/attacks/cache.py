@@ -67,6 +67,8 @@ class StrategicSkip(Attack):
 
     needs_own = True
     default_strength = 10.0
+    min_strength = 0.0
+    why_min_strength = "s < 0 sends +|s| mu in its striking rounds, an honest helper"
     strength_ladder = (1.0, 10.0, 100.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:

@@ -49,6 +49,9 @@ class SignFlip(Attack):
     """
 
     needs_own = True
+    default_adversary = True
+    min_strength = 0.0
+    why_min_strength = "s < 0 sends +|s| own, an honest helper"
     strength_ladder = (1.0, 3.0, 10.0, 100.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
@@ -70,8 +73,11 @@ class BitFlip(SignFlip):
     Equivalent to ``sign_flip`` in this package: the same formula and knob, kept as a separate
     name so that the DeMoA experiments (where messages are momenta, so the Byzantine client sends
     its negated honest momentum) and the SWB-DM ones keep their papers' names. The name "bit
-    flipping" refers to flipping the sign bit of every float, not to random bit errors.
+    flipping" refers to flipping the sign bit of every float, not to random bit errors. Not in
+    the default worst case: it is ``sign_flip`` there already.
     """
+
+    default_adversary = False
 
 
 @ATTACKS.register("gaussian")

@@ -78,6 +78,9 @@ class IPM(Attack):
     """
 
     default_strength = 0.1
+    default_adversary = True
+    min_strength = 0.0
+    why_min_strength = "eps < 0 sends +|eps| mu, an honest helper"
     strength_ladder = (0.1, 1.0, 10.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:
@@ -135,6 +138,8 @@ class IPMSWBDM(Attack):
     ``ipm``'s is.
     """
 
+    min_strength = 0.0
+    why_min_strength = "s < 0 sends the norm-matched +mu, an honest helper"
     strength_ladder = (1.0, 10.0, 100.0, 1000.0)
 
     def craft(self, rnd: AttackRound) -> Tensor:

@@ -103,7 +103,8 @@ def preflight(spec: SweepSpec, *, joined: bool = False,
     for run in rule_runs:
         try:
             make_rule(run.aggregator, **run.aggregator_params())
-            make_attack(run.attack, attack_strength=run.attack_strength)
+            make_attack(run.attack, attack_strength=run.attack_strength,
+                        attack_direction=run.attack_direction)
         except SpecError as error:
             where = _label(run, ("aggregator", "attack"))
             raise SpecError(f"{spec.source}: pre-flight ({where}): {error}") from None
