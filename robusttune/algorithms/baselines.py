@@ -12,12 +12,11 @@ from torch import Tensor
 from robusttune.algorithms.base import (ALGORITHMS, AggregatorInput, RoundPlan, RoundState,
                                         ServerAlgorithm)
 from robusttune.sampling import Sample
+from robusttune.schema import RunSchema
 from robusttune.training import client_gradients, train_clients
 
 if TYPE_CHECKING:
     from torch import nn
-
-    from robusttune.config import RunSpec
 
 
 @ALGORITHMS.register("fedsgd")
@@ -37,7 +36,7 @@ class FedSGD(ServerAlgorithm):
     rule_overridable = True
     methods = {"fedsgd": "mean"}
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.last_aggregate = torch.zeros_like(initial)
@@ -92,7 +91,7 @@ class FedCMXu(ServerAlgorithm):
     rule_overridable = True
     methods = {"fedcm_xu": "mean"}
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.delta = torch.zeros_like(initial)
@@ -223,7 +222,7 @@ class ByzVRMarinaPP(ServerAlgorithm):
     # DeMoA's main comparison runs every method with CCLIP (its experiments); any rule may be given
     methods = {"byz_vr_marina_pp": "cclip"}
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.estimate: Tensor | None = None  # g^k; None until the first (full) round

@@ -3,7 +3,7 @@ minibatch gradient; a Byzantine client keeps its honest momentum apart (`Byzanti
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -12,9 +12,7 @@ from robusttune.algorithms.base import (ALGORITHMS, AggregatorInput, AttackView,
                                         RoundState, ServerAlgorithm, _with_round)
 from robusttune.caches import ByzantineMomenta, MomentumCache
 from robusttune.sampling import Sample
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
+from robusttune.schema import RunSchema
 
 
 class _MomentumAlgorithm(ServerAlgorithm):
@@ -35,7 +33,7 @@ class _MomentumAlgorithm(ServerAlgorithm):
     # DeMoA (Sec. 3) aggregates the n clients' momenta with a (delta, c)-robust rule, one vote each
     default_weights = "uniform"
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         zeros = torch.zeros_like(initial)
