@@ -105,8 +105,8 @@ class RunSpec(RunSchema):
 
     def aggregator_params(self) -> dict[str, Any]:
         """The knobs a rule may take, spelled as RunSpec keys."""
-        keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_iters", "gm_iters", "bucket_size",
-                "swb_chunk", "swb_views", "swb_rotation", "median_even", "seed")
+        keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_scale", "cclip_iters", "gm_iters",
+                "bucket_size", "swb_chunk", "swb_views", "swb_rotation", "median_even", "seed")
         return {k: getattr(self, k) for k in keys}
 
 

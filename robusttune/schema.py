@@ -113,7 +113,12 @@ class RunSchema(BaseModel):
     aggregator: str = "mean"
     trim_ratio: optional_finite(ge=0, lt=0.5) = None
     krum_m: optional_int(ge=1) = None
-    cclip_tau: Annotated[Finite, Field(gt=0)] = 10.0
+    # CCLIP's radius r (Karimireddy et al., 2021): `median_distance` = cclip_tau times the lower
+    # median of the inputs' distances to the centre (the inputs' own scale: momenta, MARINA's
+    # clipped differences and trained states alike); `absolute` = cclip_tau itself. tau = 1
+    # clips every row beyond the median distance to it (see aggregators/distance.py).
+    cclip_scale: Literal["median_distance", "absolute"] = "median_distance"
+    cclip_tau: Annotated[Finite, Field(gt=0)] = 1.0
     cclip_iters: Annotated[Int, Field(ge=1)] = 1
     gm_iters: Annotated[Int, Field(ge=1)] = 10
     bucket_size: Annotated[Int, Field(ge=0)] = 0
