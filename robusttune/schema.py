@@ -106,8 +106,10 @@ class RunSchema(BaseModel):
     attack_strength: optional_finite() = None
     # What the omniscient attacker computes its statistics over (mu, sigma, ALIE's n and f):
     # `inputs` = every row the rule aggregates (all N cached rows under state_cache and demoa),
-    # `sample` = this round's sampled messages (how the SWB-DM grid ran ALIE and IPM).
-    attack_scope: Literal["inputs", "sample"] = "inputs"
+    # `sample` = this round's sampled messages (how the SWB-DM grid ran ALIE and IPM);
+    # `population` = the rows of `inputs`, but ALIE's n and f are the run's N and B Byzantine
+    # clients, the same under every algorithm (DeMoA's comparison; the epfml code).
+    attack_scope: Literal["inputs", "sample", "population"] = "inputs"
     method: OptionalStr = None
     algorithm: str = "fedavg"
     aggregator: str = "mean"
