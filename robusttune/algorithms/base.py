@@ -109,6 +109,13 @@ class ServerAlgorithm:
         self.num_clients = spec.clients
         self.sample_counts = sample_counts.to(initial.device, torch.float32)
 
+    @classmethod
+    def variant(cls, spec: RunSchema) -> type["ServerAlgorithm"]:
+        """The class that runs ``spec`` under this entry's name: itself, unless a named option of
+        the algorithm selects another form of it (``marina_variant``). The resolver reads the
+        registry entry's attributes whichever class runs."""
+        return cls
+
     def weights(self, counts: Tensor) -> Tensor | None:
         """The rule's weights for inputs from clients with sample ``counts``: the counts, or None
         (unweighted) under ``aggregate_weights: uniform``."""
@@ -185,4 +192,5 @@ def make_algorithm(spec: RunSchema, initial: Tensor, sample_counts: Tensor,
     ``byzantine``: bool[N], which clients are Byzantine (None: nobody)."""
     if byzantine is None:
         byzantine = torch.zeros(spec.clients, dtype=torch.bool)
-    return ALGORITHMS[spec.algorithm](spec, initial, sample_counts, byzantine.to(initial.device))
+    built = ALGORITHMS[spec.algorithm].variant(spec)
+    return built(spec, initial, sample_counts, byzantine.to(initial.device))
