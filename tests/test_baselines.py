@@ -1,4 +1,4 @@
-"""DeMoA's comparison (arXiv 2509.02970, experiments): FedAvg as FedSGD, FedCM as DeMoA runs it and
+"""DeMoA's comparison (arXiv 2509.02970, experiments): FedAvg as FedSGD, client momenta over the sample (`fedcm`) and
 as Xu et al. publish it, and Byz-VR-MARINA-PP, each against a two-round sequence computed by
 hand (numbers a reader can check on paper)."""
 
