@@ -231,8 +231,8 @@ class ClippedMomentumMarina(_MomentumAlgorithm):
     by at most lambda_k under a rule in the inputs' convex hull. Round 1 is a full round (every
     client's first momentum alpha grad f_i(x^0), g^0 = Agg of them, unclipped): from g = 0 the
     level would be 0 and nothing would move. There is no coin after it (the heuristic has no
-    full-participation rounds; ``marina_p`` is Algorithm 1's). The CCLIP centre of a clipped
-    round is 0 (the inputs are differences), of round 1 also 0.
+    full-participation rounds; ``marina_p`` and ``marina_compressor`` are Algorithm 1's). The
+    CCLIP centre of a clipped round is 0 (the inputs are differences), of round 1 also 0.
 
     alpha = ``demoa_alpha``, alpha_lambda = :func:`clip_multiplier` (``marina_clip_multiplier``,
     else 1, the authors' level ||g^k||; their grid {0.1, 1, 10, 100}, measured in schema.py),
