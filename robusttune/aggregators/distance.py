@@ -210,10 +210,11 @@ class CenteredClipping(Aggregator):
       states), and cannot be set by the Byzantine rows while they are fewer than half: each of
       them moves v by at most tau / n times an honest row's distance. Karimireddy et al.'s
       analysis sets tau from the honest rows' spread, which the server does not know; the median
-      distance is a robust estimate of that scale it can compute. A NaN distance counts as infinitely far; with no
-      finite median (half the rows or more non-finite) r = 0 and v stays. While more than half the
-      rows sit at v (DeMoA's zero momenta before half the clients were sampled) r = 0 too: the
-      rule moves once the majority of its inputs carries a signal.
+      distance is a robust estimate of that scale it can compute. A NaN distance counts as
+      infinitely far; with no finite median (more than half the rows non-finite) r = 0 and v
+      stays. While half the rows or more sit at v (DeMoA's zero momenta before half the clients
+      were sampled; the lower median of an even count) r = 0 too: the rule moves once most of
+      its inputs carry a signal.
     - ``absolute``: r = tau, Karimireddy et al.'s fixed radius: the plain mean for inputs far
       inside it (tau = 10 over MARINA's differences clipped at lambda << 10), and a clip of every
       honest row for inputs far outside it.

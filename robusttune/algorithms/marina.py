@@ -37,7 +37,7 @@ def clip_multiplier(spec: RunSchema) -> float:
 
 def marina_probability(spec: RunSchema, sample_counts: Tensor) -> float:
     """p, the probability of a full-participation round: ``marina_p`` when given, else the
-    paper's rule (Malinovsky et al., Sec. 4, Corollary of Theorem 4.1)
+    paper's rule (Malinovsky et al., Sec. 4)
 
         p = min{C/n, b/m, zeta_Q/d},
 
@@ -46,7 +46,7 @@ def marina_probability(spec: RunSchema, sample_counts: Tensor) -> float:
     the clients' sample counts, the sizes being unequal under a Dirichlet split), zeta_Q/d the
     share of coordinates rand_k keeps (1 without a compressor). The three terms keep a full
     round's expected cost (messages, gradient evaluations, coordinates) at a partial round's.
-    Example: N = 25, C = 12.5 (p = 0.5), b = 16, m = 1437 / 25 = 57.5 -> p = 0.278."""
+    Example: N = 25, participation 0.5 (C = 12), b = 16, m = 1437 / 25 = 57.5 -> p = 0.278."""
     if spec.marina_p is not None:
         return spec.marina_p
     mean_size = float(sample_counts.double().mean()) if sample_counts.numel() else 0.0
@@ -129,11 +129,12 @@ class ByzVRMarinaPP(ServerAlgorithm):
     modified version of Byz-VR-MARINA-PP (where ... variance reduction is replaced by momentum
     averaging)": the paper's heuristic extension, its eq. (10), on robust momentum SGD. That is
     ``marina_variant: clipped_momentum`` (:class:`ClippedMomentumMarina`, which this registry
-    entry builds for it); this class is the published Algorithm 1. The coin is drawn every
-    round from the run's sampling stream. Rounds map as: this round's model is x^{k+1}, ``anchor`` is x^k; a round
-    that aggregates nothing (empty Bernoulli draw, or ``guarded`` refusal) changes neither, so
-    the next round computes the same differences again. Clients keep no state of their own
-    (the server holds g and x^k), so a Byzantine client's honest message needs no cache.
+    entry builds for it); this class is the published Algorithm 1. The coin is drawn every round
+    from the run's sampling stream. Rounds map as: this round's model is x^{k+1}, ``anchor`` is
+    x^k; a round that aggregates nothing (empty Bernoulli draw, or ``guarded`` refusal) changes
+    neither, so the next round computes the same differences again. Clients keep no state of
+    their own (the server holds g and x^k), so a Byzantine client's honest message needs no
+    cache.
     """
 
     trains_locally = False
@@ -282,4 +283,5 @@ class ClippedMomentumMarina(_MomentumAlgorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         estimate = state["estimate"]
-        self.estimate = None if estimate is None else estimate.to(self.last_aggregate.device).clone()
+        device = self.last_aggregate.device
+        self.estimate = None if estimate is None else estimate.to(device).clone()
