@@ -2,11 +2,11 @@
 
 A sweep's grid axes are RunSpec keys (a joint axis sets several together), and every run keeps its
 resolved RunSpec, so the axes are read back from the runs: the keys whose values differ between
-them. Many differ only because another does: algorithm and aggregator follow ``method``, a
-resolved ``marina_p`` follows ``participation``, ``demoa_alpha`` set with ``participation`` in a
-joint axis follows it, ``byzantine_fraction`` follows ``attack`` when the clean runs are the only
-ones at 0. A table indexed by all of them repeats itself, so `varying_axes` keeps a key only where
-the keys kept before it (in `AXIS_ORDER`, then alphabetically) do not already fix its value: key k
+them. Many differ only because another does: algorithm and aggregator follow ``method``, an
+explicit ``marina_p`` or ``demoa_alpha`` set with ``participation`` in a joint axis follows it,
+``byzantine_fraction`` follows ``attack`` when the clean runs are the only ones at 0. A table
+indexed by all of them repeats itself, so `varying_axes` keeps a key only where the keys kept
+before it (in `AXIS_ORDER`, then alphabetically) do not already fix its value: key k
 is dropped when every group of runs that agrees on the kept keys has one value of k.
 
 ``seed`` is never an axis: a cell is a mean over its seeds (`seed_table` gives the spread).

@@ -109,8 +109,9 @@ class RunSpec(RunSchema):
 
     def aggregator_params(self) -> dict[str, Any]:
         """The knobs a rule may take, spelled as RunSpec keys."""
-        keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_iters", "gm_iters", "bucket_size",
-                "pre_aggregator", "swb_chunk", "swb_views", "swb_rotation", "median_even", "seed")
+        keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_scale", "cclip_iters", "gm_iters",
+                "bucket_size", "pre_aggregator", "swb_chunk", "swb_views", "swb_rotation",
+                "median_even", "seed")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -143,30 +144,10 @@ def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
     if values.get("aggregate_weights", "auto") == "auto":
         # the algorithm's paper default: FedAvg weighs by n_i, the robust-gradient papers do not
         values["aggregate_weights"] = ALGORITHMS[algorithm].default_weights
-    if algorithm == "byz_vr_marina_pp" and values.get("marina_p") is None:
-        values["marina_p"] = _marina_p(values)
     if values.get("trim_ratio") is None:
         values["trim_ratio"] = AGGREGATORS[aggregator].calibrated_trim_ratio(
             values["assumed_byzantine_fraction"])
     return values
-
-
-def _marina_p(values: dict[str, Any]) -> float:
-    """Byz-VR-MARINA-PP's full-round probability when not given: p = min{C/N, zeta_Q/d}, C the
-    expected partial-round sample size and zeta_Q/d the share of coordinates rand_k keeps
-    (Malinovsky et al., Section 4: p = min{C/n, b/m, zeta_Q/d} keeps a round's expected cost at
-    O(C) messages of O(zeta_Q) coordinates; the b/m term, which balances oracle calls, needs
-    the clients' data sizes and is left to an explicit ``marina_p``)."""
-    schema = RunSchema.model_fields
-    clients = values.get("clients", schema["clients"].default)
-    probe = RunSchema(clients=clients,
-                      participation=values.get("participation", schema["participation"].default),
-                      sample_size=values.get("sample_size"))
-    p = min(1.0, probe.expected_sample_size / clients)
-    if values.get("marina_compressor", schema["marina_compressor"].default) == "rand_k":
-        p = min(p, float(values.get("marina_compress_ratio",
-                                    schema["marina_compress_ratio"].default)))
-    return p
 
 
 def _known(key: str, value: Any, registry: Any) -> None:

@@ -42,7 +42,8 @@ SUMMARY_KEYS = ("final_accuracy", "final_loss", "collapsed", "rounds_run",
                 "mean_honest_input_spread")
 # The paper's column order; other methods follow alphabetically.
 METHOD_ORDER = ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm",
-                "delayed_momentum", "demoa", "fedsgd", "fedcm", "fedcm_xu", "byz_vr_marina_pp")
+                "delayed_momentum", "demoa", "fedsgd", "fedavgm", "fedcm", "fedcm_xu",
+                "byz_vr_marina_pp")
 IDENTITY = ("dataset", "method", "attack", "byzantine_fraction", "participation", "seed")
 
 

@@ -87,20 +87,26 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
     The attacker's statistics come from ``scope`` (RunSpec ``attack_scope``): ``inputs`` takes
     the honest rows of the aggregator's input as it will be after this round (all N cached rows
     under a cache algorithm), n = its row count and f = its Byzantine rows; ``sample`` takes the
-    round's honest messages, n = the sample size and f = the Byzantine clients sampled. Each
-    Byzantine client's ``own`` is its honest message, built from its own honest state.
+    round's honest messages, n = the sample size and f = the Byzantine clients sampled;
+    ``population`` takes the rows of ``inputs`` with n = N clients and f = B Byzantine clients
+    (the run's, ``spec.clients`` and ``spec.n_byzantine``), so ALIE's z is the same under every
+    algorithm (DeMoA's comparison, like the epfml code its attacks follow, uses the global n and
+    f). Each Byzantine client's ``own`` is its honest message, built from its own honest state.
     A ``needs_rule`` attack is handed ``rule`` (the deployed rule) and ``rule_f`` (its f)."""
     sample, honest = state.sample, state.honest
+    over_inputs = scope in ("inputs", "population")
     view = None
-    if attack.needs_cache or (scope == "inputs" and algorithm.aggregates_cache):
+    if attack.needs_cache or (over_inputs and algorithm.aggregates_cache):
         view = algorithm.attack_view(state, model)
-    if scope == "inputs" and view is not None:
+    if over_inputs and view is not None:
         rows = (~view.byzantine).nonzero().flatten().to(view.rows.device, non_blocking=True)
         reference = view.rows.index_select(0, rows)
         n_total, f = view.rows.shape[0], int(view.byzantine.sum())
     else:
         reference = honest.index_select(0, sample.honest_rows)
         n_total, f = sample.size, sample.n_byzantine
+    if scope == "population":
+        n_total, f = algorithm.spec.clients, algorithm.spec.n_byzantine
     context: dict[str, Any] = {}
     if attack.needs_cache:
         context = {"cache": view.rows, "cache_byzantine": view.byzantine}

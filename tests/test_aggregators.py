@@ -227,13 +227,53 @@ def test_geometric_median_first_step_starts_at_the_coordinate_wise_median():
 def test_cclip_one_iteration_by_formula():
     x = t([[3.0, 4], [0, 1]])
     # v = 0, tau = 2: (3,4) has norm 5 -> (1.2, 1.6); (0,1) is kept; mean -> (0.6, 1.3)
-    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=2.0)(x), t([0.6, 1.3]))
+    fixed = make_aggregator("cclip", cclip_tau=2.0, cclip_scale="absolute")
+    torch.testing.assert_close(fixed(x), t([0.6, 1.3]))
     # v = (1,1): x - v = (2,3), norm sqrt(13) -> (2,3) * 2/sqrt(13); (-1,0) kept
     s = 2 / math.sqrt(13)
     expected = t([1 + (2 * s - 1) / 2, 1 + (3 * s + 0) / 2])
-    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=2.0)(x, previous=t([1.0, 1])), expected)
+    torch.testing.assert_close(fixed(x, previous=t([1.0, 1])), expected)
     # a message at v contributes nothing (0 / 0 is not NaN)
     assert make_aggregator("cclip")(t([[1.0, 1]]), previous=t([1.0, 1])).tolist() == [1.0, 1.0]
+
+
+def test_cclip_median_distance_radius_by_formula():
+    # v = 0, distances 5, 1, 2, 100, 0 -> lower median 2 (sorted 0 1 2 5 100), tau = 1: r = 2.
+    # (3,4) -> (1.2, 1.6); (0,1), (0,2) kept; (100,0) -> (2, 0); (0,0) adds 0.
+    # mean of five: ((1.2 + 2) / 5, (1.6 + 1 + 2) / 5) = (0.64, 0.92)
+    x = t([[3.0, 4], [0, 1], [0, 2], [100, 0], [0, 0]])
+    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=1.0)(x), t([0.64, 0.92]))
+    # tau = 0.5: r = 1: (0.6, 0.8), (0, 1), (0, 1), (1, 0), 0 -> (1.6 / 5, 2.8 / 5)
+    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=0.5)(x), t([0.32, 0.56]))
+    # the radius follows the scale: the same inputs times 1e-3 give the same answer times 1e-3
+    torch.testing.assert_close(make_aggregator("cclip")(x * 1e-3), t([0.64e-3, 0.92e-3]))
+    # a fixed tau = 10 is the plain mean of inputs of scale 1e-3 (all inside the radius)
+    small = x * 1e-3
+    loose = make_aggregator("cclip", cclip_tau=10.0, cclip_scale="absolute")
+    torch.testing.assert_close(loose(small), small.mean(0))
+    # two iterations: v_1 = (0.64, 0.92); distances to v_1 recomputed, median of them again
+    v1 = t([0.64, 0.92])
+    d = torch.linalg.vector_norm(x - v1, dim=1)
+    r = d.sort().values[2]
+    expected = v1 + (torch.clamp(r / d, max=1.0)[:, None] * (x - v1)).sum(0) / 5
+    torch.testing.assert_close(make_aggregator("cclip", cclip_iters=2)(x), expected)
+
+
+def test_cclip_median_radius_holds_while_byzantine_rows_are_a_minority():
+    # 3 honest rows near (1, 0), 2 huge ones, v = 0: distances 1, 1.1, 0.9, 1e6, 1e6, median
+    # 1.1 (an honest one): the honest rows are kept, each huge row is cut to length 1.1:
+    # ((1 + 1.1 + 0.9 - 1.1, 1.1) / 5) = (0.38, 0.22); under a fixed tau = 10 they pull 10 each
+    honest = t([[1.0, 0], [1.1, 0], [0.9, 0]])
+    x = torch.cat([honest, t([[-1e6, 0], [0, 1e6]])])
+    torch.testing.assert_close(make_aggregator("cclip")(x), t([0.38, 0.22]))
+    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=10.0, cclip_scale="absolute")(x),
+                               t([(3.0 - 10) / 5, 10 / 5]))
+    # more than half the rows at v (DeMoA's zero momenta early on): r = 0, v does not move
+    zeros = torch.cat([torch.zeros(3, 2), t([[5.0, 5], [1e6, 0]])])
+    assert make_aggregator("cclip")(zeros).tolist() == [0.0, 0.0]
+    # more than half the rows non-finite: no finite median, r = 0, v stays where it was
+    broken = t([[math.inf, 0], [math.nan, 0], [math.inf, 1], [1.0, 1], [0, 1]])
+    assert make_aggregator("cclip")(broken, previous=t([0.5, 0.5])).tolist() == [0.5, 0.5]
 
 
 def test_fltrust_by_formula():

@@ -126,6 +126,35 @@ def test_alie_statistics_follow_the_scope(scope):
     assert np.allclose(messages[1].numpy(), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["fedsgd", "demoa"])
+def test_population_scope_gives_alie_the_runs_n_and_f_under_every_algorithm(method):
+    """``attack_scope: population``: mu and sigma over the rows of ``inputs``, but n = N = 25 and
+    f = B = 5 whatever the rule aggregates, so z = Phi^-1(0.6) = 0.2533 (s = floor(25/2 + 1) -
+    5 = 8, (25 - 5 - 8) / 20 = 0.6) under FedSGD's sample of 4 as under DeMoA's 25 slots, where
+    ``inputs`` gives z(4, 1) = Phi^-1(1/3) and z(25, 1) = Phi^-1(12/24) = 0 (one Byzantine slot)."""
+    spec = RunSpec(dataset="synthetic", method=method, clients=25, participation=4 / 25,
+                   byzantine_fraction=0.2, attack="alie", attack_scope="population")
+    mask = torch.zeros(25, dtype=torch.bool)
+    mask[[1, 7, 9, 11, 13]] = True
+    gradients = torch.tensor([[1.0, 0, 2], [9, 9, 9], [3, 1, 0], [-1, 2, 1]])
+    by_scope = {}
+    for scope in ("population", "inputs"):
+        algorithm = make_algorithm(spec, torch.zeros(D), torch.ones(25), mask)
+        by_scope[scope], _ = attacked_round(algorithm, make_attack("alie"), [0, 1, 2, 3], mask,
+                                            gradients.clone(), scope)
+    honest = gradients[[0, 2, 3]].double().numpy()
+    if method == "demoa":  # fresh momenta alpha g of the 3 honest sampled, 21 honest zero slots
+        alpha = spec.demoa_alpha
+        honest = np.concatenate([alpha * honest, np.zeros((21, D))])
+        z_inputs = 0.0
+    else:
+        z_inputs = norm.ppf(1 / 3)
+    mu, sigma = honest.mean(axis=0), honest.std(axis=0, ddof=1)
+    assert round(float(norm.ppf(0.6)), 4) == 0.2533
+    assert np.allclose(by_scope["population"][1].numpy(), mu - norm.ppf(0.6) * sigma, atol=1e-5)
+    assert np.allclose(by_scope["inputs"][1].numpy(), mu - z_inputs * sigma, atol=1e-5)
+
+
 @pytest.mark.parametrize("scope", ["inputs", "sample"])
 def test_ipm_and_mimic_follow_the_scope(scope):
     spec, algorithm, mask, slots = _demoa_with_cache({"attack_scope": scope})

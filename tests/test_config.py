@@ -176,8 +176,25 @@ def test_name_keyed_defaults_live_on_the_registry_entries():
     assert RunSpec(method="swb_dm").aggregates_cache and not RunSpec(method="fedcm").aggregates_cache
 
 
+def _imported_modules(tree) -> set[str]:
+    """Every module a file imports, anywhere in it: module level, functions and
+    ``if TYPE_CHECKING:`` blocks alike (a type-only import is still an arrow)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            # `from robusttune import config` names the module as an alias
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
 def test_no_module_imports_the_resolver_from_below():
-    """config (the resolver) imports the registries; none of them imports config at run time."""
+    """config (the resolver) imports the registries; none of them imports config, not even
+    for types: every arrow runs one way (the registries type a spec as ``schema.RunSchema``)."""
     import ast
     from pathlib import Path
 
@@ -187,7 +204,20 @@ def test_no_module_imports_the_resolver_from_below():
         [str(p.relative_to(root)) for folder in ("aggregators", "algorithms", "attacks", "data")
          for p in (root / folder).glob("*.py")]
     for name in below:
-        tree = ast.parse((root / name).read_text())
-        for node in tree.body:  # module level only: imports under `if TYPE_CHECKING` are types
-            if isinstance(node, ast.ImportFrom) and node.module == "robusttune.config":
-                raise AssertionError(f"{name} imports robusttune.config")
+        imported = _imported_modules(ast.parse((root / name).read_text()))
+        if "robusttune.config" in imported:
+            raise AssertionError(f"{name} imports robusttune.config")
+
+
+def test_the_registries_type_a_spec_against_the_schema_that_the_resolver_extends():
+    """What the registries annotate ``spec`` with is the schema, and a RunSpec is one, so the
+    algorithms and loaders take a resolved RunSpec without knowing the resolver."""
+    import inspect
+
+    from robusttune.algorithms import make_algorithm
+    from robusttune.data import load_federated
+    from robusttune.schema import RunSchema
+
+    for function in (make_algorithm, load_federated):
+        assert inspect.signature(function).parameters["spec"].annotation == "RunSchema"
+    assert isinstance(RunSpec(method="demoa"), RunSchema)

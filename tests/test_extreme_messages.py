@@ -227,7 +227,7 @@ def test_cclip_clips_an_overflowing_row_to_tau_along_its_direction():
     # The hand case of test_aggregators, with (3, 4) scaled by 1e30: its norm 5e30 overflows in
     # float32 (the squares do) but its direction is still (0.6, 0.8): v = 0, tau = 2 ->
     # (1.2, 1.6) and (0, 1) kept -> mean (0.6, 1.3).
-    agg = make_aggregator("cclip", cclip_tau=2.0)
+    agg = make_aggregator("cclip", cclip_tau=2.0, cclip_scale="absolute")
     x = torch.tensor([[3e30, 4e30], [0.0, 1.0]])
     torch.testing.assert_close(agg(x), torch.tensor([0.6, 1.3]))
     # An inf row: the limiting direction is sign(z) on its inf coordinates, normalised:

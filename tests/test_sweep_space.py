@@ -296,11 +296,17 @@ def test_demoa_space_matches_the_paper_setting():
         {(25, 0.2, "bernoulli", "mlp")}
     # methods labelled by what ran: (label, algorithm, rule), CCLIP for every baseline
     assert {(r.method, r.algorithm, r.aggregator) for r in runs} == {
-        ("fedsgd+cclip", "fedsgd", "cclip"), ("fedcm+cclip", "fedcm", "cclip"),
+        ("fedsgd+cclip", "fedsgd", "cclip"), ("fedavgm+cclip", "fedavgm", "cclip"),
         ("byz_vr_marina_pp", "byz_vr_marina_pp", "cclip"), ("demoa+median", "demoa", "median"),
         ("demoa+krum", "demoa", "krum"), ("demoa+geometric_median", "demoa", "geometric_median"),
         ("demoa", "demoa", "cclip")}
     assert {r.aggregate_weights for r in runs} == {"uniform"}
+    # as DeMoA's comparison ran: MARINA's eq. (10) on momentum, CCLIP at its inputs' scale, one
+    # attacker for every method (ALIE's n and f the population's)
+    assert {r.marina_variant for r in runs if r.algorithm == "byz_vr_marina_pp"} == \
+        {"clipped_momentum"}
+    assert {(r.cclip_scale, r.cclip_tau) for r in runs} == {("median_distance", 1.0)}
+    assert {r.attack_scope for r in runs} == {"population"}
     assert {r.attack for r in runs} == {"alie", "bit_flip", "ipm", "label_flip", "mimic"}
     assert {r.participation for r in runs} == {0.1, 0.5}
     # Theorem 3.1's coupling: alpha p is the same at both rates

@@ -200,34 +200,64 @@ class CenteredClipping(Aggregator):
     """Centred clipping (Karimireddy, He and Jaggi, ICML 2021, "Learning from history for
     Byzantine robust optimization", Eq. 2): starting from v = ``previous`` (zeros if None),
     L = ``cclip_iters`` times
-    v <- v + 1/n sum_i clip_tau(x_i - v),   clip_tau(z) = z * min(1, tau / ||z||),
+    v <- v + 1/n sum_i clip_r(x_i - v),   clip_r(z) = z * min(1, r / ||z||),
+
+    with the radius r set by ``cclip_scale``:
+
+    - ``median_distance`` (the default): r = tau * med_i ||x_i - v||, the lower median of the
+      inputs' distances to the centre, recomputed each iteration. The radius follows the inputs'
+      scale, whatever it is (momenta, gradient differences clipped at a lambda << 1, trained
+      states), and cannot be set by the Byzantine rows while they are fewer than half: each of
+      them moves v by at most tau / n times an honest row's distance. Karimireddy et al.'s
+      analysis sets tau from the honest rows' spread, which the server does not know; the median
+      distance is a robust estimate of that scale it can compute. A NaN distance counts as
+      infinitely far; with no finite median (more than half the rows non-finite) r = 0 and v
+      stays. While half the rows or more sit at v (DeMoA's zero momenta before half the clients
+      were sampled; the lower median of an even count) r = 0 too: the rule moves once most of
+      its inputs carry a signal.
+    - ``absolute``: r = tau, Karimireddy et al.'s fixed radius: the plain mean for inputs far
+      inside it (tau = 10 over MARINA's differences clipped at lambda << 10), and a clip of every
+      honest row for inputs far outside it.
+
     tau = ``cclip_tau``. A message equal to v contributes 0. Precondition: 2f < n.
 
     Messages of any size: a row whose ||x_i - v|| is not finite (its squares overflow, or it holds
-    inf) is clipped to tau u_i with u_i its direction computed without overflow
+    inf) is clipped to r u_i with u_i its direction computed without overflow
     (:func:`~robusttune.aggregators.base.robust_directions`; for inf coordinates the limit
     direction sign(z) on them). A row holding NaN has no direction and contributes 0, as a message
     at v does. On the host only those rows take this path, so ordinary rounds cost the same; on a
     device every row does (masked: no read-back to find them), a few elementwise passes more.
     """
 
-    def __init__(self, f: int | None = None, cclip_tau: float = 10.0, cclip_iters: int = 1) -> None:
+    def __init__(self, f: int | None = None, cclip_tau: float = 1.0, cclip_iters: int = 1,
+                 cclip_scale: str = "median_distance") -> None:
         super().__init__(f)
         self.cclip_tau = check_key("cclip_tau", cclip_tau)
         self.cclip_iters = check_key("cclip_iters", cclip_iters)
+        self.cclip_scale = check_key("cclip_scale", cclip_scale)
 
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n
+
+    def radius(self, norms: Tensor) -> Tensor:
+        """r: tau, or tau times the lower median of the distances (NaN as +inf; 0 when the
+        median is not finite), a device scalar (no read-back)."""
+        if self.cclip_scale == "absolute":
+            return torch.full((), self.cclip_tau, dtype=norms.dtype, device=norms.device)
+        median = torch.where(torch.isnan(norms), math.inf, norms).median()
+        return torch.where(torch.isfinite(median), self.cclip_tau * median, 0.0)
 
     def aggregate(self, x: Tensor, *, previous: Tensor | None, **context) -> Tensor:
         n, d = x.shape
         v = torch.zeros(d, device=x.device, dtype=x.dtype) if previous is None else previous.clone()
         for _ in range(self.cclip_iters):
             norms = distances_to(x, v)
-            # tau / 0 = inf, clamped to 1: a message at v is "clipped" to itself.
-            scale = (self.cclip_tau / norms).clamp_max(1.0)
+            radius = self.radius(norms)
+            # r / 0 = inf, clamped to 1: a message at v is "clipped" to itself; 0 / 0 (r = 0 and
+            # the row at v) is NaN, and that row adds nothing whatever its factor: 1
+            scale = (radius / norms).nan_to_num(nan=1.0).clamp_max(1.0)
             far = ~torch.isfinite(norms)
             step = combine_centred(x, scale, v, skip=far)
-            step += self.cclip_tau * direction_sum(x, torch.ones_like(norms), v, far)
+            step += radius * direction_sum(x, torch.ones_like(norms), v, far)
             v = v + step / n
         return v

@@ -3,20 +3,24 @@
 - ``base``: the registry ``ALGORITHMS``, a round's types (RoundPlan, RoundState, AttackView,
   AggregatorInput), ``ServerAlgorithm`` and ``make_algorithm``
 - ``state``: fedavg, state_cache (SWB-DM's delayed cache)
-- ``momentum``: demoa, fedcm (as DeMoA runs it)
-- ``baselines``: fedsgd, fedcm_xu, byz_vr_marina_pp (DeMoA's comparison)
+- ``momentum``: demoa, fedcm (client momenta over the sample)
+- ``baselines``: fedsgd, fedavgm, fedcm_xu (DeMoA's comparison)
+- ``marina``: byz_vr_marina_pp, Algorithm 1 and its eq. (10) clipped-momentum variant
 """
 
 from __future__ import annotations
 
 from robusttune.algorithms.base import (ALGORITHMS, AggregatorInput, AttackView, RoundPlan,
                                         RoundState, ServerAlgorithm, make_algorithm)
-from robusttune.algorithms.baselines import ByzVRMarinaPP, FedCMXu, FedSGD, clip_rows, rand_k
+from robusttune.algorithms.baselines import FedAvgM, FedCMXu, FedSGD
+from robusttune.algorithms.marina import (ByzVRMarinaPP, ClippedMomentumMarina, clip_rows,
+                                          marina_probability, rand_k)
 from robusttune.algorithms.momentum import DeMoA, FedCM
 from robusttune.algorithms.state import FedAvg, StateCacheAlgorithm
 
 __all__ = [
     "ALGORITHMS", "AggregatorInput", "AttackView", "RoundPlan", "RoundState", "ServerAlgorithm",
     "make_algorithm", "FedAvg", "StateCacheAlgorithm", "DeMoA", "FedCM", "FedSGD", "FedCMXu",
-    "ByzVRMarinaPP", "clip_rows", "rand_k",
+    "FedAvgM", "ByzVRMarinaPP", "ClippedMomentumMarina", "clip_rows", "marina_probability",
+    "rand_k",
 ]

@@ -27,13 +27,11 @@ from torch import Tensor
 
 from robusttune.registry import Registry
 from robusttune.sampling import Sample
-from robusttune.schema import RUNSPEC_KEYS
+from robusttune.schema import RUNSPEC_KEYS, RunSchema
 from robusttune.training import client_gradients, train_clients
 
-if TYPE_CHECKING:  # the resolver (config) sits above this registry and reads its entries
+if TYPE_CHECKING:  # annotations only; the spec type is the schema, below the resolver
     from torch import nn
-
-    from robusttune.config import RunSpec
 
 ALGORITHMS: Registry[type["ServerAlgorithm"]] = Registry("algorithm", RUNSPEC_KEYS)
 
@@ -105,11 +103,18 @@ class ServerAlgorithm:
     rule_methods: bool = False
     rule_overridable: bool = False
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         self.spec = spec
         self.num_clients = spec.clients
         self.sample_counts = sample_counts.to(initial.device, torch.float32)
+
+    @classmethod
+    def variant(cls, spec: RunSchema) -> type["ServerAlgorithm"]:
+        """The class that runs ``spec`` under this entry's name: itself, unless a named option of
+        the algorithm selects another form of it (``marina_variant``). The resolver reads the
+        registry entry's attributes whichever class runs."""
+        return cls
 
     def weights(self, counts: Tensor) -> Tensor | None:
         """The rule's weights for inputs from clients with sample ``counts``: the counts, or None
@@ -181,10 +186,11 @@ def _with_round(rows: Tensor, written_by_byzantine: Tensor, state: RoundState) -
     return AttackView(rows, byzantine)
 
 
-def make_algorithm(spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+def make_algorithm(spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                    byzantine: Tensor | None = None) -> ServerAlgorithm:
     """The server algorithm the spec names, holding its caches on ``initial``'s device.
     ``byzantine``: bool[N], which clients are Byzantine (None: nobody)."""
     if byzantine is None:
         byzantine = torch.zeros(spec.clients, dtype=torch.bool)
-    return ALGORITHMS[spec.algorithm](spec, initial, sample_counts, byzantine.to(initial.device))
+    built = ALGORITHMS[spec.algorithm].variant(spec)
+    return built(spec, initial, sample_counts, byzantine.to(initial.device))

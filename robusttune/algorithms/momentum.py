@@ -1,9 +1,10 @@
-"""The momentum algorithms (DeMoA, FedCM as DeMoA runs it): clients send a momentum built from one
-minibatch gradient; a Byzantine client keeps its honest momentum apart (`ByzantineMomenta`)."""
+"""The client-momentum algorithms (DeMoA; ``fedcm``, client momenta over the round's sample):
+clients send a momentum built from one minibatch gradient; a Byzantine client keeps its honest
+momentum apart (`ByzantineMomenta`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -12,9 +13,7 @@ from robusttune.algorithms.base import (ALGORITHMS, AggregatorInput, AttackView,
                                         RoundState, ServerAlgorithm, _with_round)
 from robusttune.caches import ByzantineMomenta, MomentumCache
 from robusttune.sampling import Sample
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
+from robusttune.schema import RunSchema
 
 
 class _MomentumAlgorithm(ServerAlgorithm):
@@ -35,7 +34,7 @@ class _MomentumAlgorithm(ServerAlgorithm):
     # DeMoA (Sec. 3) aggregates the n clients' momenta with a (delta, c)-robust rule, one vote each
     default_weights = "uniform"
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         zeros = torch.zeros_like(initial)
@@ -95,16 +94,21 @@ class DeMoA(_MomentumAlgorithm):
                         tau unsampled rounds the slot is P(m_i) = prod_s (1 - alpha_s p_s) m_i)
         m = Agg(all N momenta, fresh and decayed),   x <- x - eta m.
 
-    ``demoa_ablation`` names the paper's ablations (Sec. 3, "ablations"):
+    ``demoa_ablation`` names two arms built from the paper's theoretical remarks (Sec. 3), not
+    from its experiments:
 
     - ``none``: DeMoA as above.
     - ``coefficient_swap``: (1 - alpha p) -> (1 - alpha) for a sampled client and unsampled
       momenta left as they are: the naive momentum the paper contrasts with its coefficient,
-      whose variance gains alpha^2 p (1 - p) ||m_i||^2.
-    - ``no_decay``: the preprocessing P dropped (P = id): unsampled momenta are aggregated as
-      they were last sent, and a client's momentum changes only in rounds it is sampled (a client
-      nobody contacts computes nothing). With alpha = 1 and ``aggregator: mean`` this is MIFA,
-      for which the paper's robustness constant is infinite.
+      whose variance gains alpha^2 p (1 - p) ||m_i||^2. This is exactly the update of DeMoA's
+      v1 (its D-Byz-SGDM). With alpha = 1 and ``aggregator: mean`` a sampled slot becomes g_i
+      and the others stay as last sent: MIFA (Gu et al., 2021).
+    - ``no_decay``: the preprocessing P dropped (P = id), the coefficient kept: unsampled momenta
+      are aggregated as they were last sent, a sampled one becomes (1 - alpha p) m_i + alpha g_i
+      (a client nobody contacts computes nothing). The summary's remark that dropping P leaves
+      MIFA with naive averaging and an infinite robustness constant describes P = id with
+      alpha = 1; this arm is not MIFA, since its coefficient stays 1 - p at alpha = 1 (a sampled
+      slot becomes (1 - p) m_i + g_i, not g_i).
     """
 
     aggregates_cache = True
@@ -133,18 +137,21 @@ class DeMoA(_MomentumAlgorithm):
 
 @ALGORITHMS.register("fedcm")
 class FedCM(_MomentumAlgorithm):
-    """FedCM as DeMoA's experiments run it (Otsuka et al., arXiv 2509.02970: Sec. 3 contrasts
-    its coefficient (1 - alpha p) with FedCM's (1 - alpha); the experiments' baselines): one minibatch gradient per sampled client and round,
-    a client-level momentum with FedCM's coefficient (1 - alpha), no decay of unsampled momenta,
-    and a robust rule over the round's sample only:
+    """Client momenta over the round's sample, with FedCM's coefficient (1 - alpha): one
+    minibatch gradient per sampled client and round, a client-level momentum, no decay of
+    unsampled momenta, and a robust rule over the round's sample only:
 
         sampled i:      m_i <- (1 - alpha) m_i + alpha g_i,   g_i one minibatch gradient at x
         not sampled:    m_i kept (the client computes nothing)
         m = Agg({m_i : i in S_t}),   x <- x - eta m.
 
-    alpha = ``demoa_alpha``, eta = ``server_lr``. It is DeMoA's ``coefficient_swap`` ablation
-    without the delayed cache, so it fails in the first Byzantine-majority round, as DeMoA
-    reports. Xu et al.'s own FedCM (server momentum, K local steps) is ``fedcm_xu``."""
+    What it is: DeMoA's ``coefficient_swap`` arm (v1's update) without the delayed cache, the
+    naive momentum DeMoA's Sec. 3 contrasts with its (1 - alpha p), so it meets every
+    Byzantine-majority sample. What it is not: Xu et al.'s FedCM (arXiv 2106.10874), whose
+    momentum is the server's, broadcast to the clients (``fedcm_xu``; with one local step that
+    is server momentum, ``fedavgm``), nor a baseline DeMoA's experiments are known to have run
+    (v1 compared against FedAvg and FedAvgM). The name is kept because results and search
+    spaces use it. alpha = ``demoa_alpha``, eta = ``server_lr``."""
 
     methods = {"fedcm": "mean"}
 

@@ -3,7 +3,7 @@ from the global model and send trained states."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
@@ -11,9 +11,7 @@ from robusttune.algorithms.base import (ALGORITHMS, AggregatorInput, AttackView,
                                         RoundState, ServerAlgorithm, _with_round)
 from robusttune.caches import StateCache
 from robusttune.sampling import Sample
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
+from robusttune.schema import RunSchema
 
 
 class _StateAlgorithm(ServerAlgorithm):
@@ -52,7 +50,7 @@ class StateCacheAlgorithm(_StateAlgorithm):
     aggregates_cache = True
     methods = {"swb_dm": "swb", "delayed_momentum": "median"}
 
-    def __init__(self, spec: RunSpec, initial: Tensor, sample_counts: Tensor,
+    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
                  byzantine: Tensor) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.cache = StateCache(spec.clients, initial, spec.cache_dtype)

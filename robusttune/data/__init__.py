@@ -27,8 +27,6 @@ Datasets:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
@@ -37,9 +35,7 @@ from robusttune.data.embedded import _digits, _synthetic
 from robusttune.data.installed import _debian_fashion_mnist, _mnist_10k
 from robusttune.data.partition import dirichlet_partition, root_set
 from robusttune.data.torchvision_files import _torchvision
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
+from robusttune.schema import RunSchema
 
 __all__ = [
     "DATASETS",
@@ -58,8 +54,7 @@ def clear_dataset_cache() -> None:
         cached.cache_clear()
 
 
-
-def load_federated(spec: RunSpec, device: torch.device | str) -> FederatedData:
+def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData:
     """The run's dataset split over ``spec.clients`` clients, moved to ``device`` once.
 
     Partition: ``dirichlet_partition(train_y, clients, dirichlet_alpha, partition_seed)``; root set:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -13,17 +12,14 @@ from torch import Tensor
 
 from robusttune.data.base import (DATASETS, STREAM_SYNTH_MEANS, STREAM_SYNTH_TEST,
                                   STREAM_SYNTH_TRAIN, RawDataset, seeded_rng)
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
-
+from robusttune.schema import RunSchema
 
 
 # Dataset defaults: the global ones (the SWB-DM cifar10 setup) cannot learn digits (1,437
 # training images, ~70 per client): ~20% after 10 rounds, where lr 0.05, batch 16, 5 local
 # epochs reached 93%.
 @DATASETS.register("digits", defaults={"lr": 0.05, "batch_size": 16, "local_epochs": 5})
-def load_digits(spec: RunSpec) -> RawDataset:
+def load_digits(spec: RunSchema) -> RawDataset:
     """scikit-learn's 8x8 digits: train 1,437 / test 360, stratified, fixed split seed 0.
 
     x = (v / 16 - m) / s, v in {0..16} the pixel value, m and s the mean and standard deviation of
@@ -64,7 +60,7 @@ _SYNTHETIC_SEPARATION = 6.0
 
 @DATASETS.register("synthetic", defaults={"model": "mlp", "lr": 0.05, "batch_size": 16,
                                           "local_epochs": 2})
-def load_synthetic(spec: RunSpec) -> RawDataset:
+def load_synthetic(spec: RunSchema) -> RawDataset:
     """A Gaussian mixture: x = mu_y + eps, eps ~ N(0, I_d), mu_k = (S / sqrt(2d)) z_k, z_k ~ N(0, I_d).
 
     Then E||mu_a - mu_b||^2 = S^2 with S = ``_SYNTHETIC_SEPARATION``. Shape ``synthetic_shape``

@@ -8,7 +8,7 @@ import functools
 import os
 import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -16,10 +16,7 @@ from torch import Tensor
 
 from robusttune.data.base import DATASETS, RawDataset
 from robusttune.registry import SpecError
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
-
+from robusttune.schema import RunSchema
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ _TORCHVISION_SOURCES: dict[str, _TorchvisionSource] = {
 def _make_torchvision_loader(name: str) -> Callable[[Any], RawDataset]:
     source = _TORCHVISION_SOURCES[name]
 
-    def loader(spec: RunSpec) -> RawDataset:
+    def loader(spec: RunSchema) -> RawDataset:
         return _torchvision(name, os.path.abspath(os.path.expanduser(spec.data_root)))
 
     loader.__doc__ = (
