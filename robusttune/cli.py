@@ -197,7 +197,9 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     dataset: str = typer.Option("digits", "--dataset", help="Sweep: dataset."),
     method: str = typer.Option("trimmed_mean", "--method", help="Sweep: method whose trim ratio is calibrated."),
-    attack: str = typer.Option("alie", "--attack", help="Sweep: attack."),
+    attack: list[str] = typer.Option([], "--attack", help="Sweep: narrow the worst case to these attacks "
+                                     "(repeatable; default: every attack with default_adversary, each over its strength ladder)."),
+    adaptive: int = typer.Option(0, "--adaptive", help="Sweep: adaptive strength-search runs per attack and point, beyond the ladder."),
     margin: float = typer.Option(0.1, "--margin", help="Sweep: also require survival at beta + margin."),
     sweep_rounds: Optional[int] = typer.Option(None, "--sweep-rounds", help="Sweep: rounds per run (default min(T, 10))."),
     seeds: list[int] = typer.Option([42], "--seed", help="Sweep: seeds, repeatable."),
@@ -211,10 +213,12 @@ def calibrate(
     The per-round law of the number of Byzantine clients in a sample (hypergeometric for fixed,
     binomial for bernoulli participation), the probability of at least one Byzantine-majority
     round and of a round whose count exceeds floor(n r), over T rounds, with and without a cache;
-    then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin that
-    recommends the smallest surviving trim and shows the accuracy cost of larger ones."""
+    then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin
+    against the breakdown map's worst case (every default attack over its strength ladder) that
+    recommends the smallest trim surviving every attack and shows the accuracy cost of larger ones."""
+    from robusttune.adversary import Adversary
     from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
-                                        trim_sweep)
+                                        no_survivor_line, trim_sweep)
     from robusttune.config import RunSpec
     from robusttune.yaml_input import parse_assignments
 
@@ -232,24 +236,30 @@ def calibrate(
                             f"[0, 0.5), or --analytic-only for the sampling law")
         if margin < 0 or byzantine + margin >= 1:
             raise SpecError(f"--margin must be >= 0 with byzantine + margin < 1; got {margin}")
-        values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": attack,
+        threat = Adversary.default(attack, adaptive)
+        values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": "none",
                                   "clients": clients, "participation": participation,
                                   "participation_mode": mode, "sample_size": sample_size,
                                   "rounds": sweep_rounds or min(rounds, 10)}
         values.update(parse_assignments(set_))
-        base = RunSpec.from_dict(values)
+        base = RunSpec.from_dict(values)   # checked once, before any run
         fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
         trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
-        folder = out or Path("results") / f"calibrate-{method}-{attack}-N{clients}-b{byzantine:g}"
+        label = "-".join(attack) or "worstcase"
+        folder = out or Path("results") / f"calibrate-{method}-{label}-N{clients}-b{byzantine:g}"
         with _ray_or_nothing(local, address):
             runner = _choose_runner(folder, local, {"cpu": 1}, address)
-            sweep = trim_sweep(base, trims, fractions, runner, seeds=seeds)
+            sweep = trim_sweep(values, trims, fractions, runner, seeds=seeds, adversary=threat)
         figures["recommended_trim_ratio"] = sweep.recommended
-        figures["sweep"] = {"dataset": dataset, "method": method, "attack": attack,
-                            "byzantine_fractions": fractions, "clean_accuracy": sweep.clean_accuracy,
-                            "threshold": sweep.threshold, "rows": sweep.rows,
+        figures["sweep"] = {"dataset": dataset, "method": method, "adversary": sweep.adversary,
+                            "byzantine_fractions": fractions,
+                            "clean_accuracy": {str(k): v for k, v in sweep.clean_accuracy.items()},
+                            "threshold": {str(k): v for k, v in sweep.threshold.items()},
+                            "rows": sweep.rows,
                             "accuracy_cost_points": {str(k): v for k, v in sweep.cost.items()},
                             "folder": str(folder)}
+        if sweep.recommended is None:
+            figures["sweep"]["no_survivor"] = no_survivor_line(figures, trims)
     if as_json:
         typer.echo(json.dumps(_json_ready(figures), sort_keys=True))
         return
@@ -281,14 +291,21 @@ def _print_calibration(f: dict[str, Any]) -> None:
                 console=console)
     sweep = f.get("sweep")
     if sweep:
-        rows = [{"trim_ratio": f"{row['trim_ratio']:g}", "byzantine_fraction": f"{row['byzantine_fraction']:g}",
-                 "accuracy": f"{row['accuracy']:.3f}", "collapsed_seeds": str(row["collapsed_seeds"]),
-                 "survived": str(row["survived"])}
+        rows = [{"trim_ratio": f"{row['trim_ratio']:g}",
+                 "beta (k)": f"{row['byzantine_fraction']:g} ({row['byzantine_clients']})",
+                 "clean": f"{sweep['clean_accuracy'][str(row['trim_ratio'])]:.3f}",
+                 "bar": f"{sweep['threshold'][str(row['trim_ratio'])]:.3f}",
+                 "worst accuracy": f"{row['accuracy']:.3f}", "collapsed": str(row["collapsed"]),
+                 "survived": str(row["survived"]), "worst attack": row["attack"] or "-"}
                 for row in sorted(sweep["rows"], key=lambda r: (r["trim_ratio"], r["byzantine_fraction"]))]
         print_table(rows, console=console,
-                    title=(f"trim sweep: {sweep['method']} vs {sweep['attack']} on {sweep['dataset']}, "
-                           f"clean accuracy {sweep['clean_accuracy']:.3f}, threshold {sweep['threshold']:.3f}"))
-        console.print(f"recommended trim ratio: {f['recommended_trim_ratio']}")
+                    title=(f"trim sweep: {sweep['method']} on {sweep['dataset']} against the worst "
+                           f"case of {sweep['adversary']}"))
+        if f["recommended_trim_ratio"] is None:
+            console.print(sweep["no_survivor"], markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(f"recommended trim ratio: {f['recommended_trim_ratio']:g} (the smallest "
+                          f"surviving every attack at beta and beta + margin)")
         for r, cost in sweep["accuracy_cost_points"].items():
             console.print(f"  r={float(r):g} costs {cost:+.2f} accuracy points against it")
         console.print(f"runs: {sweep['folder']}")

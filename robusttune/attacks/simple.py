@@ -50,6 +50,7 @@ class SignFlip(Attack):
 
     needs_own = True
     strength_ladder = (1.0, 3.0, 10.0, 100.0)
+    default_adversary = True   # breaks the mean at the first Byzantine client (DESIGN.md)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         if rnd.own is not None:
@@ -72,6 +73,8 @@ class BitFlip(SignFlip):
     its negated honest momentum) and the SWB-DM ones keep their papers' names. The name "bit
     flipping" refers to flipping the sign bit of every float, not to random bit errors.
     """
+
+    default_adversary = False   # the same messages as sign_flip, which the worst case runs
 
 
 @ATTACKS.register("gaussian")

@@ -79,6 +79,7 @@ class IPM(Attack):
 
     default_strength = 0.1
     strength_ladder = (0.1, 1.0, 10.0, 1000.0)
+    default_adversary = True
 
     def craft(self, rnd: AttackRound) -> Tensor:
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
