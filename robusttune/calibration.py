@@ -239,7 +239,9 @@ def analyze(d: Deployment, trim_ratios: Sequence[float] = (), risk: float = 0.05
 @dataclass
 class TrimSweep:
     """Outcome of `trim_sweep`. ``rows``: one per (trim ratio, Byzantine fraction) with the worst
-    case's mean final accuracy over seeds (``accuracy``), whether a seed collapsed, ``survived``
+    case's mean final accuracy over seeds (``accuracy``: the selection accuracy, validation when
+    the runs hold a validation part; ``test_accuracy``: the same runs on the test part, what the
+    recommendation is reported with), whether a seed collapsed, ``survived``
     and ``attack`` (the adversary setting behind the number: the worst, or the weakest that broke
     the point); ``clean_accuracy`` and ``threshold``: each trim's clean accuracy and survival bar;
     ``recommended``: the smallest trim ratio that survives at every Byzantine fraction swept
@@ -313,7 +315,8 @@ def trim_sweep(base: Mapping[str, Any], trims: Sequence[float], byzantine_fracti
             outcome = attacked.get((float(r), k), clean[r])
             result.rows.append({
                 "trim_ratio": r, "byzantine_fraction": beta, "byzantine_clients": k,
-                "accuracy": outcome.accuracy, "collapsed": outcome.collapsed,
+                "accuracy": outcome.accuracy, "test_accuracy": outcome.test_accuracy,
+                "collapsed": outcome.collapsed,
                 "seeds": len(seeds),
                 "survived": survives(outcome.accuracy, outcome.collapsed, result.threshold[r]),
                 "attack": " ".join(f"{a}={b}" for a, b in outcome.breaker)})

@@ -62,8 +62,10 @@ def toy_runner(calls: list):
             breaks = k > t and ((s.attack == "sign_flip" and s.attack_strength >= 10)
                                 or (s.attack == "ipm" and s.attack_strength >= 1000))
             accuracy = 0.1 if breaks else 0.9 - 0.2 * s.trim_ratio - 0.01 * k
-            out.append(RunSummary.from_dict({"final_accuracy": accuracy, "collapsed": breaks,
-                                             "spec": s.to_dict()}))
+            # selection reads validation; the test part reads 0.02 lower here, to tell them apart
+            out.append(RunSummary.from_dict({"final_validation_accuracy": accuracy,
+                                             "final_accuracy": accuracy - 0.02,
+                                             "collapsed": breaks, "spec": s.to_dict()}))
         return out
     return run
 
@@ -76,6 +78,8 @@ def test_the_mean_is_never_recommended_where_a_ladder_attack_breaks_it(beta):
     assert sweep.recommended is not None and sweep.recommended > 0
     # the smallest r with floor(10 r) >= k at beta + margin (k = 10 (beta + 0.1))
     assert sweep.recommended == pytest.approx(beta + 0.1)
+    for row in sweep.rows:   # survival read validation; the test figure is reported beside it
+        assert row["test_accuracy"] == pytest.approx(row["accuracy"] - 0.02)
     broken = [row for row in sweep.rows if row["trim_ratio"] == 0.0]
     assert all(not row["survived"] and row["attack"].startswith("attack=sign_flip") for row in broken)
     # narrowed to the weak strength only, the same sweep would have kept the mean: the worst

@@ -188,7 +188,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         position = worst_of(per_variant)
         worst = per_variant[position]
         return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
-                       tuple(variants[position].items()), runs=full * len(seeds))
+                       tuple(variants[position].items()), runs=full * len(seeds),
+                       test_accuracy=worst.test_accuracy)
 
     def searches_of(point: Point) -> list[tuple[dict, tuple[float, ...]]]:
         """The adaptive searches of ``point``: (group settings, ladder); none at k = 0."""
@@ -276,7 +277,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                     best[i] = outcome
         # the point's trial count is the whole study's runs, not only the best trial's
         return [Outcome(b.accuracy, b.collapsed, t, b.detail, b.breaker,  # type: ignore[union-attr]
-                        runs=b.runs * budget)  # type: ignore[union-attr, operator]
+                        runs=b.runs * budget,  # type: ignore[union-attr, operator]
+                        test_accuracy=b.test_accuracy)  # type: ignore[union-attr]
                 for b, t in zip(best, trials)]
 
     return tuned
