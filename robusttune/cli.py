@@ -1,4 +1,4 @@
-"""The robusttune command line (typer): run, sweep, breakdown, calibrate, report.
+"""The robusttune command line (typer): run, sweep, breakdown, calibrate, tune, report.
 
 Bad input is one line on stderr naming the key and the allowed values, exit status 2, and no
 result folder is created for it."""
@@ -384,6 +384,16 @@ def _given_value(argv: list[str], param: Any) -> Optional[str]:
             if token.startswith(flag + "="):
                 return token[len(flag) + 1:]
     return None
+
+
+def _register_tune() -> None:
+    """`robusttune tune` (robust tuning) lives in robusttune.tuning_command."""
+    from robusttune.tuning_command import tune
+
+    app.command(name="tune")(bad_input_exits(tune))
+
+
+_register_tune()
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -18,10 +18,10 @@ from robusttune.registry import SpecError
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
     from robusttune.runners import Runner
 
-__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec"]
+__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec", "optuna_distribution"]
 
 
-def _optuna_distribution(domain: Any) -> Any:
+def optuna_distribution(domain: Any) -> Any:
     """The Optuna distribution of a sweep-layer Domain (uniform | loguniform | int | choice)."""
     import optuna
 
@@ -261,7 +261,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        distributions = {k: _optuna_distribution(d) for k, d in tune.items()}
+        distributions = {k: optuna_distribution(d) for k, d in tune.items()}
         studies = [optuna.create_study(direction="maximize",
                                        sampler=optuna.samplers.TPESampler(seed=sampler_seed))
                    for _ in points]
