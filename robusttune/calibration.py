@@ -20,32 +20,34 @@ bounds, majority iff B >= 1 and 2B >= N, exceeds the trim iff B > floor(N r).
 
 The second half, `trim_sweep`, runs a short sweep over trim ratios through any
 `robusttune.runners.Runner` (the Ray Tune sweep layer, or `robusttune.runners.InProcessRunner`)
-and recommends the smallest trim ratio that survives at the deployment's Byzantine fraction and
-at a margin above it.
+against the shared worst case (`robusttune.adversary`, the breakdown map's), and recommends the
+smallest trim ratio that survives every attack at the deployment's Byzantine fraction and at a
+margin above it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
 from pydantic import Field, model_validator
 
-from robusttune.records import RunSummary, mean_accuracy, survives
+from robusttune.records import survives
 from robusttune.registry import SpecError
 from robusttune.schema import Checked, optional_int
 
 if TYPE_CHECKING:  # the runners import torch; the calibration law needs only their protocol
+    from robusttune.adversary import Adversary
     from robusttune.runners import Runner
 
 __all__ = [
     "Deployment", "byzantine_law", "p_majority_round", "p_exceeds_trim_round", "p_any_round",
     "calibrated_trim_ratio", "smallest_safe_trim", "analyze", "trim_sweep", "TrimSweep",
-    "aggregator_inputs", "default_trim_grid",
+    "aggregator_inputs", "default_trim_grid", "lattice_byzantine", "no_survivor_line",
 ]
 
 # floor(x + EPS): the same tolerance as RunSpec.n_byzantine, so 0.3 * 10 counts as 3, not 2, and
@@ -236,17 +238,22 @@ def analyze(d: Deployment, trim_ratios: Sequence[float] = (), risk: float = 0.05
 # -- the trim sweep ---------------------------------------------------------------------------
 @dataclass
 class TrimSweep:
-    """Outcome of `trim_sweep`. ``table`` has one row per (trim ratio, Byzantine fraction) with
-    the mean final accuracy over seeds, the number of collapsed seeds and ``survived``;
-    ``recommended`` is the smallest trim ratio that survives at every Byzantine fraction swept
-    (None if none does); ``cost`` is each larger trim's accuracy loss against it, in points, at
-    the deployment's own fraction."""
+    """Outcome of `trim_sweep`. ``rows``: one per (trim ratio, Byzantine fraction) with the worst
+    case's mean final accuracy over seeds (``accuracy``: the selection accuracy, validation when
+    the runs hold a validation part; ``test_accuracy``: the same runs on the test part, what the
+    recommendation is reported with), whether a seed collapsed, ``survived``
+    and ``attack`` (the adversary setting behind the number: the worst, or the weakest that broke
+    the point); ``clean_accuracy`` and ``threshold``: each trim's clean accuracy and survival bar;
+    ``recommended``: the smallest trim ratio that survives at every Byzantine fraction swept
+    (None if none does); ``cost``: each larger trim's accuracy loss against it, in points, at the
+    deployment's own fraction; ``adversary``: what the worst case ran."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     recommended: float | None = None
-    clean_accuracy: float = float("nan")
-    threshold: float = float("nan")
+    clean_accuracy: dict[float, float] = field(default_factory=dict)
+    threshold: dict[float, float] = field(default_factory=dict)
     cost: dict[float, float] = field(default_factory=dict)
+    adversary: str = ""
 
 
 def aggregator_inputs(spec: Any) -> int:
@@ -263,42 +270,56 @@ def default_trim_grid(byzantine_fraction: float, margin: float, n_inputs: int) -
     return [round(j / n_inputs, 10) for j in range(n_inputs) if j / n_inputs <= top + EPS]
 
 
-def trim_sweep(base: Any, trims: Sequence[float], byzantine_fractions: Sequence[float],
-               runner: Runner, seeds: Sequence[int] = (42,), relative_threshold: float = 0.5,
-               threshold: float | None = None) -> TrimSweep:
-    """Run ``base`` (a RunSpec with the dataset, method, attack chosen) at every trim ratio x
-    Byzantine fraction x seed, plus the clean run (beta = 0) per seed, in one call of ``runner``.
+def lattice_byzantine(byzantine_fraction: float, clients: int) -> int:
+    """k = floor(beta N): the breakdown map's lattice point a Byzantine fraction stands for."""
+    return int(_floor(byzantine_fraction * clients))
 
-    A (trim, beta) point survives when no seed collapsed and the mean final accuracy is at least
-    the threshold: ``threshold`` if given, else ``relative_threshold`` x the clean accuracy (the
-    breakdown map's rule). Recommended: the smallest trim surviving at every beta swept, i.e. at the
-    deployment's fraction and at the margin above it."""
+
+def trim_sweep(base: Mapping[str, Any], trims: Sequence[float], byzantine_fractions: Sequence[float],
+               runner: Runner, seeds: Sequence[int] = (42,), adversary: Adversary | None = None,
+               relative_threshold: float = 0.5, threshold: float | None = None) -> TrimSweep:
+    """Judge ``base`` (RunSpec keys with the dataset, method and deployment; ``clients`` = N) at
+    every trim ratio r against the shared worst case (``adversary``, default
+    `Adversary.default()`: every default attack over its strength ladder), exactly as a breakdown
+    map of the cells {trim_ratio: r} judges its lattice points: each r is a cell, its points
+    k = 0 (clean) and k = floor(beta N) for each beta swept, through
+    `robusttune.breakdown.spec_evaluator` (staged ladders, shared runs; one runner call per
+    stage).
+
+    A point survives when no seed collapsed and its worst case's mean accuracy reaches the bar:
+    ``threshold`` if given, else ``relative_threshold`` x that trim's clean accuracy (the map's
+    `survival_bar`). Recommended: the smallest r surviving at every beta swept (the deployment's
+    fraction and the margin above it)."""
+    from robusttune.adversary import Adversary
+    from robusttune.breakdown import Cell, Point, spec_evaluator, survival_bar
+
     for r in trims:
         _check_trim(r)
-    specs, keys = [], []
-    for seed in seeds:
-        specs.append(base.updated(byzantine_fraction=0.0, attack="none", seed=seed))
-        keys.append(("clean", None, seed))
+    clients = int(base["clients"])
+    threat = adversary or Adversary.default()
+    evaluate = spec_evaluator({**base, "attack": base.get("attack", "none")}, runner, seeds=seeds,
+                              adversary=threat, survival=(threshold, relative_threshold))
+    cells = [Cell.of(clients, trim_ratio=float(r)) for r in trims]
+    # the clean points first: from then on every point's survival bar is known (staged ladders
+    # stop at the first variant below it, as in a map)
+    clean = dict(zip(trims, evaluate([Point(cell, 0) for cell in cells])))
+    counts = {beta: lattice_byzantine(beta, clients) for beta in byzantine_fractions}
+    attacked_points = [Point(cell, k) for cell in cells for k in sorted(set(counts.values())) if k > 0]
+    attacked = dict(zip(((p.cell["trim_ratio"], p.byzantine) for p in attacked_points),
+                        evaluate(attacked_points)))
+    result = TrimSweep(adversary=threat.describe(base.get("attack", "none")))
     for r in trims:
-        for beta in byzantine_fractions:
-            for seed in seeds:
-                specs.append(base.updated(trim_ratio=r, byzantine_fraction=beta, seed=seed))
-                keys.append(("point", (r, beta), seed))
-    summaries = runner(specs)
-    clean = [s.final_accuracy for (kind, _, _), s in zip(keys, summaries) if kind == "clean"]
-    clean_accuracy = mean_accuracy(clean)
-    bar = threshold if threshold is not None else relative_threshold * clean_accuracy
-    grouped: dict[tuple[float, float], list[RunSummary]] = {}
-    for (kind, point, _), summary in zip(keys, summaries):
-        if kind == "point":
-            grouped.setdefault(point, []).append(summary)
-    result = TrimSweep(clean_accuracy=clean_accuracy, threshold=bar)
-    for (r, beta), runs in grouped.items():
-        accuracy = mean_accuracy(s.final_accuracy for s in runs)
-        collapsed = sum(s.collapsed for s in runs)
-        result.rows.append({"trim_ratio": r, "byzantine_fraction": beta, "accuracy": accuracy,
-                            "collapsed_seeds": collapsed, "seeds": len(runs),
-                            "survived": survives(accuracy, collapsed > 0, bar)})
+        result.clean_accuracy[r] = clean[r].accuracy
+        result.threshold[r] = survival_bar(threshold, relative_threshold, clean[r].accuracy)
+        for beta, k in counts.items():
+            outcome = attacked.get((float(r), k), clean[r])
+            result.rows.append({
+                "trim_ratio": r, "byzantine_fraction": beta, "byzantine_clients": k,
+                "accuracy": outcome.accuracy, "test_accuracy": outcome.test_accuracy,
+                "collapsed": outcome.collapsed,
+                "seeds": len(seeds),
+                "survived": survives(outcome.accuracy, outcome.collapsed, result.threshold[r]),
+                "attack": " ".join(f"{a}={b}" for a, b in outcome.breaker)})
     surviving = [r for r in trims
                  if all(row["survived"] for row in result.rows if row["trim_ratio"] == r)]
     result.recommended = min(surviving) if surviving else None
@@ -309,3 +330,15 @@ def trim_sweep(base: Any, trims: Sequence[float], byzantine_fractions: Sequence[
         result.cost = {r: 100 * (acc[result.recommended] - acc[r])
                        for r in sorted(acc) if r > result.recommended}
     return result
+
+
+def no_survivor_line(figures: Mapping[str, Any], trims: Sequence[float]) -> str:
+    """The one line `calibrate` prints when no swept trim survives: the analytic bound (the
+    smallest r with P(some round exceeds the trim) <= risk, `smallest_safe_trim`)."""
+    def bound(value: float | None) -> str:
+        return "none below 0.5" if value is None else f"r >= {value:g}"
+
+    return (f"no trim ratio in {min(trims):g}..{max(trims):g} survives every attack at "
+            f"beta={figures['byzantine_fraction']:g} and the margin; the analytic bound at risk "
+            f"{figures['risk']:g}: {bound(figures['analytic_safe_trim'])} over the sample, "
+            f"{bound(figures['analytic_safe_trim_cache'])} over a cache")

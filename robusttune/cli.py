@@ -1,4 +1,4 @@
-"""The robusttune command line (typer): run, sweep, breakdown, calibrate, report.
+"""The robusttune command line (typer): run, sweep, breakdown, calibrate, tune, report.
 
 Bad input is one line on stderr naming the key and the allowed values, exit status 2, and no
 result folder is created for it."""
@@ -100,7 +100,7 @@ def run(
         summary = run_to_folder(spec, folder, on_record=show)
 
     rows = []
-    for key in ("final_accuracy", "final_loss", "collapsed", "rounds_run",
+    for key in ("final_accuracy", "final_validation_accuracy", "final_loss", "collapsed", "rounds_run",
                 "byzantine_majority_rounds", "seconds"):
         value = getattr(summary, key)
         rows.append({"key": key, "value": f"{value:.4f}" if isinstance(value, float) else str(value)})
@@ -205,7 +205,9 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     dataset: str = typer.Option("digits", "--dataset", help="Sweep: dataset."),
     method: str = typer.Option("trimmed_mean", "--method", help="Sweep: method whose trim ratio is calibrated."),
-    attack: str = typer.Option("alie", "--attack", help="Sweep: attack."),
+    attack: list[str] = typer.Option([], "--attack", help="Sweep: narrow the worst case to these attacks "
+                                     "(repeatable; default: every attack with default_adversary, each over its strength ladder)."),
+    adaptive: int = typer.Option(0, "--adaptive", help="Sweep: adaptive strength-search runs per attack and point, beyond the ladder."),
     margin: float = typer.Option(0.1, "--margin", help="Sweep: also require survival at beta + margin."),
     sweep_rounds: Optional[int] = typer.Option(None, "--sweep-rounds", help="Sweep: rounds per run (default min(T, 10))."),
     seeds: list[int] = typer.Option([42], "--seed", help="Sweep: seeds, repeatable."),
@@ -219,10 +221,12 @@ def calibrate(
     The per-round law of the number of Byzantine clients in a sample (hypergeometric for fixed,
     binomial for bernoulli participation), the probability of at least one Byzantine-majority
     round and of a round whose count exceeds floor(n r), over T rounds, with and without a cache;
-    then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin that
-    recommends the smallest surviving trim and shows the accuracy cost of larger ones."""
+    then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin
+    against the breakdown map's worst case (every default attack over its strength ladder) that
+    recommends the smallest trim surviving every attack and shows the accuracy cost of larger ones."""
+    from robusttune.adversary import Adversary
     from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
-                                        trim_sweep)
+                                        no_survivor_line, trim_sweep)
     from robusttune.config import RunSpec
     from robusttune.yaml_input import parse_assignments
 
@@ -240,67 +244,37 @@ def calibrate(
                             f"[0, 0.5), or --analytic-only for the sampling law")
         if margin < 0 or byzantine + margin >= 1:
             raise SpecError(f"--margin must be >= 0 with byzantine + margin < 1; got {margin}")
-        values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": attack,
+        threat = Adversary.default(attack, adaptive)
+        values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": "none",
                                   "clients": clients, "participation": participation,
                                   "participation_mode": mode, "sample_size": sample_size,
                                   "rounds": sweep_rounds or min(rounds, 10)}
         values.update(parse_assignments(set_))
-        base = RunSpec.from_dict(values)
+        base = RunSpec.from_dict(values)   # checked once, before any run
         _pin_driver(base.numerics)
         fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
         trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
-        folder = out or Path("results") / f"calibrate-{method}-{attack}-N{clients}-b{byzantine:g}"
+        label = "-".join(attack) or "worstcase"
+        folder = out or Path("results") / f"calibrate-{method}-{label}-N{clients}-b{byzantine:g}"
         with _ray_or_nothing(local, address):
             runner = _choose_runner(folder, local, {"cpu": 1}, address)
-            sweep = trim_sweep(base, trims, fractions, runner, seeds=seeds)
+            sweep = trim_sweep(values, trims, fractions, runner, seeds=seeds, adversary=threat)
         figures["recommended_trim_ratio"] = sweep.recommended
-        figures["sweep"] = {"dataset": dataset, "method": method, "attack": attack,
-                            "byzantine_fractions": fractions, "clean_accuracy": sweep.clean_accuracy,
-                            "threshold": sweep.threshold, "rows": sweep.rows,
+        figures["sweep"] = {"dataset": dataset, "method": method, "adversary": sweep.adversary,
+                            "byzantine_fractions": fractions,
+                            "clean_accuracy": {str(k): v for k, v in sweep.clean_accuracy.items()},
+                            "threshold": {str(k): v for k, v in sweep.threshold.items()},
+                            "rows": sweep.rows,
                             "accuracy_cost_points": {str(k): v for k, v in sweep.cost.items()},
                             "folder": str(folder)}
+        if sweep.recommended is None:
+            figures["sweep"]["no_survivor"] = no_survivor_line(figures, trims)
     if as_json:
         typer.echo(json.dumps(_json_ready(figures), sort_keys=True))
         return
-    _print_calibration(figures)
+    from robusttune.calibration_output import print_calibration
 
-
-def _print_calibration(f: dict[str, Any]) -> None:
-    from rich.console import Console
-
-    from robusttune.terminal import print_table
-
-    console = Console()
-    cache = "over a cache (N slots)"
-    head = [{"figure": "P(Byzantine-majority round)", "sampled set": f"{f['p_majority_round']:.4g}",
-             cache: f"{f['p_majority_round_cache']:.4g}"},
-            {"figure": f"P(any in {f['rounds']} rounds)", "sampled set": f"{f['p_majority_round_any']:.4g}",
-             cache: f"{f['p_majority_round_any_cache']:.4g}"}]
-    for t in f["trims"]:
-        head.append({"figure": f"P(K > floor(n r)), r={t['trim_ratio']:g}, any round",
-                     "sampled set": f"{t['p_exceeds_trim_any']:.4g}", cache: f"{t['p_exceeds_trim_any_cache']:.4g}"})
-    head.append({"figure": f"smallest r with P(any exceeds) <= {f['risk']:g}",
-                 "sampled set": str(f["analytic_safe_trim"]), cache: str(f["analytic_safe_trim_cache"])})
-    print_table(head, console=console,
-                title=(f"N={f['clients']}, p={f['participation']:g} ({f['mode']}), "
-                       f"beta={f['byzantine_fraction']:g} (B={f['n_byzantine']}), T={f['rounds']}"))
-    console.print(f"law of K, the Byzantine clients in a round's sample: {f['law']}, "
-                  f"E[K] = {f['expected_byzantine']:.3g}")
-    print_table([{"k": str(k), "P(K = k)": f"{p:.4g}"} for k, p in f["byzantine_pmf"].items()],
-                console=console)
-    sweep = f.get("sweep")
-    if sweep:
-        rows = [{"trim_ratio": f"{row['trim_ratio']:g}", "byzantine_fraction": f"{row['byzantine_fraction']:g}",
-                 "accuracy": f"{row['accuracy']:.3f}", "collapsed_seeds": str(row["collapsed_seeds"]),
-                 "survived": str(row["survived"])}
-                for row in sorted(sweep["rows"], key=lambda r: (r["trim_ratio"], r["byzantine_fraction"]))]
-        print_table(rows, console=console,
-                    title=(f"trim sweep: {sweep['method']} vs {sweep['attack']} on {sweep['dataset']}, "
-                           f"clean accuracy {sweep['clean_accuracy']:.3f}, threshold {sweep['threshold']:.3f}"))
-        console.print(f"recommended trim ratio: {f['recommended_trim_ratio']}")
-        for r, cost in sweep["accuracy_cost_points"].items():
-            console.print(f"  r={float(r):g} costs {cost:+.2f} accuracy points against it")
-        console.print(f"runs: {sweep['folder']}")
+    print_calibration(figures)
 
 
 @app.command()
@@ -423,6 +397,16 @@ def _given_value(argv: list[str], param: Any) -> Optional[str]:
             if token.startswith(flag + "="):
                 return token[len(flag) + 1:]
     return None
+
+
+def _register_tune() -> None:
+    """`robusttune tune` (robust tuning) lives in robusttune.tuning_command."""
+    from robusttune.tuning_command import tune
+
+    app.command(name="tune")(bad_input_exits(tune))
+
+
+_register_tune()
 
 
 def main(argv: Optional[list[str]] = None) -> None:

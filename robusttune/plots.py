@@ -288,3 +288,24 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
     axis.grid(alpha=0.3)
     axis.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _save(figure, path)
+
+
+def pareto_figure(proposals: pd.DataFrame, path: str | Path) -> Path | None:
+    """Robust tuning's result (`robusttune.tuning`): x = clean validation accuracy, y =
+    worst-case validation accuracy, one point per proposal; the Pareto front filled and joined,
+    the other proposals open. None when there is nothing to draw."""
+    if proposals.empty:
+        return None
+    figure = _figure(5.5, 4.2)
+    axis = figure.subplots(1, 1)
+    front = proposals[proposals["pareto"]].sort_values("clean_validation")
+    rest = proposals[~proposals["pareto"]]
+    axis.plot(rest["clean_validation"], rest["worst_validation"], "o", markerfacecolor="white",
+              color="grey", label="proposal")
+    axis.plot(front["clean_validation"], front["worst_validation"], "o-", color="tab:red",
+              label="Pareto front")
+    axis.set(xlabel="clean validation accuracy", ylabel="worst-case validation accuracy",
+             title="robust tuning: clean vs worst case")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    return _save(figure, path)

@@ -19,7 +19,7 @@ from robusttune.records import RoundRecord, RunSummary
 from robusttune.simulation import Simulation
 
 # Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
-TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",
+TENSORBOARD_SCALARS = ("accuracy", "validation_accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",
                        "max_class_share",
                        "byzantine_sampled", "byzantine_input_share", "train_seconds",
                        "aggregate_seconds", "aggregation_error", "honest_input_spread")
@@ -27,6 +27,8 @@ TENSORBOARD_SCALARS = ("accuracy", "loss", "param_norm", "nonfinite_params", "no
 HPARAM_EXCLUDE = ("data_root",)
 # The HParams view's metrics: (tag, display name, what it is).
 RUN_METRICS = (("final/accuracy", "final accuracy", "test accuracy after the last round (fraction)"),
+               ("final/validation_accuracy", "final validation accuracy",
+                "validation accuracy after the last round (fraction; what selection reads)"),
                ("final/loss", "final loss", "test loss after the last round"),
                ("final/collapsed", "collapsed", "1: accuracy at chance + 0.5 points or non-finite "
                                                 "parameters"))
@@ -171,7 +173,9 @@ class RunWriter:
     def _write_hparams(self, summary: RunSummary) -> None:
         from torch.utils.tensorboard.summary import hparams
 
-        metrics = {"final/accuracy": summary.final_accuracy, "final/loss": summary.final_loss,
+        metrics = {"final/accuracy": summary.final_accuracy,
+                   "final/validation_accuracy": summary.final_validation_accuracy,
+                   "final/loss": summary.final_loss,
                    "final/collapsed": float(summary.collapsed)}
         _, session_start, session_end = hparams(_hparam_values(self.spec.to_dict()), metrics)
         entries = [session_start, session_end]

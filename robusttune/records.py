@@ -73,6 +73,9 @@ class RoundRecord:
     aggregate_seconds: float
     aggregation_error: float = math.nan
     honest_input_spread: float = math.nan
+    # accuracy on the validation part of the held-out set (``validation_fraction``), evaluated
+    # with ``accuracy``; NaN when not evaluated or without a validation part
+    validation_accuracy: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,7 +110,19 @@ class RunSummary:
     error: str | None = None
     mean_aggregation_error: float = math.nan
     mean_honest_input_spread: float = math.nan
+    final_validation_accuracy: float = math.nan
     float_path: str | None = None   # what the run computed with (robusttune.numerics.FloatPath)
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether the run held a validation part out (``validation_fraction`` > 0)."""
+        return float(self.spec.get("validation_fraction", 0) or 0) > 0
+
+    @property
+    def selection_accuracy(self) -> float:
+        """The accuracy every selection reads: the final validation accuracy when the run has a
+        validation part, else (``validation_fraction: 0``) its test accuracy."""
+        return self.final_validation_accuracy if self.has_validation else self.final_accuracy
 
     @classmethod
     def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,
@@ -138,6 +153,7 @@ class RunSummary:
                    run_dir=data.get("run_dir"), error=data.get("error"),
                    mean_aggregation_error=_number(data.get("mean_aggregation_error")),
                    mean_honest_input_spread=_number(data.get("mean_honest_input_spread")),
+                   final_validation_accuracy=_number(data.get("final_validation_accuracy")),
                    float_path=data.get("float_path"))
 
     def to_dict(self) -> dict[str, Any]:

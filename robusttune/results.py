@@ -37,7 +37,7 @@ __all__ = [
     "markdown_table", "report", "SUMMARY_KEYS", "METHOD_ORDER", "attack_table",
 ]
 
-SUMMARY_KEYS = ("final_accuracy", "final_loss", "collapsed", "rounds_run",
+SUMMARY_KEYS = ("final_accuracy", "final_validation_accuracy", "final_loss", "collapsed", "rounds_run",
                 "byzantine_majority_rounds", "seconds", "num_classes", "mean_aggregation_error",
                 "mean_honest_input_spread")
 # The paper's column order; other methods follow alphabetically.

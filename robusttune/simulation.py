@@ -183,6 +183,7 @@ class Simulation:
         self.rounds_done = 0
         self.last_accuracy = math.nan
         self.last_loss = math.nan
+        self.last_validation_accuracy = math.nan
         self.byzantine_majority_rounds = 0
         self.collapsed = False
         # the run's means of the round figures on the rule's inputs (summary.json's mean_<name>)
@@ -282,12 +283,16 @@ class Simulation:
         self.round_means["honest_input_spread"].add(round_spread)
         majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
         self.byzantine_majority_rounds += int(majority)
-        accuracy = loss = max_share = math.nan
+        accuracy = loss = max_share = validation_accuracy = math.nan
         last = round_index == spec.rounds
         if nonfinite or last or round_index % spec.eval_every == 0:
             evaluation = evaluate(self.model, self.params, self.data.test_x, self.data.test_y)
             accuracy, loss, max_share = evaluation.accuracy, evaluation.loss, evaluation.max_class_share
+            if self.data.validation_y is not None:   # NaN for an empty validation part
+                validation_accuracy = evaluate(self.model, self.params, self.data.validation_x,
+                                               self.data.validation_y).accuracy
             self.last_accuracy, self.last_loss = accuracy, loss
+            self.last_validation_accuracy = validation_accuracy
         self.collapsed = nonfinite > 0 or (last and is_collapsed(accuracy, self.num_classes, False))
         self.rounds_done = round_index
         return RoundRecord(
@@ -300,7 +305,7 @@ class Simulation:
             precondition_held_actual=bool(held_actual), aggregated=aggregated,
             collapsed=self.collapsed, train_seconds=train_seconds,
             aggregate_seconds=aggregate_seconds, aggregation_error=round_error,
-            honest_input_spread=round_spread,
+            honest_input_spread=round_spread, validation_accuracy=validation_accuracy,
         )
 
     @property
@@ -327,6 +332,7 @@ class Simulation:
             "noise_rng": self.noise_rng.get_state(),
             "last_accuracy": self.last_accuracy,
             "last_loss": self.last_loss,
+            "last_validation_accuracy": self.last_validation_accuracy,
             "byzantine_majority_rounds": self.byzantine_majority_rounds,
             "collapsed": self.collapsed,
             **{f"{name}_{part}": value for name, mean in self.round_means.items()
@@ -343,6 +349,8 @@ class Simulation:
         self.noise_rng.set_state(state["noise_rng"])
         self.last_accuracy = state["last_accuracy"]
         self.last_loss = state["last_loss"]
+        # a checkpoint written before the validation split has none
+        self.last_validation_accuracy = state.get("last_validation_accuracy", math.nan)
         self.byzantine_majority_rounds = state["byzantine_majority_rounds"]
         self.collapsed = state["collapsed"]
         # a checkpoint written before a figure was recorded starts its mean afresh
@@ -354,6 +362,7 @@ class Simulation:
         """The run's final figures and its resolved RunSpec (summary.json)."""
         return RunSummary(
             final_accuracy=self.last_accuracy, final_loss=self.last_loss,
+            final_validation_accuracy=self.last_validation_accuracy,
             collapsed=is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
             rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
             seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),

@@ -12,9 +12,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from robusttune.calibration import (Deployment, analyze, byzantine_law, p_any_round,
-                                    p_exceeds_trim_round, p_majority_round, smallest_safe_trim,
-                                    trim_sweep)
-from robusttune.records import RunSummary
+                                    p_exceeds_trim_round, p_majority_round, smallest_safe_trim)
 from robusttune.registry import SpecError
 
 CASES = [
@@ -118,32 +116,7 @@ def test_safe_trim_and_validation():
         p_exceeds_trim_round(d, 0.5)
 
 
-class FakeSpec:
-    """Stands in for RunSpec in the trim sweep: only `updated` is used."""
-
-    def __init__(self, **values):
-        self.values = values
-
-    def updated(self, **changes):
-        return FakeSpec(**{**self.values, **changes})
-
-
-def test_trim_sweep_recommends_smallest_surviving_trim():
-    # toy world: a run survives when the trim covers the Byzantine fraction plus 0.05
-    def runner(specs):
-        out = []
-        for s in specs:
-            v = s.values
-            beta, r = v["byzantine_fraction"], v.get("trim_ratio", 0.0)
-            ok = beta == 0 or r >= beta + 0.05 - 1e-9
-            out.append(RunSummary.from_dict({"final_accuracy": (0.9 - r) if ok else 0.1,
-                                             "collapsed": not ok}))
-        return out
-
-    sweep = trim_sweep(FakeSpec(), [0.0, 0.1, 0.2, 0.3, 0.4], [0.1, 0.2], runner, seeds=[1, 2])
-    assert sweep.recommended == pytest.approx(0.3)       # survives at beta 0.1 and 0.2
-    assert sweep.clean_accuracy == pytest.approx(0.9)
-    assert sweep.cost[0.4] == pytest.approx(10.0)        # 0.6 -> 0.5 accuracy at beta 0.1
+# trim_sweep against the shared worst case: tests/test_worst_case.py
 
 
 def test_cli_calibrate_json_and_bad_input():
@@ -186,7 +159,11 @@ def test_cli_calibrate_with_local_sweep(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     rows = data["sweep"]["rows"]
-    # 2 trims x (beta 0.17 and 0.27) x 1 seed, plus the clean run
+    # 2 trims x (beta 0.17 and 0.27: both k = 1 of 6, one lattice point) x 1 seed
     assert len(rows) == 4 and {r["trim_ratio"] for r in rows} == {0.0, 0.34}
+    assert {r["byzantine_clients"] for r in rows} == {1}
     assert data["recommended_trim_ratio"] in (None, 0.0, 0.34)
-    assert len(list((tmp_path / "trials").iterdir())) == 5
+    # each trim's clean run, then sign_flip's ladder (1, 3, 10, 100) at k = 1, staged: a trim
+    # stops at the first strength that breaks it
+    trials = len(list((tmp_path / "trials").iterdir()))
+    assert 2 + 2 <= trials <= 2 + 2 * 4

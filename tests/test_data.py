@@ -167,7 +167,9 @@ def test_load_federated_sizes_root_and_shapes():
     assert len(data.client_x) == len(data.client_y) == 13
     assert sum(data.client_sizes) == 1437 and min(data.client_sizes) >= 1
     assert all(x.shape[0] == y.shape[0] for x, y in zip(data.client_x, data.client_y))
-    assert data.test_x.shape == (360, 1, 8, 8)
+    # the 360 held-out images, half per class (validation_fraction 0.5) in validation
+    assert data.test_x.shape[0] + data.validation_x.shape[0] == 360
+    assert data.validation_x.shape[1:] == (1, 8, 8)
     assert np.array_equal(np.bincount(data.root_y.numpy(), minlength=10), np.full(10, 5))
     # same partition seed -> same split whatever the run seed
     other = load_federated(spec.updated(seed=7), "cpu")
@@ -293,3 +295,46 @@ def test_partly_missing_dataset_names_the_missing_file(tmp_path):
     (tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
     with pytest.raises(SpecError, match="missing: t10k-labels-idx1-ubyte"):
         DATASETS["mnist"](RunSpec(dataset="mnist", data_root=str(tmp_path)))
+
+
+# -- the validation split of the held-out set ---------------------------------------------------
+
+
+@pytest.mark.parametrize("fraction", [0.2, 0.5])
+def test_validation_split_is_stratified_seeded_and_disjoint(fraction):
+    from robusttune.data import validation_split
+
+    labels = np.repeat(np.arange(4), [10, 7, 1, 22])
+    validation, test = validation_split(labels, fraction, seed=3)
+    assert np.intersect1d(validation, test).size == 0
+    assert np.array_equal(np.sort(np.concatenate([validation, test])), np.arange(labels.size))
+    # v = round(fraction n) in all, each class floor or ceil of fraction x n_k
+    assert validation.size == {0.2: 8, 0.5: 20}[fraction]
+    per_class = np.bincount(labels[validation], minlength=4)
+    sizes = np.array([10, 7, 1, 22])
+    assert np.all((per_class >= np.floor(fraction * sizes)) & (per_class <= np.ceil(fraction * sizes)))
+    again, _ = validation_split(labels, fraction, seed=3)
+    other, _ = validation_split(labels, fraction, seed=4)
+    assert np.array_equal(validation, again) and not np.array_equal(validation, other)
+    none, everything = validation_split(labels, 0.0, seed=3)
+    assert none.size == 0 and everything.size == labels.size
+    with pytest.raises(SpecError, match="validation_fraction 0.01 leaves no validation sample"):
+        validation_split(labels, 0.01, seed=3)
+    with pytest.raises(SpecError, match="validation_fraction 0.99 leaves no test sample"):
+        validation_split(labels, 0.99, seed=3)
+
+
+def test_the_validation_part_leaves_training_untouched_and_is_held_out():
+    spec = RunSpec(dataset="digits", clients=5)
+    split = load_federated(spec, "cpu")
+    whole = load_federated(spec.updated(validation_fraction=0.0), "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(split.client_x, whole.client_x))
+    assert torch.equal(split.root_x, whole.root_x)
+    assert whole.validation_y.numel() == 0 and whole.test_y.numel() == 360
+    # every held-out image is in exactly one part, none in a client's data
+    held_out = torch.cat([split.test_x, split.validation_x]).flatten(1)
+    assert held_out.shape[0] == 360
+    assert torch.unique(held_out, dim=0).shape[0] == torch.unique(whole.test_x.flatten(1), dim=0).shape[0]
+    bad = pytest.raises(SpecError, match="validation_fraction")
+    with bad:
+        RunSpec(dataset="digits", validation_fraction=1.0)

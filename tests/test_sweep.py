@@ -63,7 +63,9 @@ def test_small_grid_end_to_end(grid_sweep):
     outcome = grid_sweep
     assert (outcome.finished, outcome.errored, outcome.unfinished) == (4, 0, 0)
     table = outcome.table
-    assert len(table) == 4 and list(table["accuracy"]) == sorted(table["accuracy"], reverse=True)
+    # sorted by the default metric, the validation part's accuracy (not the test set's)
+    assert len(table) == 4 and list(table["validation_accuracy"]) == sorted(table["validation_accuracy"], reverse=True)
+    assert "accuracy" not in table.columns and table["last_accuracy"].notna().all()
     assert set(zip(table["seed"], table["attack"])) == {(1, "none"), (1, "sign_flip"),
                                                         (2, "none"), (2, "sign_flip")}
     root = Path(outcome.path)
@@ -127,8 +129,9 @@ def test_the_sweep_declares_its_hparams_experiment_swept_keys_first(grid_sweep):
     swept = [info.name for info in experiment.hparam_infos if info.differs]
     assert set(swept) == {"seed", "attack", "byzantine_fraction"}
     assert [info.name for info in experiment.hparam_infos][:3] == swept
-    assert [m.name.tag for m in experiment.metric_infos] == ["final/accuracy", "final/loss",
-                                                             "final/collapsed"]
+    assert [m.name.tag for m in experiment.metric_infos] == ["final/accuracy",
+                                                             "final/validation_accuracy",
+                                                             "final/loss", "final/collapsed"]
     assert all(m.display_name for m in experiment.metric_infos)
 
 
@@ -146,7 +149,7 @@ def optuna_trials(ray_session, storage: Path, name: str, seed: int):
     outcome = run_sweep(spec, storage=str(storage), verbose=0)
     assert outcome.finished == 3
     ordered = outcome.table.sort_values("trial")  # trial ids number the proposals in order
-    return [(row.lr, row.momentum, row.seed, row.accuracy) for row in ordered.itertuples()]
+    return [(row.lr, row.momentum, row.seed, row.validation_accuracy, row.last_accuracy) for row in ordered.itertuples()]
 
 
 def test_optuna_study_is_reproducible_with_its_seed(ray_session, tmp_path):

@@ -93,6 +93,9 @@ class Attack:
     # The strengths a worst-case breakdown map tries (each attack documents why its ladder ends
     # where it does); empty: the attack has no strength to scale (none, label_flip, mimic).
     strength_ladder: tuple[float, ...] = ()
+    # Whether the shared worst case (robusttune.adversary.default_attacks: calibrate's and robust
+    # tuning's adversary when none is named) runs this attack over its ladder.
+    default_adversary: bool = False
 
     def __init__(self, attack_strength: float | None = None) -> None:
         strength = self.default_strength if attack_strength is None else attack_strength

@@ -82,6 +82,7 @@ class IPM(Attack):
     min_strength = 0.0
     why_min_strength = "eps < 0 sends +|eps| mu, an honest helper"
     strength_ladder = (0.1, 1.0, 10.0, 1000.0)
+    default_adversary = True
 
     def craft(self, rnd: AttackRound) -> Tensor:
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))

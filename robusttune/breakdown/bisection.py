@@ -76,10 +76,13 @@ class Point:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a point's runs gave: mean final accuracy over them, whether any collapsed, how many
-    trials (new runs) it took, what stands behind the number (run folders, tuned knobs), and
-    ``runs``: what evaluating it in full costs without any saving (seeds x adversary variants x
-    budget; None: ``trials``), the measure of the full lattice."""
+    """What a point's runs gave: mean final accuracy over them (the selection accuracy,
+    `RunSummary.selection_accuracy`: validation accuracy when the runs hold a validation part),
+    whether any collapsed, how many trials (new runs) it took, what stands behind the number (run
+    folders, tuned knobs), ``runs``: what evaluating it in full costs without any saving (seeds x
+    adversary variants x budget; None: ``trials``), the measure of the full lattice, and
+    ``test_accuracy``: the mean final test accuracy of the same runs (what a report states of the
+    selected setting; NaN for a hand-made outcome)."""
 
     accuracy: float
     collapsed: bool = False
@@ -88,6 +91,7 @@ class Outcome:
     # the adversary setting that gave this: the worst, or the weakest that broke the point
     breaker: tuple[tuple[str, Any], ...] = ()
     runs: int | None = None
+    test_accuracy: float = math.nan
 
     @property
     def full_runs(self) -> int:
@@ -95,11 +99,14 @@ class Outcome:
 
     @classmethod
     def from_summaries(cls, summaries: Sequence[RunSummary], **extra: Any) -> "Outcome":
-        """Mean final accuracy (a non-finite one counts as 0) and collapse in any run."""
+        """Mean selection accuracy (a non-finite one counts as 0), mean test accuracy and
+        collapse in any run."""
         detail = tuple(s.run_dir for s in summaries if s.run_dir)
         detail += tuple(f"{k}={v}" for k, v in extra.items())
-        accuracy = mean_accuracy(s.final_accuracy for s in summaries) if summaries else 0.0
-        return cls(accuracy, any(s.collapsed for s in summaries), len(summaries), detail)
+        accuracy = mean_accuracy(s.selection_accuracy for s in summaries) if summaries else 0.0
+        test = mean_accuracy(s.final_accuracy for s in summaries) if summaries else 0.0
+        return cls(accuracy, any(s.collapsed for s in summaries), len(summaries), detail,
+                   test_accuracy=test)
 
 
 Verdict = Outcome | bool
@@ -263,6 +270,8 @@ class CellResult:
             "conservative_fraction": frac(self.conservative),
             "largest_surviving_fraction": frac(self.largest_survivor),
             "clean_accuracy": self.clean_accuracy,
+            "clean_test_accuracy": (self.outcomes[0].test_accuracy
+                                    if isinstance(self.outcomes.get(0), Outcome) else math.nan),
             "threshold": self.bar if 0 in self.outcomes else None,
             "points_evaluated": len(self.outcomes), "lattice_points": self.k_max + 1,
             "trials": self.trials,
@@ -315,7 +324,9 @@ class BreakdownMap:
         return pd.DataFrame([c.row() for c in self.cells])
 
     def points_frame(self) -> Any:
-        """Every evaluated point: the trials behind each number. ``adversary`` is the setting
+        """Every evaluated point: the trials behind each number (``accuracy``: what survival
+        read, validation accuracy when the runs hold a validation part; ``test_accuracy``: the
+        same runs on the test part). ``adversary`` is the setting
         that gave its accuracy: a survivor's worst, a failed point's weakest that broke it where
         the ladder stopped there (`spec_evaluator`'s ``survival``), its worst otherwise."""
         import pandas as pd
@@ -327,8 +338,8 @@ class BreakdownMap:
                 outcome = v if isinstance(v, Outcome) else Outcome(math.nan, not v, 1)
                 rows.append({**c.cell.as_dict(), "clients": c.cell.clients, "byzantine": k,
                              "byzantine_fraction": k / c.cell.clients, "survived": c.survived(k),
-                             "accuracy": outcome.accuracy, "collapsed": outcome.collapsed,
-                             "trials": outcome.trials,
+                             "accuracy": outcome.accuracy, "test_accuracy": outcome.test_accuracy,
+                             "collapsed": outcome.collapsed, "trials": outcome.trials,
                              "adversary": " ".join(f"{a}={b}" for a, b in outcome.breaker),
                              "detail": " ".join(map(str, outcome.detail))})
         return pd.DataFrame(rows)

@@ -20,6 +20,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from rich.console import Console
 
+from robusttune.adversary import Adversary
 from robusttune.breakdown.bisection import BreakdownMap, bisect_breakdown
 from robusttune.breakdown.evaluate import spec_evaluator
 from robusttune.breakdown.plan import BreakdownPlan, load_plan, plan_costs
@@ -104,9 +105,9 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     stored = StoredRunner(runner, store, finished, one_at_a_time=local, on_runs=progress.runs)
     evaluate = spec_evaluator(plan.base, stored, seeds=plan.seeds, tune=plan.tune or None,
                               budget=plan.budget if plan.tune else 1,
-                              adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
-                              survival=(plan.threshold, plan.relative_threshold),
-                              adaptive=plan.adaptive)
+                              adversary=Adversary.of(plan.adversary or None, plan.adaptive),
+                              sampler_seed=plan.sampler_seed,
+                              survival=(plan.threshold, plan.relative_threshold))
     with session, progress:
         result = bisect_breakdown(plan.cells, progress.watch(evaluate),
                                   max_fraction=plan.max_fraction, threshold=plan.threshold,

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from itertools import product
-
-from robusttune.attacks import ATTACKS
-from robusttune.breakdown.adaptive import StrengthSearch, spans_a_range
+from robusttune.adversary import Adversary, adversary_variants, score as _score, worst_of
+from robusttune.breakdown.adaptive import StrengthSearch
 from robusttune.breakdown.bisection import Cell, Evaluator, Outcome, Point, survival_bar
 from robusttune.config import RunSpec
 from robusttune.records import RunSummary, survives
@@ -20,10 +18,10 @@ from robusttune.registry import SpecError
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
     from robusttune.runners import Runner
 
-__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec"]
+__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec", "optuna_distribution"]
 
 
-def _optuna_distribution(domain: Any) -> Any:
+def optuna_distribution(domain: Any) -> Any:
     """The Optuna distribution of a sweep-layer Domain (uniform | loguniform | int | choice)."""
     import optuna
 
@@ -34,32 +32,6 @@ def _optuna_distribution(domain: Any) -> Any:
     if domain.kind == "loguniform":
         return optuna.distributions.FloatDistribution(domain.low, domain.high, log=True)
     return optuna.distributions.FloatDistribution(domain.low, domain.high, step=domain.step)
-
-
-def _score(outcome: Outcome) -> float:
-    """What the defence maximises and the adversary minimises: accuracy, 0 when collapsed."""
-    return 0.0 if outcome.collapsed else outcome.accuracy
-
-
-def worst_of(outcomes: Sequence[Outcome]) -> int:
-    """The position of the worst outcome: the first with the lowest score."""
-    return min(range(len(outcomes)), key=lambda i: _score(outcomes[i]))
-
-
-def adversary_variants(attack: str, adversary: Mapping[str, Sequence[Any]] | None) -> list[dict]:
-    """The attacker settings a point with Byzantine clients runs (see `spec_evaluator`): the
-    product of ``adversary``'s values, an attack listed without attack_strength taking its
-    whole strength ladder; without ``adversary``, ``attack``'s ladder."""
-    grid = [dict(zip(adversary, combo)) for combo in product(*adversary.values())] \
-        if adversary else [{}]
-    variants = []
-    for variant in grid:
-        if "attack_strength" in variant:
-            variants.append(variant)
-            continue
-        ladder = ATTACKS[variant.get("attack", attack)].strength_ladder
-        variants += [{**variant, "attack_strength": s} for s in ladder] or [variant]
-    return variants
 
 
 def canonical_spec(spec: RunSpec) -> RunSpec:
@@ -121,7 +93,8 @@ class _SharedRuns:
 
 def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
                    tune: Mapping[str, Any] | None = None, budget: int = 1,
-                   adversary: Mapping[str, Sequence[Any]] | None = None, sampler_seed: int = 0,
+                   adversary: Adversary | Mapping[str, Sequence[Any]] | None = None,
+                   sampler_seed: int = 0,
                    on_trials: Callable[[int], None] | None = None, share: bool = True,
                    staged: bool = True,
                    survival: tuple[float | None, float] | None = None,
@@ -167,16 +140,18 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
 
     ``adaptive`` > 0 (the adaptive adversary, `robusttune.breakdown.adaptive`): a point with
     Byzantine clients whose ladder did not settle it (see above) runs up to ``adaptive`` more
-    strengths, each proposed by a seeded Optuna study that knows the ladder's scores and
-    minimises the score within the ladder's range; the outcome is the worst over the ladder and
-    those runs. It needs the attack's own ladder: no ``adversary``."""
+    strengths per attack whose ladder spans a range, each proposed by a seeded Optuna study that
+    knows that attack's ladder scores and minimises the score within the ladder's range; the
+    outcome is the worst over the ladders and those runs. ``adversary`` may be a
+    `robusttune.adversary.Adversary` (which carries its own adaptive budget), the one worst
+    case `calibrate` and robust tuning use too."""
     if budget < 1:
         raise SpecError(f"budget must be >= 1; got {budget}")
-    if adaptive < 0:
-        raise SpecError(f"adaptive must be >= 0 runs; got {adaptive}")
-    if adaptive and adversary:
-        raise SpecError("the adaptive adversary searches each attack's own strength range; "
-                        "allowed with it: no adversary mapping")
+    if not isinstance(adversary, Adversary):
+        adversary = Adversary.of(adversary, adaptive)
+    elif adaptive:
+        raise SpecError("give the adaptive budget inside the Adversary, not beside it")
+    threat = adversary
     if not seeds:
         raise SpecError("seeds must list at least one seed")
     shared = _SharedRuns(runner, share, on_trials)
@@ -195,9 +170,11 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         bar = survival_bar(threshold, relative, clean_accuracy.get(point.cell, float("nan")))
         return not survives(outcome.accuracy, outcome.collapsed, bar)
 
+    def attack_of(point: Point) -> str:
+        return point.cell.as_dict().get("attack", base.get("attack", "none"))
+
     def variants_for(point: Point) -> list[dict]:
-        attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
-        return adversary_variants(attack, adversary) if point.byzantine > 0 else [{}]
+        return threat.variants(attack_of(point)) if point.byzantine > 0 else [{}]
 
     def specs_for(point: Point, knobs: Mapping[str, Any], variant: Mapping[str, Any]) -> list[RunSpec]:
         return [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
@@ -211,15 +188,12 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         position = worst_of(per_variant)
         worst = per_variant[position]
         return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
-                       tuple(variants[position].items()), runs=full * len(seeds))
+                       tuple(variants[position].items()), runs=full * len(seeds),
+                       test_accuracy=worst.test_accuracy)
 
-    def ladder_of(point: Point) -> tuple[float, ...]:
-        """The strengths an adaptive search spans for ``point`` (empty: none for it)."""
-        if not adaptive or point.byzantine == 0:
-            return ()
-        attack = point.cell.as_dict().get("attack", base.get("attack", "none"))
-        ladder = ATTACKS[attack].strength_ladder
-        return ladder if spans_a_range(ladder) else ()
+    def searches_of(point: Point) -> list[tuple[dict, tuple[float, ...]]]:
+        """The adaptive searches of ``point``: (group settings, ladder); none at k = 0."""
+        return threat.searches(attack_of(point)) if point.byzantine > 0 else []
 
     def run_variants(todo: list[tuple[int, dict]], requests: list[tuple[Point, dict]],
                      judged: list[list[Outcome]], trials: list[int]) -> None:
@@ -237,22 +211,27 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
     def search(requests: list[tuple[Point, dict]], variants: list[list[dict]],
                judged: list[list[Outcome]], trials: list[int]) -> None:
         """The adaptive adversary's runs after the ladder (see ``adaptive``)."""
-        searches = {}
+        searches: dict[tuple[int, int], tuple[dict, StrengthSearch]] = {}
         for i, (point, _) in enumerate(requests):
-            ladder = ladder_of(point)
-            if ladder and not settled(point, judged[i][worst_of(judged[i])]):
-                tried = [(v["attack_strength"], _score(o)) for v, o in zip(variants[i], judged[i])]
-                searches[i] = StrengthSearch(ladder, tried, sampler_seed)
-        for _ in range(adaptive):
-            open_points = [i for i in searches
-                           if not settled(requests[i][0], judged[i][worst_of(judged[i])])]
-            if not open_points:
+            if settled(point, judged[i][worst_of(judged[i])]):
+                continue
+            for g, (group, ladder) in enumerate(searches_of(point)):
+                # the group's ladder runs, told first: the ladder is the search's floor
+                tried = [(v["attack_strength"], _score(o)) for v, o in zip(variants[i], judged[i])
+                         if {k: x for k, x in v.items() if k != "attack_strength"} == group]
+                searches[i, g] = (group, StrengthSearch(ladder, tried, sampler_seed))
+        for _ in range(threat.adaptive):
+            open_searches = [key for key in searches
+                             if not settled(requests[key[0]][0], judged[key[0]][worst_of(judged[key[0]])])]
+            if not open_searches:
                 break
-            todo = [(i, searches[i].ask()) for i in open_points]
-            run_variants(todo, requests, judged, trials)
-            for i, variant in todo:
-                variants[i].append(variant)
-                searches[i].tell(_score(judged[i][-1]))
+            todo = [(key, {**searches[key][0], **searches[key][1].ask()}) for key in open_searches]
+            run_variants([(key[0], variant) for key, variant in todo], requests, judged, trials)
+            for n, (key, variant) in enumerate(todo):
+                variants[key[0]].append(variant)
+                # run_variants appended each point's outcomes in todo order
+                position = len(judged[key[0]]) - sum(1 for k, _ in todo[n + 1:] if k[0] == key[0]) - 1
+                searches[key][1].tell(_score(judged[key[0]][position]))
 
     def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
         variants = [variants_for(point) for point, _ in requests]
@@ -269,9 +248,9 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
             if not todo:
                 break
             run_variants([(i, variants[i][j]) for i, j in todo], requests, judged, trials)
-        full = [len(v) + (adaptive if ladder_of(p) else 0) for v, (p, _) in zip(variants, requests)]
+        full = [len(v) + threat.adaptive * len(searches_of(p)) for v, (p, _) in zip(variants, requests)]
         variants = [list(v) for v in variants]   # the search appends the strengths it ran
-        if adaptive:
+        if threat.adaptive:
             search(requests, variants, judged, trials)
         return [judge(judged[i], variants[i], trials[i], full[i]) for i in range(len(requests))]
 
@@ -282,7 +261,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        distributions = {k: _optuna_distribution(d) for k, d in tune.items()}
+        distributions = {k: optuna_distribution(d) for k, d in tune.items()}
         studies = [optuna.create_study(direction="maximize",
                                        sampler=optuna.samplers.TPESampler(seed=sampler_seed))
                    for _ in points]
@@ -298,7 +277,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                     best[i] = outcome
         # the point's trial count is the whole study's runs, not only the best trial's
         return [Outcome(b.accuracy, b.collapsed, t, b.detail, b.breaker,  # type: ignore[union-attr]
-                        runs=b.runs * budget)  # type: ignore[union-attr, operator]
+                        runs=b.runs * budget,  # type: ignore[union-attr, operator]
+                        test_accuracy=b.test_accuracy)  # type: ignore[union-attr]
                 for b, t in zip(best, trials)]
 
     return tuned

@@ -260,20 +260,17 @@ class CellCost:
 def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
     """Every cell's `CellCost` under ``plan`` (what ``--dry-run`` prints, and what the progress
     display's estimate of the time left counts down)."""
+    from robusttune.adversary import Adversary
     from robusttune.breakdown.bisection import lattice_top
-    from robusttune.attacks import ATTACKS
-    from robusttune.breakdown.adaptive import spans_a_range
-    from robusttune.breakdown.evaluate import adversary_variants
 
     budget = plan.budget if plan.tune else 1   # without drawn knobs there is nothing to tune
     costs = []
     for cell in plan.cells:
         k_max = lattice_top(cell.clients, plan.max_fraction)
         attack = cell.as_dict().get("attack", plan.base.get("attack", "none"))
-        variants = adversary_variants(attack, plan.adversary or None)
+        threat = Adversary.of(plan.adversary or None, plan.adaptive)
         steps = math.ceil(math.log2(k_max + 1)) if k_max > 0 else 0
         expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
-        searched = plan.adaptive if spans_a_range(ATTACKS[attack].strength_ladder) else 0
-        costs.append(CellCost(cell, k_max, variants, len(plan.seeds) * budget,
-                              len(plan.seeds) * (len(variants) + searched) * budget, expected))
+        costs.append(CellCost(cell, k_max, threat.variants(attack), len(plan.seeds) * budget,
+                              len(plan.seeds) * threat.runs_per_point(attack) * budget, expected))
     return costs

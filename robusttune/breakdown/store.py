@@ -40,7 +40,11 @@ RUNS_FILE = "runs.jsonl"
 class MapStore:
     """The plan and the finished runs of the map kept in ``folder`` (a local or shared folder)."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, kind: str = "breakdown map",
+                 result_file: str = "breakdown.csv") -> None:
+        # kind / result_file: what the folder holds, for messages (robust tuning keeps its study
+        # the same way, `robusttune.tuning`)
+        self.kind, self.result_file = kind, result_file
         self.folder = Path(folder)
         self.plan_path = self.folder / PLAN_FILE
         self.runs_path = self.folder / RUNS_FILE
@@ -56,16 +60,16 @@ class MapStore:
         stored = self.stored_plan()
         has_runs = self.runs_path.exists() and self.runs_path.stat().st_size > 0
         if not resume:
-            if has_runs or (self.folder / "breakdown.csv").exists():
-                raise SpecError(f"{self.folder} already holds a breakdown map; allowed: --resume to "
-                                f"continue it, a new --name for a new map, or removing the folder")
+            if has_runs or (self.folder / self.result_file).exists():
+                raise SpecError(f"{self.folder} already holds a {self.kind}; allowed: --resume to "
+                                f"continue it, a new --name for a new one, or removing the folder")
         else:
             if stored is None:
-                raise SpecError(f"--resume: {self.folder} holds no breakdown map ({PLAN_FILE}); "
+                raise SpecError(f"--resume: {self.folder} holds no {self.kind} ({PLAN_FILE}); "
                                 f"run it without --resume")
             difference = first_difference(_plain(stored), _plain(plan.identity()))
             if difference is not None:
-                raise SpecError(f"--resume: {self.folder} maps a different plan ({difference}); "
+                raise SpecError(f"--resume: {self.folder} holds a different plan ({difference}); "
                                 f"allowed: the same YAML and --set as before (see "
                                 f"{self.plan_path}), or a new --name without --resume for the "
                                 f"changed plan")

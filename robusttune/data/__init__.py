@@ -33,7 +33,7 @@ import torch
 from robusttune.data.base import DATASETS, FederatedData, RawDataset
 from robusttune.data.embedded import _digits, _synthetic
 from robusttune.data.installed import _debian_fashion_mnist, _mnist_10k
-from robusttune.data.partition import dirichlet_partition, root_set
+from robusttune.data.partition import dirichlet_partition, root_set, validation_split
 from robusttune.data.torchvision_files import _torchvision
 from robusttune.schema import RunSchema
 
@@ -43,6 +43,7 @@ __all__ = [
     "FederatedData",
     "dirichlet_partition",
     "root_set",
+    "validation_split",
     "load_federated",
     "clear_dataset_cache",
 ]
@@ -58,8 +59,10 @@ def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData
     """The run's dataset split over ``spec.clients`` clients, moved to ``device`` once.
 
     Partition: ``dirichlet_partition(train_y, clients, dirichlet_alpha, partition_seed)``; root set:
-    ``root_set(train_y, fltrust_root_size, partition_seed)``. The training set is gathered in client
-    order and transferred as one block; each client's shard is a view of it.
+    ``root_set(train_y, fltrust_root_size, partition_seed)``; held-out set:
+    ``validation_split(test_y, validation_fraction, partition_seed)`` into test and validation
+    parts (any RawDataset, so every registered dataset has one). The training set is gathered
+    in client order and transferred as one block; each client's shard is a view of it.
     """
     device = torch.device(device)
     raw = DATASETS[spec.dataset](spec)
@@ -70,13 +73,17 @@ def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData
     train_x = raw.train_x[order].to(device)
     train_y = raw.train_y[order].to(device)
     root = torch.from_numpy(root_set(labels, spec.fltrust_root_size, spec.partition_seed))
+    validation, test = (torch.from_numpy(part) for part in validation_split(
+        raw.test_y.numpy(), spec.validation_fraction, spec.partition_seed))
     return FederatedData(
         num_classes=raw.num_classes,
         input_shape=tuple(int(s) for s in raw.train_x.shape[1:]),
         client_x=list(train_x.split(sizes)),
         client_y=list(train_y.split(sizes)),
-        test_x=raw.test_x.to(device),
-        test_y=raw.test_y.to(device),
+        test_x=raw.test_x[test].to(device),
+        test_y=raw.test_y[test].to(device),
         root_x=raw.train_x[root].to(device),
         root_y=raw.train_y[root].to(device),
+        validation_x=raw.test_x[validation].to(device),
+        validation_y=raw.test_y[validation].to(device),
     )

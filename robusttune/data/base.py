@@ -32,7 +32,9 @@ class RawDataset:
 
 @dataclass(frozen=True)
 class FederatedData:
-    """One run's data on its device: the clients' shards, the test set and the server root set.
+    """One run's data on its device: the clients' shards, the held-out set split into a test and
+    a validation part (``validation_fraction``, `robusttune.data.partition.validation_split`;
+    the validation part is empty at 0), and the server root set.
 
     ``client_x[i]`` are views into one block holding the training set in client order (one copy on
     the device, not one per client); the test tensors may be shared with the in-process cache.
@@ -47,6 +49,8 @@ class FederatedData:
     test_y: Tensor
     root_x: Tensor
     root_y: Tensor
+    validation_x: Tensor | None = None
+    validation_y: Tensor | None = None
 
     @property
     def client_sizes(self) -> list[int]:
@@ -64,6 +68,7 @@ STREAM_ROOT = 1
 STREAM_SYNTH_MEANS = 2
 STREAM_SYNTH_TRAIN = 3
 STREAM_SYNTH_TEST = 4
+STREAM_VALIDATION = 5
 
 
 def seeded_rng(seed: int, stream: int) -> np.random.Generator:

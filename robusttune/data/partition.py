@@ -143,3 +143,44 @@ def root_set(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     rank[grouped] = np.arange(n) - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes)
     priority = rank * class_sizes.size + rng.permutation(class_sizes.size)[inverse]
     return np.sort(np.argsort(priority, kind="stable")[:size])
+
+
+def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split the held-out set into (validation, test) indices, stratified by class.
+
+    Every sample gets the key (r + 1/2) / n_k, r its rank within its class k (n_k samples) in a
+    random order drawn from the partition seed on its own stream; the v = floor(fraction n + 1/2)
+    samples with the smallest keys (ties in a random order) are validation, the rest test. Class
+    k then gives validation floor(fraction n_k) or ceil(fraction n_k) samples: disjoint parts,
+    every class in both in the held-out set's proportions up to one sample, the same split for
+    every run seed and method. The validation part comes from the test set, not from the
+    training set, so every client's data and every training trajectory stay as they are without
+    it; what selection reads (validation accuracy) and what a report states (test accuracy) are
+    then two disjoint samples of the same distribution that no client trains on.
+    ``fraction = 0``: no validation part, every index is test.
+
+    Returns:
+        (validation, test): sorted int64 index arrays into the held-out set.
+    """
+    from robusttune.data.base import STREAM_VALIDATION
+
+    labels = np.asarray(labels).reshape(-1)
+    n = labels.size
+    if fraction <= 0:
+        return np.empty(0, dtype=np.int64), np.arange(n, dtype=np.int64)
+    taken = int(math.floor(fraction * n + 0.5))
+    if not 0 < taken < n:
+        part = "validation" if taken == 0 else "test"
+        raise SpecError(f"validation_fraction {fraction:g} leaves no {part} sample of the {n} "
+                        f"held-out samples; allowed: a fraction that leaves both parts non-empty")
+    rng = seeded_rng(seed, STREAM_VALIDATION)
+    _, inverse = np.unique(labels, return_inverse=True)
+    class_sizes = np.bincount(inverse)
+    grouped = np.lexsort((rng.random(n), inverse))  # by class, random order within a class
+    rank = np.empty(n, dtype=np.int64)
+    rank[grouped] = np.arange(n) - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes)
+    key = (rank + 0.5) / class_sizes[inverse]
+    chosen = np.lexsort((rng.random(n), key))[:taken]
+    mask = np.zeros(n, dtype=bool)
+    mask[chosen] = True
+    return np.flatnonzero(mask).astype(np.int64), np.flatnonzero(~mask).astype(np.int64)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 from robusttune.registry import SpecError
 from robusttune.sweep.preflight import preflight, with_absolute_data_root
 from robusttune.sweep.space import SweepSpec, format_value, load_sweep
+from robusttune.sweep.space_file import test_metric_note
 from robusttune.sweep.storage import experiment_path, stored_sweep
 from robusttune.terminal import table_text
 
@@ -55,11 +56,14 @@ def sweep_command(
     spec = prepare_spec(space, name=name, num_samples=num_samples, max_concurrent=max_concurrent,
                         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
                         assignments=assignments or [])
+    note = test_metric_note(spec.search.metrics)
     if dry_run:
         if resume:
             raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
         echo(dry_run_report(spec))
         return 0
+    if note:
+        echo(note)
     # Before Ray (seconds to start) and before any trial: what every trial builds first.
     to_run = stored_sweep(experiment_path(storage, spec.name)) if resume else with_absolute_data_root(spec)
     if to_run is not None:  # a --resume without a stored sweep is refused by run_sweep
@@ -162,6 +166,9 @@ def dry_run_report(spec: SweepSpec) -> str:
                  f"cpu {spec.resources.cpu:g}, gpu {spec.resources.gpu:g}; max_concurrent: "
                  f"{spec.max_concurrent or 'as resources allow'}")
     lines.append(table_text(spec.configurations(), index=True))
+    note = test_metric_note(spec.search.metrics)
+    if note:
+        lines.append(note)
     lines.append("(dry run: Ray not started)")
     return "\n".join(lines)
 

@@ -47,9 +47,23 @@ SCHEDULERS: tuple[str, ...] = get_args(SchedulerKind)
 INVALID_POLICIES: tuple[str, ...] = get_args(InvalidPolicy)
 # Metrics the trainable reports besides every RoundRecord field: the most recent evaluated
 # accuracy and loss, so a metric is defined in rounds that were not evaluated (eval_every > 1).
-EXTRA_METRICS = ("last_accuracy", "last_loss")
+EXTRA_METRICS = ("last_accuracy", "last_loss", "last_validation_accuracy")
 # Metrics that are NaN in a round that was not evaluated.
-EVALUATED_METRICS = ("accuracy", "loss", "max_class_share")
+EVALUATED_METRICS = ("accuracy", "loss", "max_class_share", "validation_accuracy")
+# What a sweep selects by when its space names no metric: the validation part of the held-out
+# set (RunSpec validation_fraction), so no knob is chosen on the test set.
+DEFAULT_METRIC = "validation_accuracy"
+# Metrics measured on the test part: a sweep may select by them, with a line saying so.
+TEST_METRICS = ("accuracy", "loss", "max_class_share", "last_accuracy", "last_loss")
+
+
+def test_metric_note(metrics: tuple[str, ...]) -> str | None:
+    """The line a sweep prints when it selects by a test-set figure (None: it does not)."""
+    named = [m for m in metrics if m in TEST_METRICS]
+    if not named:
+        return None
+    return (f"note: search.metric {', '.join(named)} is measured on the test part: this sweep "
+            f"selects on test data; {DEFAULT_METRIC} (the default) selects on the validation part")
 
 
 def report_metrics() -> tuple[str, ...]:
@@ -131,7 +145,7 @@ class SearchSpec(BaseModel):
     seed: Annotated[Int, Field(ge=0)] = 0
     num_samples: Annotated[Int, Field(ge=1)] = 1
     metrics: Annotated[tuple[str, ...], _one_or_many(str),
-                       Field(min_length=1, alias="metric")] = ("accuracy",)
+                       Field(min_length=1, alias="metric")] = (DEFAULT_METRIC,)
     given_modes: Optional[Annotated[tuple[Mode, ...], _one_or_many(Mode)]] = Field(None, alias="mode")
 
     @model_validator(mode="before")
@@ -142,7 +156,7 @@ class SearchSpec(BaseModel):
             return data
         data = dict(data)
         data.setdefault("num_samples", 10 if data.get("algorithm") == "optuna" else 1)
-        metric, mode = data.get("metric", "accuracy"), data.get("mode")
+        metric, mode = data.get("metric", DEFAULT_METRIC), data.get("mode")
         if isinstance(mode, str) and mode in get_args(Mode) and isinstance(metric, list):
             data["mode"] = [mode] * len(metric)  # one mode for every metric
         return data
@@ -320,7 +334,7 @@ class SweepFile(BaseModel):
             if search.metric in EVALUATED_METRICS and skips:
                 raise ValueError(f"scheduler asha compares {search.metric} every round, but "
                                  f"eval_every > 1 leaves it NaN between evaluations; allowed "
-                                 f"metrics: last_accuracy, last_loss")
+                                 f"metrics: last_validation_accuracy, last_accuracy, last_loss")
         device = self.run.get("device", "auto")
         gpu = self.resources.gpu
         if isinstance(device, str) and device.startswith("cuda") and gpu == 0:

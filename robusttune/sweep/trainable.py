@@ -95,11 +95,13 @@ def identity(spec: RunSpec, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def result_row(record_dict: Mapping[str, Any], columns: Mapping[str, Any],
-               last_accuracy: float, last_loss: float) -> dict[str, Any]:
+               last_accuracy: float, last_loss: float,
+               last_validation_accuracy: float = math.nan) -> dict[str, Any]:
     """One Tune result: the record, the carried-forward figures and the identifying RunSpec keys."""
     row = dict(record_dict)
     row["last_accuracy"] = float(last_accuracy)
     row["last_loss"] = float(last_loss)
+    row["last_validation_accuracy"] = float(last_validation_accuracy)
     row.update(columns)
     return row
 
@@ -144,7 +146,8 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     try:
         for record in simulation:
             writer.write(record)
-            row = result_row(record.to_dict(), columns, simulation.last_accuracy, simulation.last_loss)
+            row = result_row(record.to_dict(), columns, simulation.last_accuracy, simulation.last_loss,
+                             simulation.last_validation_accuracy)
             if every and simulation.rounds_done % every == 0:
                 # Scalars up to a checkpoint must be on disk before the checkpoint exists: a
                 # resumed trial only writes the rounds after it.

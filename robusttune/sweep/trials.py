@@ -69,7 +69,7 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
             row[key] = metrics.get(key, resolved.get(key))
         for metric in spec.search.metrics:
             row[metric] = metrics.get(metric, math.nan)
-        for extra in ("last_accuracy", "collapsed"):
+        for extra in ("last_validation_accuracy", "last_accuracy", "collapsed"):
             if extra not in row:
                 row[extra] = metrics.get(extra, math.nan)
         row["rounds_done"] = 0 if config_error(trial) else metrics.get("training_iteration", 0)

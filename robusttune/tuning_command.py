@@ -1,0 +1,81 @@
+"""`robusttune tune SPACE`: robust tuning (`robusttune.tuning`) from the command line. Results
+in STORAGE/NAME: plan.yaml and runs.jsonl (kept as a breakdown map keeps them, so ``--resume``
+runs only the missing runs), tuning.csv, tuning.md and pareto.png."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+__all__ = ["tune"]
+
+
+def tune(
+    space: Path = typer.Argument(..., help="Tuning YAML: run (with byzantine_fraction), space (the "
+                                 "defence's knobs), tuning (objectives, num_samples, adversary ...)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Study name (default: the YAML's name or file name)."),
+    storage: str = typer.Option("results", "--storage", help="Results root; the study goes to STORAGE/NAME."),
+    set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Proposals (tuning.num_samples)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a killed study without re-running finished runs."),
+    local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster."),
+) -> None:
+    """Tune a defence's knobs against the worst case: Optuna proposes knobs, each scored clean
+    and against the shared adversary on validation accuracy (NSGA-II on both, or TPE on the worst
+    case); prints the Pareto front and the recommended knobs with their test accuracy."""
+    from robusttune.breakdown.command import map_folder
+    from robusttune.breakdown.store import RUNS_FILE, MapStore, StoredRunner
+    from robusttune.cli import _choose_runner, _ray_or_nothing
+    from robusttune.terminal import print_table
+    from robusttune.tuning import load_tuning, run_study, write_tuning
+    from robusttune.yaml_input import parse_assignments
+
+    plan = load_tuning(space, run=parse_assignments(set_), num_samples=num_samples)
+    if name is not None:
+        plan.name = name
+    folder = map_folder(storage, plan.name)
+    store = MapStore(folder, kind="tuning study", result_file="tuning.csv")
+    how = ["--local"] if local else (["--address", address] if address else [])
+    command = shlex.join(["robusttune", "tune", str(space), "--storage", storage, "--name",
+                          plan.name, *how, *[f"--set={a}" for a in set_],
+                          *([f"--num-samples={num_samples}"] if num_samples else [])])
+    finished = store.open(plan, resume=resume, command=command)
+    for note in store.notes:
+        typer.echo(note, err=True)
+    runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+                            max_concurrent=plan.max_concurrent, notes=False)
+    stored = StoredRunner(runner, store, finished, one_at_a_time=local)
+    done = [0]
+
+    def report(wave: list[Any]) -> None:
+        for proposal in wave:
+            done[0] += 1
+            row = proposal.row()
+            knobs = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in proposal.knobs.items())
+            typer.echo(f"[{done[0]}/{plan.num_samples}] {knobs}: clean {row['clean_validation']:.3f}, "
+                       f"worst {row['worst_validation']:.3f} ({row['worst_attack'] or '-'})", err=True)
+
+    try:
+        with _ray_or_nothing(local, address):
+            result = run_study(plan, stored, on_wave=report)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: the finished runs are kept in {folder / RUNS_FILE}", err=True)
+        typer.echo(f"continue with: {command} --resume", err=True)
+        raise typer.Exit(130)
+    path = write_tuning(result, plan, folder)
+    table = result.frame()
+    front = table[table["pareto"]].drop(columns=["pareto"])
+    print_table(front.sort_values("worst_validation", ascending=False), floatfmt=".3g",
+                title="Pareto front: clean vs worst-case validation accuracy")
+    best = result.recommended
+    typer.echo(f"recommended: {best.knobs}; worst-case validation {best.values[1]:.3f}, test "
+               f"{best.worst.test_accuracy:.3f}; clean validation {best.values[0]:.3f}, test "
+               f"{best.clean.test_accuracy:.3f}")
+    if resume:
+        typer.echo(f"resumed: {stored.reused} runs kept from before, {stored.ran} new")
+    typer.echo(f"report: {path}")
