@@ -2,7 +2,7 @@
 
 Each configuration below is run in a fresh process per mode (a process trains in one mode only),
 native and portable alternating within each repeat so that the machine's load falls on both
-alike; a run's time is its round loop (`Simulation` iterated), imports and data loading
+alike, one torch thread each (how trials run on a CPU); a run's time is its round loop (`Simulation` iterated), imports and data loading
 excluded. Prints each configuration's median time per mode and their ratio, then the geometric
 mean of the ratios over the configurations, the headline:
 
@@ -35,9 +35,13 @@ BASE = {"dataset": "digits", "seed": 42, "checkpoint_every": 0, "device": "cpu"}
 
 
 def worker(values: dict) -> None:
-    """Run one spec in this (fresh) process; print the round loop's seconds as JSON."""
+    """Run one spec in this (fresh) process; print the round loop's seconds as JSON. One torch
+    thread in both modes, as every trial on a CPU runs: the ratio is the float path's alone."""
     import time
 
+    import torch
+
+    torch.set_num_threads(1)
     from robusttune.config import RunSpec
     from robusttune.simulation import Simulation
 

@@ -2,11 +2,13 @@
 AVX2 x86-64 CPU.
 
 The golden values below were recorded on an AMD EPYC (Zen, AVX2 and FMA, no AVX-512; MKL 2024.2
-inside torch 2.14.1) and checked there under every float path a machine can impose on the process
+inside torch 2.14.1), checked there under every float path a machine can impose on the process
 (ATen's default and avx2 kernels, MKL's AUTO branch, oneDNN capped at AVX2, two threads), and
-under QEMU's emulated Intel Haswell and Skylake CPUs (GenuineIntel, other cache sizes), see
-README.md "Numerics". A portable run pins all of those itself, so this file must pass unchanged
-on any such CPU: a failure here on a new machine is a float path the mode does not pin yet.
+reproduced bit for bit by the same binaries under QEMU 7.2's emulated Intel Haswell
+(GenuineIntel, other cache sizes; `qemu-x86_64 -cpu Haswell python tests/test_numerics.py`); the
+values before the validation split and CCLIP's relative radius were reproduced under QEMU's
+Skylake-Client too. A portable run pins all of those itself, so this file must pass unchanged on
+any such CPU: a failure here on a new machine is a float path the mode does not pin yet.
 
 Each run goes in a fresh process: a process trains in one mode, fixed before torch computes."""
 

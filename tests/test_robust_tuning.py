@@ -137,3 +137,15 @@ def test_tune_command_end_to_end_on_real_runs(tmp_path):
     # the same folder again without --resume is refused in one line
     again = CliRunner().invoke(app, ["tune", str(space), "--local", "--storage", str(tmp_path)])
     assert again.exit_code == 2 and "already holds a tuning study" in again.output
+
+
+def test_the_shipped_study_loads_and_never_tunes_the_attacker():
+    from pathlib import Path
+
+    from robusttune.tuning import load_tuning
+
+    plan = load_tuning(Path(__file__).resolve().parents[1] / "search_spaces" / "tune_defence.yaml")
+    assert plan.name == "tune_defence" and plan.byzantine == 4  # 20% of 20 clients
+    assert set(plan.knobs) == {"trim_ratio", "demoa_alpha"}
+    assert not {"attack", "attack_strength", "attack_scope"} & set(plan.knobs)
+    assert plan.objectives == "clean_and_worst"

@@ -49,7 +49,6 @@ class SignFlip(Attack):
     """
 
     needs_own = True
-    default_adversary = True
     min_strength = 0.0
     why_min_strength = "s < 0 sends +|s| own, an honest helper"
     strength_ladder = (1.0, 3.0, 10.0, 100.0)

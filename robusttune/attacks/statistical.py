@@ -78,11 +78,10 @@ class IPM(Attack):
     """
 
     default_strength = 0.1
-    default_adversary = True
     min_strength = 0.0
     why_min_strength = "eps < 0 sends +|eps| mu, an honest helper"
     strength_ladder = (0.1, 1.0, 10.0, 1000.0)
-    default_adversary = True
+    default_adversary = True   # breaks the mean at the first Byzantine client (DESIGN.md)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
