@@ -31,9 +31,8 @@ NUMERICS_ENV = "ROBUSTTUNE_NUMERICS"
 
 
 def default_numerics() -> str:
-    """The ``numerics`` of a RunSpec that does not set it: $ROBUSTTUNE_NUMERICS, else portable.
-    The resolver writes it into the spec where the spec is made (the driver), so a trial on a
-    cluster node trains in the driver's mode, whatever that node's environment says."""
+    """The ``numerics`` of a RunSpec that does not set it: $ROBUSTTUNE_NUMERICS, else portable
+    (written into the spec where it is made, so a trial trains in its driver's mode)."""
     value = os.environ.get(NUMERICS_ENV, "").strip() or "portable"
     if value not in ("native", "portable"):
         raise SpecError(f"{NUMERICS_ENV} must be one of native, portable; got {value!r}")
@@ -172,13 +171,8 @@ class RunSchema(BaseModel):
     # marina_clip_multiplier: alpha in lambda_{k+1} = alpha ||x^{k+1} - x^k|| (Algorithm 1) or
     # lambda_k = alpha ||g^{k-1}|| (eq. 10, as the authors' code scales it). The authors' grid is
     # {0.1, 1, 10, 100} (Appendix H.1 tunes {0.1, 1, 10}). None: the level 1 x ||g^k|| of their
-    # code at 1, i.e. 1 for eq. (10) and 10 for Algorithm 1 (alpha gamma ||g^k|| at gamma 0.1).
-    # Measured on digits/cnn2 (N=25, 200 rounds, server_lr 0.1; clean: fixed p=0.2, mean):
-    # Algorithm 1 clean 0.73 at 1, 0.97 at 10 (and 100); eq. (10) clean 0.50 at 0.1, 0.70 at 1,
-    # 0.84 at 10 and 100 (at 10 the clip no longer binds); eq. (10) with CCLIP, beta 0.2,
-    # Bernoulli p 0.1, one seed: bit flip 0.20 at 1, 0.30 at 10; IPM eps 10 0.25 at 1, collapsed
-    # at 10.
-    # So 1 trades clean accuracy for the bound on a Byzantine-majority round; tune it per study.
+    # code at 1, i.e. 1 for eq. (10) and 10 for Algorithm 1 (alpha gamma ||g^k|| at gamma 0.1);
+    # what the grid measured on digits: algorithms/marina.py, DEFAULT_CLIP_MULTIPLIER.
     # marina_compressor: the unbiased compressor Q of the differences (`none`: Q = id, the
     # default; `rand_k`: keep a random marina_compress_ratio share of coordinates, scaled by d/k).
     marina_variant: Literal["variance_reduction", "clipped_momentum"] = "variance_reduction"
@@ -203,8 +197,7 @@ class RunSchema(BaseModel):
     synthetic_classes: Annotated[Int, Field(ge=2)] = 10
     synthetic_samples: Annotated[Int, Field(ge=1)] = 2000
     checkpoint_every: Annotated[Int, Field(ge=0)] = 5
-    # The float path (robusttune.numerics): `portable` pins MKL, ATen, oneDNN and threads so the
-    # same spec gives the same bits on every AVX2 x86-64 CPU; `native` is the machine's own.
+    # robusttune.numerics: `portable` = the same bits on every AVX2 x86-64 CPU; `native` = none
     numerics: Literal["native", "portable"] = "portable"
 
     @model_validator(mode="after")
