@@ -80,7 +80,8 @@ def place_trial(requested: str, resources: Mapping[str, float], gpu_ids: list[An
 
 def trial_threads(resources: Mapping[str, float]) -> int:
     """Torch threads = the trial's whole CPUs (at least one): trials side by side with one thread
-    each fill a CPU machine better than one trial with many (DESIGN.md, local training)."""
+    each fill a CPU machine better than one trial with many (DESIGN.md, local training). In the
+    default portable numerics the run then pins one thread (robusttune.numerics)."""
     return max(1, int(math.floor(float(resources.get("CPU", 1.0)) + 1e-9)))
 
 
