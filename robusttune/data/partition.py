@@ -136,13 +136,23 @@ def root_set(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     n = labels.size
     size = min(int(size), n)
     rng = seeded_rng(seed, STREAM_ROOT)
-    _, inverse = np.unique(labels, return_inverse=True)
-    class_sizes = np.bincount(inverse)
-    grouped = np.lexsort((rng.random(n), inverse))  # by class, random order within a class
-    rank = np.empty(n, dtype=np.int64)
-    rank[grouped] = np.arange(n) - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes)
+    inverse, class_sizes, rank = _ranks_within_class(labels, rng)
     priority = rank * class_sizes.size + rng.permutation(class_sizes.size)[inverse]
     return np.sort(np.argsort(priority, kind="stable")[:size])
+
+
+def _ranks_within_class(labels: np.ndarray, rng: np.random.Generator
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class index per sample, class sizes, rank of each sample within its class in a random
+    order drawn from ``rng``): the stratification both the root set and the validation split
+    draw from (one ``rng.random(n)`` draw)."""
+    _, inverse = np.unique(labels, return_inverse=True)
+    class_sizes = np.bincount(inverse)
+    grouped = np.lexsort((rng.random(labels.size), inverse))  # by class, random order within
+    rank = np.empty(labels.size, dtype=np.int64)
+    rank[grouped] = (np.arange(labels.size)
+                     - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes))
+    return inverse, class_sizes, rank
 
 
 def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -174,11 +184,7 @@ def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
         raise SpecError(f"validation_fraction {fraction:g} leaves no {part} sample of the {n} "
                         f"held-out samples; allowed: a fraction that leaves both parts non-empty")
     rng = seeded_rng(seed, STREAM_VALIDATION)
-    _, inverse = np.unique(labels, return_inverse=True)
-    class_sizes = np.bincount(inverse)
-    grouped = np.lexsort((rng.random(n), inverse))  # by class, random order within a class
-    rank = np.empty(n, dtype=np.int64)
-    rank[grouped] = np.arange(n) - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes)
+    inverse, class_sizes, rank = _ranks_within_class(labels, rng)
     key = (rank + 0.5) / class_sizes[inverse]
     chosen = np.lexsort((rng.random(n), key))[:taken]
     mask = np.zeros(n, dtype=bool)
