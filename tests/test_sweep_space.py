@@ -305,7 +305,7 @@ def test_demoa_space_matches_the_paper_setting():
     # attacker for every method (ALIE's n and f the population's)
     assert {r.marina_variant for r in runs if r.algorithm == "byz_vr_marina_pp"} == \
         {"clipped_momentum"}
-    assert {(r.cclip_scale, r.cclip_tau) for r in runs} == {("median_distance", 1.0)}
+    assert {(r.cclip_scale, r.cclip_tau) for r in runs} == {("median_distance", 2.0)}
     assert {r.attack_scope for r in runs} == {"population"}
     assert {r.attack for r in runs} == {"alie", "bit_flip", "ipm", "label_flip", "mimic"}
     assert {r.participation for r in runs} == {0.1, 0.5}
