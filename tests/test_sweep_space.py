@@ -330,6 +330,7 @@ def test_demoa_ablations_are_the_papers_three_arms():
     assert {r.marina_variant for r in clean if r.algorithm == "byz_vr_marina_pp"} == \
         {"clipped_momentum"}
     assert {r.server_lr for r in runs} == {0.2}
+    assert {r.attack_scope for r in runs} == {"population"}
     attacked = [r for r in runs if r.byzantine_fraction > 0]
     assert {(r.method, r.aggregator) for r in attacked} == {("demoa", "cclip")}
     assert Counter(r.demoa_ablation for r in attacked) == {"none": 60, "coefficient_swap": 60,
