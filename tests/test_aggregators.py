@@ -246,7 +246,12 @@ def test_cclip_median_distance_radius_by_formula():
     # tau = 0.5: r = 1: (0.6, 0.8), (0, 1), (0, 1), (1, 0), 0 -> (1.6 / 5, 2.8 / 5)
     torch.testing.assert_close(make_aggregator("cclip", cclip_tau=0.5)(x), t([0.32, 0.56]))
     # the radius follows the scale: the same inputs times 1e-3 give the same answer times 1e-3
-    torch.testing.assert_close(make_aggregator("cclip")(x * 1e-3), t([0.64e-3, 0.92e-3]))
+    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=1.0)(x * 1e-3),
+                               t([0.64e-3, 0.92e-3]))
+    # the default tau = 2: r = 4: (3,4) -> (2.4, 3.2); (0,1), (0,2) kept; (100,0) -> (4, 0):
+    # ((2.4 + 4) / 5, (3.2 + 1 + 2) / 5) = (1.28, 1.24)
+    torch.testing.assert_close(make_aggregator("cclip")(x), t([1.28, 1.24]))
+    assert make_aggregator("cclip").radius(t([5.0, 1, 2, 100, 0])).item() == 4.0
     # a fixed tau = 10 is the plain mean of inputs of scale 1e-3 (all inside the radius)
     small = x * 1e-3
     loose = make_aggregator("cclip", cclip_tau=10.0, cclip_scale="absolute")
@@ -256,16 +261,23 @@ def test_cclip_median_distance_radius_by_formula():
     d = torch.linalg.vector_norm(x - v1, dim=1)
     r = d.sort().values[2]
     expected = v1 + (torch.clamp(r / d, max=1.0)[:, None] * (x - v1)).sum(0) / 5
-    torch.testing.assert_close(make_aggregator("cclip", cclip_iters=2)(x), expected)
+    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=1.0, cclip_iters=2)(x), expected)
 
 
 def test_cclip_median_radius_holds_while_byzantine_rows_are_a_minority():
     # 3 honest rows near (1, 0), 2 huge ones, v = 0: distances 1, 1.1, 0.9, 1e6, 1e6, median
-    # 1.1 (an honest one): the honest rows are kept, each huge row is cut to length 1.1:
-    # ((1 + 1.1 + 0.9 - 1.1, 1.1) / 5) = (0.38, 0.22); under a fixed tau = 10 they pull 10 each
+    # 1.1 (an honest one): tau = 1: the honest rows are kept, each huge row is cut to length
+    # 1.1: ((1 + 1.1 + 0.9 - 1.1, 1.1) / 5) = (0.38, 0.22); the default tau = 2 cuts them to 2.2:
+    # ((3 - 2.2) / 5, 2.2 / 5) = (0.16, 0.44); under a fixed tau = 10 they pull 10 each
     honest = t([[1.0, 0], [1.1, 0], [0.9, 0]])
     x = torch.cat([honest, t([[-1e6, 0], [0, 1e6]])])
-    torch.testing.assert_close(make_aggregator("cclip")(x), t([0.38, 0.22]))
+    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=1.0)(x), t([0.38, 0.22]))
+    torch.testing.assert_close(make_aggregator("cclip")(x), t([0.16, 0.44]))
+    # the same rows sent as inf and NaN: the median (1.1) is still an honest row's, the inf row
+    # is cut to 2.2 along its direction, the NaN row adds nothing: ((3 - 2.2) / 5, 0)
+    torch.testing.assert_close(make_aggregator("cclip")(torch.cat([honest, t([[-math.inf, 0],
+                                                                            [math.nan, 1]])])),
+                               t([0.16, 0.0]))
     torch.testing.assert_close(make_aggregator("cclip", cclip_tau=10.0, cclip_scale="absolute")(x),
                                t([(3.0 - 10) / 5, 10 / 5]))
     # more than half the rows at v (DeMoA's zero momenta early on): r = 0, v does not move

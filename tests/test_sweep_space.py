@@ -305,7 +305,7 @@ def test_demoa_space_matches_the_paper_setting():
     # attacker for every method (ALIE's n and f the population's)
     assert {r.marina_variant for r in runs if r.algorithm == "byz_vr_marina_pp"} == \
         {"clipped_momentum"}
-    assert {(r.cclip_scale, r.cclip_tau) for r in runs} == {("median_distance", 1.0)}
+    assert {(r.cclip_scale, r.cclip_tau) for r in runs} == {("median_distance", 2.0)}
     assert {r.attack_scope for r in runs} == {"population"}
     assert {r.attack for r in runs} == {"alie", "bit_flip", "ipm", "label_flip", "mimic"}
     assert {r.participation for r in runs} == {0.1, 0.5}
@@ -322,10 +322,15 @@ def test_demoa_ablations_are_the_papers_three_arms():
     spec = load_sweep(SPACES / "demoa_ablations.yaml")
     runs = [spec.run_spec(p) for p in spec.expand().points]
     clean = [r for r in runs if r.byzantine_fraction == 0]
-    # delta = 0 with plain averaging, at p = 0.5, every method
+    # delta = 0 with plain averaging, at p = 0.5, every method, the baselines as demoa.yaml runs
+    # them: FedAvgM (not the client-momentum fedcm) and MARINA's eq. (10), all at eta 0.2
     assert {(r.method, r.aggregator, r.attack, r.participation) for r in clean} == {
-        (m, "mean", "none", 0.5) for m in ("fedsgd", "fedcm", "byz_vr_marina_pp+mean", "demoa+mean")}
+        (m, "mean", "none", 0.5) for m in ("fedsgd", "fedavgm", "byz_vr_marina_pp+mean", "demoa+mean")}
     assert len(clean) == 4 * 2 * 3
+    assert {r.marina_variant for r in clean if r.algorithm == "byz_vr_marina_pp"} == \
+        {"clipped_momentum"}
+    assert {r.server_lr for r in runs} == {0.2}
+    assert {r.attack_scope for r in runs} == {"population"}
     attacked = [r for r in runs if r.byzantine_fraction > 0]
     assert {(r.method, r.aggregator) for r in attacked} == {("demoa", "cclip")}
     assert Counter(r.demoa_ablation for r in attacked) == {"none": 60, "coefficient_swap": 60,
