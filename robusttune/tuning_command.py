@@ -1,6 +1,13 @@
-"""`robusttune tune SPACE`: robust tuning (`robusttune.tuning`) from the command line. Results
-in STORAGE/NAME: plan.yaml and runs.jsonl (kept as a breakdown map keeps them, so ``--resume``
-runs only the missing runs), tuning.csv, tuning.md and pareto.png."""
+"""`robusttune tune SPACE`: robust tuning (`robusttune.tuning`) from the command line.
+
+    robusttune tune SPACE.yaml [--name N] [--storage PATH] [--set key=value] [--num-samples N]
+        [--resume] [--dry-run] [--address ADDR] [--cpus-per-trial C] [--gpus-per-trial G]
+        [--max-concurrent K] [--local] [--verbose]
+
+The options mean what they mean to ``robusttune breakdown``. Results in STORAGE/NAME: plan.yaml
+and runs.jsonl (kept as a breakdown map keeps them, so ``--resume`` runs only the missing runs;
+it may change ``--num-samples``), tuning.csv, tuning.md and pareto.png; on Ray the trials' run
+folders under trials/waveNNN, in process under trials/NNNNN-..."""
 
 from __future__ import annotations
 
