@@ -360,7 +360,7 @@ def breakdown(
 @app.command()
 @bad_input_exits
 def report(
-    results_dir: Path = typer.Argument(..., help="A sweep, breakdown or runs folder."),
+    results_dir: Path = typer.Argument(..., help="A sweep, breakdown, tuning study or runs folder."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where report.md goes (default RESULTS_DIR/report)."),
     runs: list[str] = typer.Option([], "--run", help="Run id (or unique part) to draw per round, repeatable."),
     gain_from: int = typer.Option(10, "--gain-from", help="Table IV: from this round."),

@@ -293,7 +293,7 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
 def pareto_figure(proposals: pd.DataFrame, path: str | Path) -> Path | None:
     """Robust tuning's result (`robusttune.tuning`): x = clean validation accuracy, y =
     worst-case validation accuracy, one point per proposal; the Pareto front filled and joined,
-    the other proposals open. None when there is nothing to draw."""
+    the other proposals open, the recommended one starred. None when there is nothing to draw."""
     if proposals.empty:
         return None
     figure = _figure(5.5, 4.2)
@@ -304,6 +304,10 @@ def pareto_figure(proposals: pd.DataFrame, path: str | Path) -> Path | None:
               color="grey", label="proposal")
     axis.plot(front["clean_validation"], front["worst_validation"], "o-", color="tab:red",
               label="Pareto front")
+    if "recommended" in proposals:
+        chosen = proposals[proposals["recommended"].astype(bool)]
+        axis.plot(chosen["clean_validation"], chosen["worst_validation"], "*", color="black",
+                  markersize=12, label="recommended")
     axis.set(xlabel="clean validation accuracy", ylabel="worst-case validation accuracy",
              title="robust tuning: clean vs worst case")
     axis.grid(alpha=0.3)

@@ -1,8 +1,8 @@
 """Results folder -> pandas tables, and the report.
 
 A results folder is anything holding run folders (a sweep folder, ``results/runs``, a breakdown
-folder): every ``summary.json`` below it is one run, with the resolved RunSpec under ``spec``, and
-its ``rounds.csv`` beside it. The tables are the SWB-DM paper's:
+map's or a tuning study's folder): every ``summary.json`` below it is one run, with the resolved
+RunSpec under ``spec``, and its ``rounds.csv`` beside it. The tables are the SWB-DM paper's:
 
 - Table I   mean final accuracy (%) by Byzantine fraction x participation, per method, averaged
             over every attack condition and seed present;
@@ -31,6 +31,7 @@ from robusttune.registry import SpecError
 from robusttune.aggregation_report import figure_two_section
 from robusttune.markdown import markdown_table
 from robusttune.spread_report import spread_section
+from robusttune.tuning_report import tuning_section
 
 __all__ = [
     "load_runs", "load_rounds", "accuracy_table", "collapse_table", "gain_table", "round_value",
@@ -241,7 +242,8 @@ def report(results_dir: str | Path, out: str | Path | None = None,
            curve_runs: Sequence[str] | None = None, gain_rounds: tuple[int, int] = (10, 25)) -> Path:
     """Write ``report.md`` (Tables I, II, IV in markdown, figures) with ``runs.csv``,
     ``table1_accuracy.csv``, ``table2_collapses.csv``, ``table4_gain.csv`` (and Figure 2's
-    ``aggregation_error*.csv`` when the runs recorded it) and PNGs beside it, in
+    ``aggregation_error*.csv`` when the runs recorded it, a tuning study's front and
+    ``tuning_front.csv`` when the folder holds one, `robusttune.tuning_report`) and PNGs beside it, in
     ``out`` (default ``RESULTS_DIR/report``). ``curve_runs`` picks the runs drawn per round (run
     ids or unique substrings of them); default `default_curve_runs`. Returns report.md's path."""
     from robusttune import majority, plots
@@ -253,7 +255,7 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     if runs.empty:
         # an empty folder, or a sweep whose trials all errored (they leave no summary.json)
         raise SpecError(f"results folder {str(root)!r} holds no finished run (no summary.json "
-                        f"below it); allowed: a sweep, breakdown or runs folder with finished runs")
+                        f"below it); allowed: a sweep, breakdown, tuning or runs folder with finished runs")
     runs, repeats = axes.distinct_runs(runs)
     runs = axes.ablation_labelled(runs)
     out_dir = Path(out) if out is not None else root / "report"
@@ -334,6 +336,9 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         lines += ["## Breakdown map", "", markdown_table(table[shown], floatfmt=".3g", index=False), ""]
         if figure is not None:
             lines += [f"![breakdown]({figure.name})", ""]
+    tuning = tuning_section(root, out_dir)
+    lines += tuning
+    extra += [f.name for f in sorted(out_dir.glob("tuning_front*.csv"))] if tuning else []
     lines += ["CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
               "table2_collapses.csv, table4_gain.csv" + "".join(f", {n}" for n in extra) + ".", ""]
     path = out_dir / "report.md"

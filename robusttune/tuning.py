@@ -39,7 +39,7 @@ from robusttune.schema import Checked, Number
 from robusttune.yaml_input import read_yaml
 
 __all__ = ["TuningPlan", "Proposal", "TuningResult", "load_tuning", "parse_tuning", "run_study",
-           "pareto_front", "NOT_KNOBS"]
+           "pareto_front", "study_cost", "write_tuning", "NOT_KNOBS"]
 
 # The adversary's keys and the lattice's: never a knob a defence is tuned over.
 NOT_KNOBS = ("attack", "attack_strength", "attack_scope", "byzantine_fraction", "seed")
@@ -89,14 +89,27 @@ class TuningPlan:
         return int(math.floor(self.byzantine_fraction * self.clients + 1e-9))
 
     def identity(self) -> dict[str, Any]:
-        """What decides the study's outcome (a resumed study must match it)."""
-        return {k: v for k, v in self.raw.items() if k not in ("name", "resources", "max_concurrent")}
+        """What a resumed study must match (`identity_of` its mapping)."""
+        return self.identity_of(self.raw)
+
+    @staticmethod
+    def identity_of(mapping: Mapping[str, Any]) -> dict[str, Any]:
+        """A study's mapping without what may change on a resume: its name, resources,
+        max_concurrent and tuning.num_samples. A resume with more (or fewer) proposals replays
+        the seeded study from its first proposal and reuses every run runs.jsonl has, so it
+        ends as a fresh study of that size ends."""
+        kept = {k: v for k, v in mapping.items() if k not in ("name", "resources", "max_concurrent")}
+        if isinstance(kept.get("tuning"), dict):
+            kept["tuning"] = {k: v for k, v in kept["tuning"].items() if k != "num_samples"}
+        return kept
 
 
 def load_tuning(path: str | Path, run: Mapping[str, Any] | None = None,
-                num_samples: int | None = None) -> TuningPlan:
-    """Read a tuning YAML (see `parse_tuning`); ``run`` (``--set``) and ``num_samples`` are
-    written into the mapping first, so they are validated as the file's values are."""
+                num_samples: int | None = None, cpu: float | None = None,
+                gpu: float | None = None, max_concurrent: int | None = None) -> TuningPlan:
+    """Read a tuning YAML (see `parse_tuning`); ``run`` (``--set``), ``num_samples`` and the
+    per-trial ``cpu``/``gpu`` and ``max_concurrent`` (None: the file's) are written into the
+    mapping first, so they are validated as the file's values are."""
     path = Path(path)
     raw = read_yaml(path, "tuning space")
     if isinstance(raw, dict):
@@ -104,6 +117,11 @@ def load_tuning(path: str | Path, run: Mapping[str, Any] | None = None,
             raw["run"] = {**(raw.get("run") or {}), **run}
         if num_samples is not None:
             raw["tuning"] = {**(raw.get("tuning") or {}), "num_samples": num_samples}
+        for key, value in (("cpu", cpu), ("gpu", gpu)):
+            if value is not None:
+                raw["resources"] = {**(raw.get("resources") or {}), key: value}
+        if max_concurrent is not None:
+            raw["max_concurrent"] = max_concurrent
     return parse_tuning(raw, source=path.name, default_name=path.stem)
 
 
@@ -170,6 +188,27 @@ def parse_tuning(mapping: Any, *, source: str, default_name: str) -> TuningPlan:
         max_concurrent=sweep.max_concurrent, raw=kept)
 
 
+def study_cost(plan: TuningPlan) -> str:
+    """The dry run's lines: the knobs, the adversary and the runs the study costs at most,
+
+        runs <= num_samples x seeds x (1 clean + the adversary's runs per attacked point),
+
+    fewer where a proposal's ladder stops at a zero score or two proposals share a run."""
+    attacked = plan.threat.runs_per_point("none")
+    per_proposal = len(plan.seeds) * (1 + attacked)
+    knobs = ", ".join(f"{name} {domain.describe()}" for name, domain in plan.knobs.items())
+    search = "TPE on the worst case" if plan.objectives == "worst" else \
+        f"NSGA-II on clean and worst-case accuracy, population {plan.population}"
+    return "\n".join([
+        f"{plan.name}: {plan.num_samples} proposals ({search}, seed {plan.sampler_seed}), "
+        f"{plan.batch} per wave; knobs: {knobs}",
+        f"each proposal: 1 clean run and {attacked} attacked at k = {plan.byzantine} of "
+        f"{plan.clients} ({plan.threat.describe()}), per seed of {plan.seeds}: {per_proposal} runs",
+        f"runs: at most {plan.num_samples * per_proposal} (fewer where a ladder stops at a zero "
+        f"score); per trial {plan.resources.get('cpu', 1):g} CPU, {plan.resources.get('gpu', 0):g} GPU, at most {plan.max_concurrent or 'as resources allow'} "
+        f"at once on Ray"])
+
+
 @dataclass(frozen=True)
 class Proposal:
     """One proposal's knobs and its two outcomes (`robusttune.breakdown.Outcome`): ``clean`` at
@@ -218,14 +257,21 @@ class TuningResult:
 
         table = pd.DataFrame([p.row() for p in self.proposals])
         table.insert(1, "pareto", self.front)
+        table.insert(2, "recommended", [p is self.recommended for p in self.proposals])
         return table
 
 
 def run_study(plan: TuningPlan, runner: Any,
-              on_wave: Callable[[list[Proposal]], None] | None = None) -> TuningResult:
+              on_wave: Callable[[list[Proposal]], None] | None = None,
+              staged: bool = True) -> TuningResult:
     """Run the study of ``plan`` through ``runner`` (module docstring): waves of ``batch``
-    proposals, each wave's clean and attacked points handed to one `spec_evaluator` (staged
-    ladders: one runner call per variant stage for every point of the wave, shared runs)."""
+    proposals, each wave's clean and attacked points handed to one `spec_evaluator`, with
+    shared runs. ``staged``: one runner call per adversary variant for every point of the wave,
+    a point stopping at its first zero score; off, every variant of the wave in one runner call
+    (one Ray Tune experiment per wave instead of one per variant, whose start costs more than a
+    short run). Either way a proposal's worst case is the first variant of lowest score, and no
+    score is below 0, so the outcomes, the told values and the proposals are the same
+    (`spec_evaluator`'s ``staged``); unstaged only runs the variants after a zero score too."""
     import optuna
 
     from robusttune.breakdown import Cell, Point, spec_evaluator
@@ -242,7 +288,7 @@ def run_study(plan: TuningPlan, runner: Any,
             sampler=optuna.samplers.NSGAIISampler(seed=plan.sampler_seed,
                                                   population_size=plan.population))
     evaluate = spec_evaluator(plan.base, runner, seeds=plan.seeds, adversary=plan.threat,
-                              sampler_seed=plan.sampler_seed)
+                              sampler_seed=plan.sampler_seed, staged=staged)
     proposals: list[Proposal] = []
     while len(proposals) < plan.num_samples:
         asked = [study.ask(distributions) for _ in range(min(plan.batch, plan.num_samples - len(proposals)))]
@@ -260,40 +306,20 @@ def run_study(plan: TuningPlan, runner: Any,
 
 
 def write_tuning(result: TuningResult, plan: TuningPlan, out: Path) -> Path:
-    """tuning.csv (every proposal), pareto.png and tuning.md (the front and the recommended knobs
-    with their test accuracy) under ``out``; returns tuning.md's path."""
+    """tuning.csv (every proposal), pareto.png and tuning.md (`robusttune.tuning_report`: the
+    front and the recommended knobs with their test accuracy) under ``out``; returns tuning.md's
+    path."""
     from robusttune.files import write_text_atomic
-    from robusttune.markdown import markdown_table
     from robusttune.plots import pareto_figure
+    from robusttune.tuning_report import study_intro, study_lines
 
     out.mkdir(parents=True, exist_ok=True)
     table = result.frame()
     table.to_csv(out / "tuning.csv", index=False)
-    pareto_figure(table, out / "pareto.png")
-    best = result.recommended
-    knobs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.knobs.items())
-    front = table[table["pareto"]].sort_values("worst_validation", ascending=False)
-    lines = [
-        f"# {plan.name}: robust tuning",
-        "",
-        f"{len(result.proposals)} proposals ({plan.objectives.replace('_', ' ')}; "
-        f"{'TPE' if plan.objectives == 'worst' else 'NSGA-II'}, seed {plan.sampler_seed}), each "
-        f"scored clean (beta = 0) and against the worst case of {plan.threat.describe()} at "
-        f"beta = {plan.byzantine_fraction:g} (k = {plan.byzantine} of {plan.clients}), on "
-        f"validation accuracy (0 when collapsed), over seeds {plan.seeds}.",
-        "",
-        f"**Recommended:** {knobs}: worst-case validation {best.values[1]:.3f} "
-        f"(by {best.row()['worst_attack'] or 'none'}), clean validation {best.values[0]:.3f}; "
-        f"test accuracy of the same runs: worst case {best.worst.test_accuracy:.3f}, clean "
-        f"{best.clean.test_accuracy:.3f}.",
-        "",
-        "## Pareto front (clean vs worst-case validation accuracy)",
-        "",
-        markdown_table(front.drop(columns=["pareto"])),
-        "",
-        "![Pareto front](pareto.png)",
-        "",
-    ]
+    figure = pareto_figure(table, out / "pareto.png")
+    lines = [f"# {plan.name}: robust tuning", "",
+             *study_lines(table, study_intro(plan, len(result.proposals)),
+                          figure.name if figure else None)]
     path = out / "tuning.md"
     write_text_atomic(path, "\n".join(lines))
     return path

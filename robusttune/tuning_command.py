@@ -1,6 +1,13 @@
-"""`robusttune tune SPACE`: robust tuning (`robusttune.tuning`) from the command line. Results
-in STORAGE/NAME: plan.yaml and runs.jsonl (kept as a breakdown map keeps them, so ``--resume``
-runs only the missing runs), tuning.csv, tuning.md and pareto.png."""
+"""`robusttune tune SPACE`: robust tuning (`robusttune.tuning`) from the command line.
+
+    robusttune tune SPACE.yaml [--name N] [--storage PATH] [--set key=value] [--num-samples N]
+        [--resume] [--dry-run] [--address ADDR] [--cpus-per-trial C] [--gpus-per-trial G]
+        [--max-concurrent K] [--local] [--verbose]
+
+The options mean what they mean to ``robusttune breakdown``. Results in STORAGE/NAME: plan.yaml
+and runs.jsonl (kept as a breakdown map keeps them, so ``--resume`` runs only the missing runs;
+it may change ``--num-samples``), tuning.csv, tuning.md and pareto.png; on Ray the trials' run
+folders under trials/waveNNN, in process under trials/NNNNN-..."""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from robusttune.registry import SpecError
 
 __all__ = ["tune"]
 
@@ -21,33 +30,55 @@ def tune(
     set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable."),
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Proposals (tuning.num_samples)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a killed study without re-running finished runs."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the knobs, the adversary and the run bound; start nothing."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
+    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
+    gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
+    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
     local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster."),
+    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output for every wave, besides the per-proposal lines."),
 ) -> None:
     """Tune a defence's knobs against the worst case: Optuna proposes knobs, each scored clean
     and against the shared adversary on validation accuracy (NSGA-II on both, or TPE on the worst
     case); prints the Pareto front and the recommended knobs with their test accuracy."""
     from robusttune.breakdown.command import map_folder
     from robusttune.breakdown.store import RUNS_FILE, MapStore, StoredRunner
-    from robusttune.cli import _choose_runner, _ray_or_nothing
+    from robusttune.cli import _choose_runner, _pin_driver, _ray_or_nothing
+    from robusttune.schema import default_numerics
     from robusttune.terminal import print_table
-    from robusttune.tuning import load_tuning, run_study, write_tuning
+    from robusttune.tuning import load_tuning, run_study, study_cost, write_tuning
+    from robusttune.tuning_report import front_table
     from robusttune.yaml_input import parse_assignments
 
-    plan = load_tuning(space, run=parse_assignments(set_), num_samples=num_samples)
+    plan = load_tuning(space, run=parse_assignments(set_), num_samples=num_samples,
+                       cpu=cpus_per_trial, gpu=gpus_per_trial, max_concurrent=max_concurrent)
     if name is not None:
         plan.name = name
     folder = map_folder(storage, plan.name)
+    if dry_run:
+        if resume:
+            raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
+        typer.echo(study_cost(plan))
+        typer.echo(f"folder: {folder} (dry run: nothing started, nothing written)")
+        return
+    # before the first computation, here or in a local Ray this process starts (as breakdown)
+    _pin_driver(plan.base.get("numerics") or default_numerics())
     store = MapStore(folder, kind="tuning study", result_file="tuning.csv")
     how = ["--local"] if local else (["--address", address] if address else [])
+    flags = [f"{flag}={value}" for flag, value in (
+        ("--num-samples", num_samples), ("--cpus-per-trial", cpus_per_trial),
+        ("--gpus-per-trial", gpus_per_trial), ("--max-concurrent", max_concurrent))
+        if value is not None]
     command = shlex.join(["robusttune", "tune", str(space), "--storage", storage, "--name",
-                          plan.name, *how, *[f"--set={a}" for a in set_],
-                          *([f"--num-samples={num_samples}"] if num_samples else [])])
+                          plan.name, *how, *[f"--set={a}" for a in set_], *flags])
     finished = store.open(plan, resume=resume, command=command)
     for note in store.notes:
         typer.echo(note, err=True)
+    if resume:
+        typer.echo(f"resuming {folder}: {len(finished)} finished runs kept in {RUNS_FILE}", err=True)
     runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
-                            max_concurrent=plan.max_concurrent, notes=False)
+                            max_concurrent=plan.max_concurrent, notes=verbose,
+                            tune_verbose=1 if verbose else 0)
     stored = StoredRunner(runner, store, finished, one_at_a_time=local)
     done = [0]
 
@@ -62,15 +93,16 @@ def tune(
 
     try:
         with _ray_or_nothing(local, address):
-            result = run_study(plan, stored, on_wave=report)
+            # on Ray a wave's variants go to Tune at once: one experiment per wave of proposals,
+            # not one per ladder step (same outcomes, run_study); in process, staged
+            result = run_study(plan, stored, on_wave=report, staged=local)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: the finished runs are kept in {folder / RUNS_FILE}", err=True)
         typer.echo(f"continue with: {command} --resume", err=True)
         raise typer.Exit(130)
     path = write_tuning(result, plan, folder)
     table = result.frame()
-    front = table[table["pareto"]].drop(columns=["pareto"])
-    print_table(front.sort_values("worst_validation", ascending=False), floatfmt=".3g",
+    print_table(front_table(table), floatfmt=".3g",
                 title="Pareto front: clean vs worst-case validation accuracy")
     best = result.recommended
     typer.echo(f"recommended: {best.knobs}; worst-case validation {best.values[1]:.3f}, test "

@@ -115,6 +115,75 @@ def test_a_resumed_study_replays_its_proposals_and_runs_nothing_again(tmp_path):
         MapStore(tmp_path, kind="tuning study").open(plan(seed=2), resume=True, command="test")
 
 
+def test_a_study_run_unstaged_is_the_staged_study():
+    """On Ray a wave's adversary variants go to Tune at once (staged=False): the same outcomes,
+    the same told values and so the same proposals as the staged ladder, in one runner call per
+    wave, while the staged ladder stops a proposal's ladder at its first zero score."""
+    calls = {"staged": [], "unstaged": []}
+
+    def calling(log, name):
+        run = toy_runner(log)
+
+        def call(specs):
+            calls[name].append(len(specs))
+            return run(specs)
+        return call
+
+    staged_log: list = []
+    unstaged_log: list = []
+    staged = run_study(plan(), calling(staged_log, "staged"))
+    unstaged = run_study(plan(), calling(unstaged_log, "unstaged"), staged=False)
+    assert [(p.knobs, p.values, p.worst.breaker, p.worst.test_accuracy) for p in unstaged.proposals] \
+        == [(p.knobs, p.values, p.worst.breaker, p.worst.test_accuracy) for p in staged.proposals]
+    assert len(calls["unstaged"]) == 4                     # 8 proposals, 2 per wave
+    assert len(calls["staged"]) > len(calls["unstaged"])
+    # some proposal broke (zero score) before the end of its ladder: staging saved its later runs
+    assert any(p.values[1] == 0 for p in staged.proposals)
+    assert len(staged_log) < len(unstaged_log)
+
+
+def test_a_resume_may_grow_the_study_and_ends_as_a_fresh_study_of_that_size(tmp_path):
+    """num_samples is the one key a resume may change: the seeded study replays from its first
+    proposal, so 4 proposals resumed as 8 run only the new proposals' runs and give the study a
+    fresh 8-proposal study gives."""
+    small = plan(num_samples=4)
+    store = MapStore(tmp_path, kind="tuning study", result_file="tuning.csv")
+    first_log: list = []
+    run_study(small, StoredRunner(toy_runner(first_log), store, store.open(small, resume=False,
+                                                                           command="test")))
+    grown_log: list = []
+    store = MapStore(tmp_path, kind="tuning study", result_file="tuning.csv")
+    grown = run_study(plan(), StoredRunner(toy_runner(grown_log), store,
+                                           store.open(plan(), resume=True, command="test")))
+    fresh_log: list = []
+    fresh = run_study(plan(), toy_runner(fresh_log))
+    assert [(p.knobs, p.values) for p in grown.proposals] == [(p.knobs, p.values) for p in fresh.proposals]
+    kept = {RunSpec.to_json(s) for s in first_log}
+    assert grown_log and not kept & {RunSpec.to_json(s) for s in grown_log}
+    assert len(first_log) + len(grown_log) == len({RunSpec.to_json(s) for s in fresh_log})
+    with pytest.raises(SpecError, match="tuning.population"):
+        MapStore(tmp_path, kind="tuning study").open(plan(population=6), resume=True, command="test")
+
+
+def test_dry_run_prints_the_run_bound_and_writes_nothing(tmp_path):
+    from robusttune.attacks import ATTACKS
+    from robusttune.cli import app
+
+    space = tmp_path / "tune.yaml"
+    import yaml
+    space.write_text(yaml.safe_dump(SPACE))
+    result = CliRunner().invoke(app, ["tune", str(space), "--dry-run", "--storage", str(tmp_path),
+                                      "--cpus-per-trial", "0.5", "--max-concurrent", "3"])
+    assert result.exit_code == 0, result.output
+    ladders = len(ATTACKS["sign_flip"].strength_ladder) + len(ATTACKS["ipm"].strength_ladder)
+    assert f"1 clean run and {ladders} attacked at k = 2 of 10" in result.output
+    assert f"runs: at most {8 * (1 + ladders)} " in result.output     # 8 proposals, 1 seed
+    assert "0.5 CPU" in result.output and "at most 3 at once" in result.output
+    assert list(tmp_path.iterdir()) == [space]
+    bad = CliRunner().invoke(app, ["tune", str(space), "--dry-run", "--cpus-per-trial", "-1"])
+    assert bad.exit_code == 2 and "resources.cpu" in bad.output and "Traceback" not in bad.output
+
+
 def test_tune_command_end_to_end_on_real_runs(tmp_path):
     from robusttune.cli import app
 
@@ -137,6 +206,54 @@ def test_tune_command_end_to_end_on_real_runs(tmp_path):
     # the same folder again without --resume is refused in one line
     again = CliRunner().invoke(app, ["tune", str(space), "--local", "--storage", str(tmp_path)])
     assert again.exit_code == 2 and "already holds a tuning study" in again.output
+    # the report of the study's folder shows its front, the recommendation and the figure
+    reported = CliRunner().invoke(app, ["report", str(folder)])
+    assert reported.exit_code == 0, reported.output
+    text = (folder / "report" / "report.md").read_text()
+    assert "## Robust tuning: tune" in text and "![Pareto front](pareto.png)" in text
+    assert (folder / "report" / "pareto.png").stat().st_size > 0
+    shown = pd.read_csv(folder / "report" / "tuning_front.csv")
+    on_front = [p for p, ok in zip(table["proposal"], pareto_front(
+        list(zip(table["clean_validation"], table["worst_validation"])))) if ok]
+    assert sorted(shown["proposal"]) == sorted(on_front)
+    assert {"trim_ratio", "clean_validation", "worst_validation", "worst_attack"} <= set(shown)
+    # the recommended knobs' test accuracy is that of their own runs, read from the run folders
+    from robusttune.results import load_runs
+
+    best = table[table["recommended"]].iloc[0]
+    runs = load_runs(folder)
+    clean_run = runs[(runs["byzantine_fraction"] == 0) & (runs["trim_ratio"] == best["trim_ratio"])]
+    assert len(clean_run) == 1
+    assert (f"clean validation {best['clean_validation']:.3f}; test accuracy of the same runs: "
+            f"worst case {best['worst_test']:.3f}, clean {clean_run['final_accuracy'].iloc[0]:.3f}"
+            in text)
+
+
+def test_the_front_and_recommendation_of_a_hand_made_table():
+    import pandas as pd
+
+    from robusttune.tuning_report import front_table, recommended_line
+
+    table = pd.DataFrame({"proposal": [0, 1, 2, 3], "pareto": [True, True, False, True],
+                          "recommended": [False, True, False, False],
+                          "trim_ratio": [0.1, 0.3, 0.2, 0.05], "demoa_alpha": [0.5, 0.2, 0.1, 0.9],
+                          "clean_validation": [0.9, 0.8, 0.7, 0.95],
+                          "worst_validation": [0.3, 0.6, 0.2, 0.0],
+                          "worst_attack": ["attack=ipm attack_strength=10.0", "attack=minmax",
+                                           "attack=ipm attack_strength=1.0", "attack=sign_flip"],
+                          "clean_test": [0.88, 0.79, 0.7, 0.94], "worst_test": [0.31, 0.57, 0.2, 0.1],
+                          "worst_collapsed": [False, False, False, True]})
+    front = front_table(table)
+    assert list(front["proposal"]) == [1, 0, 3]            # highest worst case first
+    assert list(front.columns[:3]) == ["proposal", "trim_ratio", "demoa_alpha"]
+    assert recommended_line(table) == (
+        "**Recommended:** trim_ratio=0.3, demoa_alpha=0.2 (proposal 1): worst-case validation "
+        "0.600 (by attack=minmax), clean validation 0.800; test accuracy of the same runs: worst "
+        "case 0.570, clean 0.790.")
+    with pytest.raises(SpecError, match="no recommended column"):
+        recommended_line(table.drop(columns=["recommended"]))
+    with pytest.raises(SpecError, match="2 rows are marked recommended"):
+        recommended_line(table.assign(recommended=[True, True, False, False]))
 
 
 def test_the_shipped_study_loads_and_never_tunes_the_attacker():

@@ -371,6 +371,56 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
                                   pd.read_csv(tmp_path / "local" / "breakdown.csv")[columns])
 
 
+def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp_path, monkeypatch):
+    """`robusttune tune` on Ray: every run one Tune trial, a wave of proposals one Tune
+    experiment (all its adversary variants at once), the study complete (tuning.csv, tuning.md,
+    pareto.png, a run folder per trial) and equal to the in-process study of the same plan;
+    `--resume` replays it without handing Ray Tune a single run."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from robusttune.breakdown.store import run_key
+    from robusttune.cli import app
+    from robusttune.sweep.batch import TuneBatchRunner
+
+    space = tmp_path / "tune.yaml"
+    space.write_text("run: {dataset: synthetic, model: mlp, clients: 5, participation: 1.0,\n"
+                     "      method: trimmed_mean, rounds: 2, local_epochs: 1, synthetic_samples: 200,\n"
+                     "      synthetic_shape: '16', byzantine_fraction: 0.2, trainer: sequential}\n"
+                     "space: {trim_ratio: {uniform: [0.0, 0.45]}}\n"
+                     "tuning: {num_samples: 2, batch: 2, adversary: {attack: [sign_flip],\n"
+                     "         attack_strength: [3.0, 100.0]}}\n")
+    handed: list[list[str]] = []
+    real_call = TuneBatchRunner.__call__
+
+    def counted(self, specs):
+        handed.append([run_key(s) for s in specs])
+        return real_call(self, specs)
+
+    monkeypatch.setattr(TuneBatchRunner, "__call__", counted)
+    args = ["tune", str(space), "--storage", str(tmp_path), "--name", "ray", "--cpus-per-trial", "1"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    # one wave of 2 proposals: 2 clean runs and 2 x 2 attacked ones, one Tune experiment
+    assert [len(wave) for wave in handed] == [6] and len(set(handed[0])) == 6
+    folder = tmp_path / "ray"
+    waves = sorted((folder / "trials").glob("wave*"))
+    assert [w.name for w in waves] == ["wave000"]
+    assert len(list(waves[0].glob("*/summary.json"))) == 6
+    table = pd.read_csv(folder / "tuning.csv")
+    assert len(table) == 2 and table["recommended"].sum() == 1 and table["pareto"].any()
+    assert (folder / "tuning.md").exists() and (folder / "pareto.png").exists()
+    handed.clear()
+    resumed = CliRunner().invoke(app, [*args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert handed == [] and "6 runs kept from before, 0 new" in resumed.output
+    pd.testing.assert_frame_equal(pd.read_csv(folder / "tuning.csv"), table)
+    local = CliRunner().invoke(app, ["tune", str(space), "--local", "--storage", str(tmp_path),
+                                     "--name", "local"])
+    assert local.exit_code == 0, local.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "local" / "tuning.csv"), table)
+
+
 @pytest.mark.parametrize("sampler", ["tpe", "gp", "nsga2", "cmaes"])
 def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
     import optuna

@@ -58,6 +58,9 @@ class MapStore:
         earlier one); with it, the folder must hold this very plan. Either refusal is one
         SpecError line saying how to go on. ``command`` is the command line, for plan.yaml."""
         stored = self.stored_plan()
+        if stored is not None and hasattr(plan, "identity_of"):
+            # a plan that lets some keys change on a resume (a tuning study's num_samples)
+            stored = plan.identity_of(stored)
         has_runs = self.runs_path.exists() and self.runs_path.stat().st_size > 0
         if not resume:
             if has_runs or (self.folder / self.result_file).exists():
