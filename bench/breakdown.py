@@ -1,7 +1,7 @@
 """What a breakdown map costs against the full lattice, on a reduced version of the default map.
 
-Loads `search_spaces/breakdown.yaml` (the default map: every method x regime x attack, the
-worst case over each attack's strength ladder), keeps the cells of a few methods (``--methods``;
+Loads `search_spaces/breakdown.yaml` (the default map: every method x regime, the worst case
+over the ladders and the rule-aware attacks of `breakdown.adversary`), keeps the cells of a few methods (``--methods``;
 ``--all`` keeps every cell, about the map's own 30 minutes) and runs the map in this process
 (the `--local` runner, one run at a time, one torch thread) exactly as `robusttune breakdown`
 does. Three trial counts, each exact:

@@ -17,6 +17,15 @@ its ladder. ``adaptive`` > 0 adds, per group of variants that share everything b
 and whose ladder spans a range, that many strengths proposed by a seeded Optuna study minimising
 the point's score (`robusttune.breakdown.adaptive.StrengthSearch`).
 
+Staged order. The attacks a setting lists run cheapest first: stably sorted by their class
+attribute ``adversary_stage`` (0 the strength ladders, 1 rule-aware messages at one
+pairwise-distance product a round, 2 the optimal attacks' 20 rule calls a round), so a staged
+evaluator (`robusttune.breakdown.spec_evaluator`, which runs a point's variants in this order and
+stops at the first that breaks it) reaches the expensive attacks only at points every cheaper
+one survived. The order changes no verdict: a point survives iff it survives every variant.
+With the ladders first, the attack that broke a cell's first failing point is of the family
+`family_of` names "rule-aware" exactly when every ladder survived that point.
+
 The point's outcome is the worst variant: the lowest `score` (accuracy, 0 when collapsed), the
 first in variant order among equals (`worst_of`). Attack strength is never a knob a defence is
 tuned over: the defence maximises this minimum.
@@ -31,17 +40,38 @@ from typing import Any, Mapping, Sequence
 from robusttune.registry import SpecError
 
 __all__ = ["Adversary", "default_attacks", "score", "worst_of", "adversary_variants",
-           "STRENGTH"]
+           "STRENGTH", "staged_order", "family_of"]
 
 STRENGTH = "attack_strength"
 
 
 def default_attacks() -> tuple[str, ...]:
-    """The attacks the default worst case runs: those whose class sets ``default_adversary``,
-    in registry order (sign_flip and ipm, and the rule-aware attacks that set it)."""
+    """The attacks the default worst case runs: those whose class sets ``default_adversary``
+    (sign_flip and ipm, and the rule-aware attacks), in `staged_order`."""
     from robusttune.attacks import ATTACKS
 
-    return tuple(name for name in ATTACKS.names() if getattr(ATTACKS[name], "default_adversary", False))
+    return staged_order([name for name in ATTACKS.names()
+                         if getattr(ATTACKS[name], "default_adversary", False)])
+
+
+def staged_order(attacks: Sequence[str]) -> tuple[str, ...]:
+    """``attacks`` stably sorted by ``adversary_stage``, cheapest first (module docstring);
+    an unknown name is a SpecError."""
+    from robusttune.attacks import ATTACKS
+
+    for attack in attacks:
+        _ladder(attack)
+    return tuple(sorted(attacks, key=lambda name: ATTACKS[name].adversary_stage))
+
+
+def family_of(attack: str) -> str:
+    """The family a report names for ``attack``: "rule-aware" (it chooses its message against
+    the deployed rule every round, ``rule_aware``) or "ladder" (one fixed direction scaled by
+    a strength, or no strength at all)."""
+    from robusttune.attacks import ATTACKS
+
+    _ladder(attack)
+    return "rule-aware" if ATTACKS[attack].rule_aware else "ladder"
 
 
 def score(outcome: Any) -> float:
@@ -66,7 +96,8 @@ def _ladder(attack: str) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class Adversary:
     """The worst case a point with Byzantine clients is judged by (module docstring):
-    ``settings`` (RunSpec key -> values tried, in order; empty: the cell's attack) and
+    ``settings`` (RunSpec key -> values tried, in order, the attacks in `staged_order`; empty:
+    the cell's attack) and
     ``adaptive`` (strength-search runs per searchable group, 0: the ladders only)."""
 
     settings: tuple[tuple[str, tuple[Any, ...]], ...] = ()
@@ -74,7 +105,8 @@ class Adversary:
 
     @classmethod
     def of(cls, settings: Mapping[str, Sequence[Any]] | None = None, adaptive: int = 0) -> "Adversary":
-        """Validated: values listed, adaptive >= 0, no adaptive search over strengths given."""
+        """Validated: values listed, adaptive >= 0, no adaptive search over strengths given;
+        the attacks listed in `staged_order`."""
         settings = dict(settings or {})
         for key, values in settings.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
@@ -84,8 +116,8 @@ class Adversary:
         if adaptive and STRENGTH in settings:
             raise SpecError("the adaptive adversary searches each attack's own strength range; "
                             "allowed with it: no adversary.attack_strength")
-        for attack in settings.get("attack", ()):
-            _ladder(attack)
+        if "attack" in settings:
+            settings["attack"] = list(staged_order(settings["attack"]))
         return cls(tuple((k, tuple(v)) for k, v in settings.items()), int(adaptive))
 
     @classmethod

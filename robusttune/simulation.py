@@ -8,6 +8,8 @@ bit for bit.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import time
 from dataclasses import dataclass
@@ -235,9 +237,15 @@ class Simulation:
         if n_byzantine and not self.attack.data_side and self.attack.name != "none":
             # the rule's input is the round's sample, or all N rows under a cache
             n_inputs = spec.clients if self.algorithm.aggregates_cache else n_sampled
+            rule = self.aggregator
+            if rule.needs_reference:
+                # the rule as this round calls it: FLTrust scores every row against the server's
+                # own update (its message minus the current model), which it cannot do without
+                rule = functools.partial(rule, reference=reference,
+                                         previous=self.algorithm.previous(self.params))
             messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
                                           scope=spec.attack_scope, generator=self.noise_rng,
-                                          rule=self.aggregator, rule_f=spec.assumed_f(n_inputs))
+                                          rule=rule, rule_f=spec.assumed_f(n_inputs))
         # read back with the record's other figures, not here in the middle of the round
         bad_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 

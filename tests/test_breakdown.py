@@ -646,7 +646,8 @@ def test_min_client_rounds_sets_each_cells_rounds_and_is_checked(tmp_path):
 
 def test_the_default_map_has_every_method_at_every_regime():
     """search_spaces/breakdown.yaml (parsed, nothing run): each method at p = 0.1 and 0.5 in
-    both sampling modes and at p = 1.0, under each attack, and every cell given at least
+    both sampling modes and at p = 1.0, every cell against every attack of the default worst
+    case (the adversary's, run staged: the ladders first), and given at least
     min_client_rounds rounds per client."""
     from robusttune.config import RunSpec
 
@@ -655,16 +656,18 @@ def test_the_default_map_has_every_method_at_every_regime():
     plan = load_plan(Path(__file__).resolve().parent.parent / "search_spaces" / "breakdown.yaml")
     # a method is its rule behind its pre-aggregation: NNM in front of median, Krum and CCLIP
     methods = {(c["method"], c.as_dict().get("pre_aggregator", "none")) for c in plan.cells}
-    attacks = {c["attack"] for c in plan.cells}
+    attacks = plan.adversary["attack"]
     regimes = {(0.1, "fixed"), (0.1, "bernoulli"), (0.5, "fixed"), (0.5, "bernoulli"),
                (1.0, "fixed")}
-    found = {(c["method"], c.as_dict().get("pre_aggregator", "none"), c["attack"],
+    found = {(c["method"], c.as_dict().get("pre_aggregator", "none"),
               c["participation"], c["participation_mode"]) for c in plan.cells}
-    assert found == {(*m, a, p, mode) for m in methods for a in attacks for p, mode in regimes}
-    assert len(plan.cells) == len(found) and len(methods) == 20
+    assert found == {(*m, p, mode) for m in methods for p, mode in regimes}
+    assert len(plan.cells) == len(found) == 100 and len(methods) == 20
+    assert all("attack" not in c.as_dict() for c in plan.cells)
     assert {m for m, pre in methods if pre == "nnm"} == {"median", "krum", "cclip"}
-    # every attack of the default worst case is mapped
-    assert attacks == {name for name in ATTACKS if ATTACKS[name].default_adversary}
+    # every attack of the default worst case is mapped, the ladders first
+    assert set(attacks) == {name for name in ATTACKS if ATTACKS[name].default_adversary}
+    assert attacks[:2] == ["sign_flip", "ipm"] and attacks[-2:] == ["optimal_alie", "optimal_ipm"]
     assert plan.min_client_rounds is not None
     for cell in plan.cells:
         spec = RunSpec.from_dict({**plan.base, **cell.as_dict()})

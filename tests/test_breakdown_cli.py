@@ -94,8 +94,15 @@ TUNED = TINY.replace("aggregator: {grid: [mean, median]}",
     .replace("seeds: [1, 2]", "seeds: [1], budget: 2")
 
 
+# the ladder and two rule-aware attacks, listed out of their staged order (optimal IPM is run last)
+STAGED = TINY.replace("adversary: {attack_strength: [3.0]}",
+                      "adversary: {attack: [optimal_ipm, sign_flip, minmax]}") \
+    .replace("  attack: {grid: [sign_flip]}\n", "")
+
+
 @pytest.mark.parametrize("kill", ["after the first wave", "in the middle of a wave",
-                                  "in the middle of a tuned wave"])
+                                  "in the middle of a tuned wave",
+                                  "in the middle of a staged adversary"])
 def test_a_killed_map_resumes_without_running_a_finished_run_again(tmp_path, space, runs,
                                                                    monkeypatch, kill):
     """The map is a deterministic function of its plan and its runs (a seeded Optuna study asks
@@ -103,6 +110,8 @@ def test_a_killed_map_resumes_without_running_a_finished_run_again(tmp_path, spa
     that never finished reach the runner."""
     if "tuned" in kill:
         space.write_text(TUNED)
+    if "staged" in kill:
+        space.write_text(STAGED)
     whole = breakdown(space, "--local", "--storage", tmp_path, "--name", "whole")
     assert whole.exit_code == 0, whole.output
     uninterrupted = list(runs.keys)
@@ -112,13 +121,14 @@ def test_a_killed_map_resumes_without_running_a_finished_run_again(tmp_path, spa
         if kill == "after the first wave":
             kill_after_first_wave(patch)
         else:
-            runs.kill_at = 3       # the second point's first seed ran, its second did not
+            # the second point's first seed ran, its second did not; staged: inside the ladders
+            runs.kill_at = 15 if "staged" in kill else 3
         killed = breakdown(space, "--local", "--storage", tmp_path, "--name", "map")
     assert killed.exit_code == 130, killed.output
     assert "--resume" in killed.stderr.splitlines()[-1]
     before = list(runs.keys)
     kept = (tmp_path / "map" / RUNS_FILE).read_text().splitlines()
-    assert len(kept) == len(before) == (8 if kill == "after the first wave" else 3)
+    assert len(kept) == len(before) == {"after the first wave": 8}.get(kill, runs.kill_at)
     if "tuned" in kill:  # the kept runs are Optuna's: their trim ratios differ
         assert len({json.loads(line)["summary"]["spec"]["trim_ratio"] for line in kept}) > 1
     assert not (tmp_path / "map" / "breakdown.csv").exists()
@@ -133,6 +143,11 @@ def test_a_killed_map_resumes_without_running_a_finished_run_again(tmp_path, spa
     assert f"{len(before)} runs kept from before" in resumed.output
     same = pd.read_csv(tmp_path / "map" / "breakdown.csv")[COMPARED]
     pd.testing.assert_frame_equal(same, pd.read_csv(tmp_path / "whole" / "breakdown.csv")[COMPARED])
+    if "staged" in kill:  # a point stopped at its first break: fewer runs than every variant
+        table = pd.read_csv(tmp_path / "whole" / "breakdown.csv")
+        attacked = table["points_evaluated"].sum() - len(table)
+        assert len(uninterrupted) < 2 * (len(table) + attacked * (4 + 2))
+        assert set(table["attack_family"].dropna()) <= {"ladder", "rule-aware"}
 
 
 def test_name_storage_and_set_place_and_record_the_map(tmp_path, space, runs):

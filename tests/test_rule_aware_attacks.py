@@ -226,3 +226,19 @@ def test_run_command_refuses_ipm_with_a_negative_strength_in_one_line(tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "attack_strength must be >= 0" in lines[0]
     assert not out.exists()  # no half-written run folder
+
+
+@pytest.mark.parametrize("name", ["optimal_alie", "optimal_ipm"])
+def test_optimal_attacks_search_against_fltrust_as_the_round_calls_it(name):
+    """FLTrust scores rows against the server's own update, so the rule handed to a line-searched
+    attack carries this round's server message (before, every such run raised "fltrust needs the
+    server's own message"); the attacked run completes and its messages differ from honest ones."""
+    from robusttune.config import RunSpec
+    from robusttune.simulation import Simulation
+
+    spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 10, "rounds": 2, "participation": 1.0,
+                              "method": "fltrust", "attack": name, "byzantine_fraction": 0.2,
+                              "local_epochs": 1, "checkpoint_every": 0, "synthetic_samples": 300})
+    records = list(Simulation(spec))
+    assert len(records) == 2 and all(r.byzantine_sampled == 2 for r in records)
+    assert all(np.isfinite(r.aggregation_error) for r in records)

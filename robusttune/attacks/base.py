@@ -85,7 +85,6 @@ class Attack:
     needs_cache: bool = False
     needs_own: bool = False
     needs_rule: bool = False
-    default_adversary: bool = False
     default_strength: float = 1.0
     min_strength: float | None = None  # smallest allowed attack_strength (None: any finite value)
     # what a strength below min_strength would do, for the error line (IPM's eps < 0 sends +mu)
@@ -96,6 +95,16 @@ class Attack:
     # Whether the shared worst case (robusttune.adversary.default_attacks: calibrate's and robust
     # tuning's adversary when none is named) runs this attack over its ladder.
     default_adversary: bool = False
+    # Whether the attack chooses its message against the deployed rule every round (MinMax,
+    # MinSum, Fang et al.'s, the optimal ALIE / IPM): its family in a map's report, beside the
+    # strength ladders that scale one fixed direction.
+    rule_aware: bool = False
+    # Where a staged adversary tries it (robusttune.adversary: cheapest stage first, and a point
+    # stops at its first break): 0 a closed-form message per round (the ladders), 1 a
+    # rule-aware message at no more than one pairwise-distance product of the honest rows per
+    # round (O(h^2 d): MinMax, MinSum, Fang's), 2 evaluations of the deployed rule every round
+    # (the optimal attacks' 20-point line search: 20 rule calls).
+    adversary_stage: int = 0
 
     def __init__(self, attack_strength: float | None = None) -> None:
         strength = self.default_strength if attack_strength is None else attack_strength

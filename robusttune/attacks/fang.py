@@ -42,6 +42,8 @@ class FangTrimmedMean(Attack):
     extremes, and the paper's 2 is the attack."""
 
     default_adversary = True
+    rule_aware = True
+    adversary_stage = 1
     default_strength = 2.0
     min_strength = 1.0
     why_min_strength = "b < 1 draws inside the honest range instead of beyond its extremes"
@@ -83,6 +85,8 @@ class FangKrum(Attack):
 
     needs_rule = True
     default_adversary = True
+    rule_aware = True
+    adversary_stage = 1
     halvings, refinements = 40, 10
 
     def craft(self, rnd: AttackRound) -> Tensor:

@@ -81,6 +81,8 @@ class _DistanceBudget(Attack):
     distances (O(h^2 d), once) plus O(h) per test."""
 
     default_adversary = True
+    rule_aware = True
+    adversary_stage = 1
 
     def __init__(self, attack_strength: float | None = None, attack_direction: str = "std") -> None:
         super().__init__(attack_strength)
@@ -211,6 +213,8 @@ class _LineSearched(Attack):
 
     needs_rule = True
     default_adversary = True
+    rule_aware = True
+    adversary_stage = 2
 
     def message(self, mu: Tensor, sigma: Tensor, tau: float) -> Tensor:
         raise NotImplementedError

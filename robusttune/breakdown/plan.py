@@ -106,6 +106,8 @@ class BreakdownPlan:
             given.append(f"--name {name}")
         for key, value in (run or {}).items():
             raw["run"] = {**(raw.get("run") or {}), key: value}
+            # a cell that sets the key itself (the joint axis' rounds) takes the typed value too
+            raw["space"] = _override_grids(raw.get("space"), key, value)
             given.append(f"--set {key}={format_value(value)}")
         if "seed" in (run or {}) and "seeds" in (raw.get("breakdown") or {}):
             # `--set seed=S` is a map at seed S: the file's breakdown.seeds must not win silently
@@ -129,6 +131,25 @@ class BreakdownPlan:
         """What decides the map's outcomes: the mapping without its name, resources and
         max_concurrent (where and how fast it runs). A resumed map must match it."""
         return {k: v for k, v in self.raw.items() if k not in ("name", "resources", "max_concurrent")}
+
+
+def _override_grids(space: Any, key: str, value: Any) -> Any:
+    """``space`` with ``key`` set to ``value`` wherever a grid axis sets it: a plain grid axis
+    named ``key`` becomes the one value, a joint axis' entries that set ``key`` take it (what
+    ``--set key=value`` means for a map; min_client_rounds still raises rounds after it)."""
+    if not isinstance(space, dict):
+        return space
+    out = {}
+    for name, axis in space.items():
+        if isinstance(axis, dict) and isinstance(axis.get("grid"), list):
+            if name == key:
+                axis = {**axis, "grid": [value]}
+            else:
+                axis = {**axis, "grid": [{**entry, key: value}
+                                         if isinstance(entry, dict) and key in entry else entry
+                                         for entry in axis["grid"]]}
+        out[name] = axis
+    return out
 
 
 def load_plan(path: str | Path) -> BreakdownPlan:

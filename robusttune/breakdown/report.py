@@ -9,12 +9,12 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from robusttune.breakdown.bisection import BreakdownMap
+from robusttune.breakdown.bisection import BreakdownMap, CellResult
 from robusttune.breakdown.theory import theory_columns
 from robusttune.markdown import markdown_table
 
-__all__ = ["write_breakdown", "breakdown_table", "breakdown_label", "answer", "frontier_table",
-           "cells_by_method"]
+__all__ = ["write_breakdown", "breakdown_table", "breaking_family", "breakdown_label", "answer", "frontier_table",
+           "cells_by_method", "method_names"]
 
 
 def breakdown_label(row: Mapping[str, Any]) -> str:
@@ -64,6 +64,11 @@ def answer(table: Any) -> list[str]:
             lines.append(f"Where sampling more likely than not hands the Byzantine clients a "
                          f"majority of some round at the failing point ({len(sampled)} cells), a "
                          f"collapse is the sampling's as much as the rule's: {cells(sampled)}.")
+    if "attack_family" in table:
+        aware = table[table["attack_family"] == "rule-aware"]
+        if len(aware):
+            lines.append(f"Broken first by a rule-aware attack, every strength ladder surviving "
+                         f"the failing point ({len(aware)} cells): {cells(aware)}.")
     flagged = table[table["status"] == "fails_clean"]
     if len(flagged):
         lines.append(f"No baseline (the clean run itself failed) in {len(flagged)} cells: "
@@ -91,8 +96,9 @@ def cells_by_method(rows: Any, table: Any) -> str:
         return " ".join(words) or "-"
 
     parts = []
-    for name in dict.fromkeys(rows[method]):
-        picked, every = rows[rows[method] == name], table[table[method] == name]
+    row_names, table_names = method_names(rows, method), method_names(table, method)
+    for name in dict.fromkeys(row_names):
+        picked, every = rows[row_names == name], table[table_names == name]
         if len(picked) == len(every):
             parts.append(f"{name}: every cell" if len(every) > 1 else str(name))
             continue
@@ -118,6 +124,18 @@ def _method_key(table: Any) -> str | None:
     return next((k for k in ("method", "aggregator", "algorithm") if k in table), None)
 
 
+def method_names(table: Any, key: str) -> Any:
+    """Each row's method as a report names it: the ``key`` column, prefixed by its
+    pre-aggregator where a cell sets one (``nnm+median``: NNM in front of the median), so a
+    method with and without a pre-aggregator are two methods of the frontier."""
+    names = table[key].astype(str)
+    if "pre_aggregator" in table:
+        pre = table["pre_aggregator"]
+        wrapped = pre.notna() & ~pre.astype(str).isin(["none", ""])
+        names = names.where(~wrapped, pre.astype(str) + "+" + names)
+    return names
+
+
 def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
     """The p-frontier beta*(p): one row per (method, participation p), its value the minimum
     breakdown fraction over every cell of that method at that p (the attacks, sampling modes and
@@ -139,7 +157,7 @@ def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
         return pd.DataFrame(columns=columns)
     table = table.copy()
     method_key = _method_key(table)
-    table["_method"] = table[method_key].astype(str) if method_key else "all"
+    table["_method"] = method_names(table, method_key) if method_key else "all"
     if "participation" not in table:
         default = RunSchema.model_fields["participation"].default
         table["participation"] = (base or {}).get("participation", default)
@@ -172,6 +190,20 @@ def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
     return frontier.drop(columns="_order").reset_index(drop=True)
 
 
+def breaking_family(cell: CellResult, base: Mapping[str, Any] | None = None) -> str:
+    """The family (`robusttune.adversary.family_of`: ladder or rule-aware) of the attack that
+    broke the cell's first failing point: the breaker's attack, else the cell's, else the base
+    run's; "" when no evaluated point failed or its verdict names no setting."""
+    from robusttune.adversary import family_of
+
+    if not cell.broken_by:
+        return ""
+    failures = sorted(k for k in cell.outcomes if not cell.survived(k))
+    breaker = dict(cell.outcomes[failures[0]].breaker)
+    attack = breaker.get("attack", cell.cell.as_dict().get("attack", (base or {}).get("attack")))
+    return family_of(attack) if attack else ""
+
+
 def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Breakdown map",
                     base: Mapping[str, Any] | None = None) -> Path:
     """breakdown.csv (one row per cell), breakdown_points.csv (every evaluated point and the runs
@@ -196,7 +228,8 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
              "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
              "(no collapse, final accuracy >= threshold) against every adversary setting tried "
              "(`broken_by` names the weakest setting of the ladder that broke the first failing "
-             "point); "
+             "point, `attack_family` its family: `ladder` or `rule-aware`; the adversary runs the "
+             "ladders first, so `rule-aware` means every ladder survived that point); "
              "`theory_fraction` is the rule's own bound over its `inputs`, `p_majority_round` "
              "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point.",
              "", markdown_table(table[shown], floatfmt=".3g", index=False), "",
@@ -206,8 +239,10 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
         lines += ["## Non-monotone cells", "",
                   "Survival is not monotone in the Byzantine count here; the breakdown column is "
                   "bisection's answer, `conservative_fraction` the first evaluated failure minus one.", ""]
+        keys = list(dict.fromkeys(k for c in result.cells for k in c.cell.as_dict()))
         for _, row in flagged.iterrows():
-            cell = ", ".join(f"{k}={row[k]}" for k in result.cells[0].cell.as_dict())
+            # a key only some cells set (pre_aggregator) is blank, not "nan", in the others
+            cell = ", ".join(f"{k}={row[k]}" for k in keys if not pd.isna(row[k]))
             lines.append(f"- {cell}: evaluated {row['evaluated']} (k+ survived, k- failed); "
                          f"contradicting points: {row['violations']}")
         lines.append("")
@@ -240,6 +275,8 @@ def breakdown_table(result: BreakdownMap, base: Mapping[str, Any] | None = None)
         return table
     table.insert(len(result.cells[0].cell.as_dict()), "breakdown",
                  [breakdown_label(row) for _, row in table.iterrows()])
+    table.insert(list(table.columns).index("broken_by") + 1, "attack_family",
+                 [breaking_family(cell, base) for cell in result.cells])
     if base is not None:
         extra = pd.DataFrame([theory_columns(base, cell) for cell in result.cells])
         table = pd.concat([table, extra], axis=1)
