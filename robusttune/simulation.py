@@ -301,7 +301,7 @@ class Simulation:
                                                self.data.validation_y).accuracy
             self.last_accuracy, self.last_loss = accuracy, loss
             self.last_validation_accuracy = validation_accuracy
-        self.collapsed = nonfinite > 0 or (last and is_collapsed(accuracy, self.num_classes, False))
+        self.collapsed = nonfinite > 0 or (last and is_collapsed(self.selection_accuracy(), self.num_classes, False))
         self.rounds_done = round_index
         return RoundRecord(
             round=round_index, accuracy=accuracy, loss=loss,
@@ -366,12 +366,20 @@ class Simulation:
                                               state.get(f"{name}_rounds", 0))
                             for name in ROUND_MEANS}
 
+    def selection_accuracy(self) -> float:
+        """The accuracy a collapse is judged on, as `RunSummary.selection_accuracy`: validation
+        where the run has a validation part, test where it has none (``validation_fraction:
+        0``). Collapse decides survival in every selection (map, calibrate, tuning), and
+        selections read no test data (issue 23)."""
+        has_validation = self.data.validation_y is not None and len(self.data.validation_y) > 0
+        return self.last_validation_accuracy if has_validation else self.last_accuracy
+
     def summary(self, seconds: float) -> RunSummary:
         """The run's final figures and its resolved RunSpec (summary.json)."""
         return RunSummary(
             final_accuracy=self.last_accuracy, final_loss=self.last_loss,
             final_validation_accuracy=self.last_validation_accuracy,
-            collapsed=is_collapsed(self.last_accuracy, self.num_classes, self.nonfinite),
+            collapsed=is_collapsed(self.selection_accuracy(), self.num_classes, self.nonfinite),
             rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
             seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
             float_path=float_path().label(),

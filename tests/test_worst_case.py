@@ -147,3 +147,26 @@ def test_cli_calibrate_agrees_with_the_breakdown_command_on_real_runs(tmp_path):
     # the mean falls to one sign-flipping client at strength 10 and beyond
     assert verdicts[0.0] is False
     assert data["recommended_trim_ratio"] == (0.34 if verdicts[0.34] else None)
+
+
+@pytest.mark.parametrize("validation_fraction", [0.5, 0.0])
+def test_collapse_is_judged_on_validation_accuracy_where_there_is_a_validation_part(validation_fraction):
+    # collapse decides survival in every selection, so it must not read the test part; a run
+    # without a validation part has only its test accuracy to be judged on
+    from robusttune.config import RunSpec
+    from robusttune.simulation import Simulation
+
+    simulation = Simulation(RunSpec.from_dict({
+        "dataset": "synthetic", "model": "mlp", "clients": 4, "synthetic_samples": 200,
+        "synthetic_shape": "8", "rounds": 1, "checkpoint_every": 0, "device": "cpu",
+        "validation_fraction": validation_fraction}))
+    list(simulation)
+    chance = 1.0 / simulation.num_classes
+    verdicts = {}
+    for test, validation in ((chance, 0.9), (0.9, chance)):
+        simulation.last_accuracy, simulation.last_validation_accuracy = test, validation
+        verdicts[(test, validation)] = simulation.summary(0.0).collapsed
+    if validation_fraction:
+        assert verdicts == {(chance, 0.9): False, (0.9, chance): True}
+    else:
+        assert verdicts == {(chance, 0.9): True, (0.9, chance): False}
