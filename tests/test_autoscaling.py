@@ -65,9 +65,9 @@ MAP = {"name": "map",
        "breakdown": {"seeds": [1], "adversary": {"attack_strength": [3.0]}}}
 FIRST_WAVE_RUNS = 2  # the map's first wave: two fractions of its lattice, one seed
 COMMAND_TIMEOUT_S = 240
-# The story takes about 4.5 minutes on this 2-core machine at load 8 (most of it command and
-# worker start-up; README "Running on a cluster" has the measured times): above pytest's 300 s
-# default under load.
+# The story takes about 2 minutes alone on this 2-core machine and 4.5 at load 8 (most of it
+# command and worker start-up; README "Running on a cluster" has the measured times): above
+# pytest's 300 s default under load.
 pytestmark = pytest.mark.timeout(900)
 
 
