@@ -9,7 +9,6 @@ bit for bit.
 from __future__ import annotations
 
 import functools
-
 import math
 import time
 from dataclasses import dataclass
