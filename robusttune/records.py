@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
-__all__ = ["COLLAPSE_MARGIN", "RoundRecord", "RunSummary", "is_collapsed", "survives",
+__all__ = ["COLLAPSE_MARGIN", "RoundRecord", "RunSummary", "is_collapsed", "selection_accuracy", "survives",
            "mean_accuracy"]
 
 # Collapse = final accuracy <= chance + 0.5 points (the SWB-DM paper's <= 10.5% on 10 classes).
@@ -20,6 +20,12 @@ COLLAPSE_MARGIN = 0.005
 def is_collapsed(accuracy: float, num_classes: int, nonfinite: bool) -> bool:
     """Collapsed: non-finite parameters, a non-finite accuracy, or accuracy <= 1/K + 0.005."""
     return nonfinite or not math.isfinite(accuracy) or accuracy <= 1.0 / num_classes + COLLAPSE_MARGIN
+
+
+def selection_accuracy(test: float, validation: float, has_validation: bool) -> float:
+    """The accuracy selections and collapse read: ``validation`` when the run holds a
+    validation part out (``validation_fraction`` > 0), else ``test`` (issue 23)."""
+    return validation if has_validation else test
 
 
 def survives(accuracy: float, collapsed: bool, bar: float) -> bool:
@@ -120,9 +126,9 @@ class RunSummary:
 
     @property
     def selection_accuracy(self) -> float:
-        """The accuracy every selection reads: the final validation accuracy when the run has a
-        validation part, else (``validation_fraction: 0``) its test accuracy."""
-        return self.final_validation_accuracy if self.has_validation else self.final_accuracy
+        """The accuracy every selection reads (`selection_accuracy`)."""
+        return selection_accuracy(self.final_accuracy, self.final_validation_accuracy,
+                                  self.has_validation)
 
     @classmethod
     def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,

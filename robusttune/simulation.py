@@ -26,7 +26,7 @@ from robusttune.data import load_federated
 from robusttune.input_statistics import error_from, honest_inputs, spread_from
 from robusttune.models import flat_params, make_model
 from robusttune.numerics import float_path, pin
-from robusttune.records import RoundRecord, RunSummary, is_collapsed
+from robusttune.records import RoundRecord, RunSummary, is_collapsed, selection_accuracy
 from robusttune.registry import SpecError
 from robusttune.sampling import Sample, draw_clients
 from robusttune.training import evaluate, resolve_trainer
@@ -370,8 +370,8 @@ class Simulation:
         where the run has a validation part, test where it has none (``validation_fraction:
         0``). Collapse decides survival in every selection (map, calibrate, tuning), and
         selections read no test data (issue 23)."""
-        has_validation = self.data.validation_y is not None and len(self.data.validation_y) > 0
-        return self.last_validation_accuracy if has_validation else self.last_accuracy
+        return selection_accuracy(self.last_accuracy, self.last_validation_accuracy,
+                                  self.spec.validation_fraction > 0)
 
     def summary(self, seconds: float) -> RunSummary:
         """The run's final figures and its resolved RunSpec (summary.json)."""
