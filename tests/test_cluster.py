@@ -292,22 +292,34 @@ def test_sweep_survives_losing_a_worker_node(failover):
     for trial in facts["trials"]:
         folder = Path(trial["path"])
         reported = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
-        # One result per round, in order, each round once (the retry re-reports nothing twice).
-        assert [r["round"] for r in reported] == list(range(1, ROUNDS + 1)), trial["trial_id"]
         assert [int(r["round"]) for r in rows(folder / "rounds.csv")] == list(range(1, ROUNDS + 1))
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["rounds_run"] == ROUNDS and summary["spec"]["seed"] == trial["seed"]
-        restarts = [r["round"] for r in reported if r["iterations_since_restore"] == 1]
-        if trial is failed[0]:
-            # Started at round 1, then restored from a checkpoint: the first round after the
-            # restore follows the checkpoint (at least REMOVE_AFTER_ROUND rounds in), not round 1.
-            assert len(restarts) == 2 and restarts[0] == 1
-            assert restarts[1] > REMOVE_AFTER_ROUND, restarts
-            # No upper bound from rounds_at_removal: the driver's view of a trial's progress lags
-            # its reports (seen: 2 at removal, checkpoint at 4), so it flaked. That the restored
-            # trial lost and repeated nothing is checked below: each round once, bit for bit.
-        else:
-            assert restarts == [1]
+        starts = [i for i, r in enumerate(reported) if r["iterations_since_restore"] == 1]
+        if trial is not failed[0]:
+            # One result per round, in order, each round once.
+            assert starts == [0]
+            assert [r["round"] for r in reported] == list(range(1, ROUNDS + 1)), trial["trial_id"]
+            continue
+        # Started at round 1, then restored from a checkpoint, not from round 1.
+        assert len(starts) == 2 and starts[0] == 0, starts
+        first, retry = reported[:starts[1]], reported[starts[1]:]
+        assert [r["round"] for r in first] == list(range(1, len(first) + 1))
+        resumed_at = retry[0]["round"]
+        assert [r["round"] for r in retry] == list(range(resumed_at, ROUNDS + 1))
+        # Tune logs a result (result.json, the callbacks) before it registers the checkpoint the
+        # same report carries, so a node lost in between takes that one checkpoint with it and
+        # the retry replays that round (seen: rounds 1, 2, 2, 3, ...). At most that one round is
+        # replayed, and it is replayed bit for bit. (No bound from rounds_at_removal: the
+        # driver's view of a trial's progress lags its reports.)
+        assert len(first) - 1 <= resumed_at <= len(first) + 1, (len(first), resumed_at)
+        assert resumed_at >= REMOVE_AFTER_ROUND, resumed_at
+        replayed = {r["round"]: r for r in retry if r["round"] <= len(first)}
+        for round_number, again in replayed.items():
+            once = first[round_number - 1]
+            # repr: NaN (a round not evaluated) equals itself
+            assert [repr(once[k]) for k in ("accuracy", "loss", "param_norm")] == \
+                [repr(again[k]) for k in ("accuracy", "loss", "param_norm")], round_number
 
     # The retried trial's run is the uninterrupted run, bit for bit (the checkpoint holds the
     # model, caches and RNG states), and its rounds.csv has each round once.
