@@ -191,6 +191,9 @@ class RunSchema(BaseModel):
     # part reports state. Taken from the held-out set so training is unchanged
     # (robusttune.data.partition.validation_split). 0: no validation part.
     validation_fraction: Annotated[Finite, Field(ge=0, lt=1)] = 0.5
+    # a stratified subset of the training set (robusttune.data.partition.training_subset): a real
+    # dataset's map on a CPU; none: all of it
+    train_samples: optional_int(ge=1) = None
     cache_dtype: Literal["float32", "bfloat16"] = "float32"
     fltrust_root_size: Annotated[Int, Field(ge=1)] = 100
     synthetic_shape: Annotated[str, AfterValidator(_shape)] = "1x8x8"

@@ -287,3 +287,48 @@ def test_set_seed_maps_that_seed_where_the_file_names_seeds():
     assert moved.seeds == [7] and moved.raw["breakdown"]["seeds"] == [7]
     assert moved.identity() != plan.identity()      # a resumed seed-42 map is not this one
     assert plan.with_overrides(run={"rounds": 3}).seeds == [42]
+
+
+# The RunSpec keys of every map kept before `KEYS_ADDED_LATER` existed (session 7): a key added
+# since must be listed there, or every kept map and tuning study would re-run from scratch.
+KEYS_OF_THE_FIRST_MAPS = frozenset((
+    "aggregate_weights aggregator algorithm assumed_byzantine_fraction attack attack_direction "
+    "attack_scope attack_strength batch_size bucket_size byzantine_fraction cache_dtype "
+    "cclip_iters cclip_scale cclip_tau checkpoint_every clients data_root dataset demoa_ablation "
+    "demoa_alpha device dirichlet_alpha eval_every fltrust_root_size gm_iters guarded krum_m "
+    "local_epochs lr marina_clip_multiplier marina_compress_ratio marina_compressor marina_p "
+    "marina_variant median_even method model momentum numerics participation participation_mode "
+    "partition_seed pre_aggregator rounds sample_size seed server_lr swb_chunk swb_rotation "
+    "swb_views synthetic_classes synthetic_samples synthetic_shape trainer trim_ratio "
+    "validation_fraction").split())
+
+
+def test_every_runspec_key_added_since_the_first_maps_keeps_their_runs_resumable():
+    from robusttune.breakdown.store import KEYS_ADDED_LATER
+    from robusttune.schema import RunSchema
+
+    added = set(RunSpec.from_dict({}).to_dict()) - KEYS_OF_THE_FIRST_MAPS
+    assert added == set(KEYS_ADDED_LATER), "a new RunSpec key needs its old-behaviour value in KEYS_ADDED_LATER"
+    for key, value in KEYS_ADDED_LATER.items():
+        assert RunSchema.model_fields[key].default == value, key
+
+
+def test_a_run_kept_before_a_key_was_added_answers_the_spec_at_that_keys_old_value(tmp_path):
+    store = MapStore(tmp_path)
+    spec = RunSpec.from_dict({"dataset": "synthetic", "seed": 3})
+    # the lines an older version wrote: no train_samples in the key at all, and the added key
+    # spelled at its old value; both are this run
+    old_key = {k: v for k, v in json.loads(run_key(spec)).items() if k != "train_samples"}
+    lines = [{"key": json.dumps(key, sort_keys=True), "summary": summary(0.625).to_dict()}
+             for key in (old_key, {**old_key, "train_samples": None})]
+    store.runs_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    finished = store.finished()
+    assert set(finished) == {run_key(spec)} and finished[run_key(spec)].final_accuracy == 0.625
+    # a spec that uses the new key is another run
+    subset = RunSpec.from_dict({"dataset": "synthetic", "seed": 3, "train_samples": 500})
+    assert run_key(subset) != run_key(spec) and json.loads(run_key(subset))["train_samples"] == 500
+    calls = []
+    runner = StoredRunner(lambda specs: calls.append(specs) or [summary(0.5) for _ in specs],
+                          store, finished)
+    assert [s.final_accuracy for s in runner([spec, subset])] == [0.625, 0.5]
+    assert [s.train_samples for s in calls[0]] == [500]

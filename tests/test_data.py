@@ -338,3 +338,40 @@ def test_the_validation_part_leaves_training_untouched_and_is_held_out():
     bad = pytest.raises(SpecError, match="validation_fraction")
     with bad:
         RunSpec(dataset="digits", validation_fraction=1.0)
+
+
+# -- a stratified subset of the training set (train_samples) ---------------------------------------
+
+
+def test_training_subset_is_stratified_seeded_nested_and_bounded():
+    from robusttune.data import training_subset
+
+    sizes = np.array([10, 7, 1, 22, 60])
+    labels = np.random.default_rng(0).permutation(np.repeat(np.arange(5), sizes))
+    subset = training_subset(labels, 25, seed=3)
+    assert subset.size == 25 and np.array_equal(subset, np.unique(subset))
+    # each class floor or ceil of size x n_k / n: the training set's proportions
+    share = 25 * sizes / sizes.sum()
+    per_class = np.bincount(labels[subset], minlength=5)
+    assert np.all((per_class >= np.floor(share)) & (per_class <= np.ceil(share))), per_class
+    assert np.array_equal(subset, training_subset(labels, 25, seed=3))
+    assert not np.array_equal(subset, training_subset(labels, 25, seed=4))
+    # a larger subset holds a smaller one (the same keys, more of them taken)
+    assert np.isin(subset, training_subset(labels, 60, seed=3)).all()
+    assert np.array_equal(training_subset(labels, 100, seed=3), np.arange(100))
+    with pytest.raises(SpecError, match=r"train_samples must be in \[1, 100\] \(toy has 100 training samples\); got 101"):
+        training_subset(labels, 101, seed=3, dataset="toy")
+
+
+def test_train_samples_shrinks_every_clients_data_and_the_root_set_to_the_subset():
+    spec = RunSpec(dataset="digits", clients=5, train_samples=300, fltrust_root_size=20)
+    small = load_federated(spec, "cpu")
+    whole = load_federated(spec.updated(train_samples=None), "cpu")
+    assert sum(y.numel() for y in small.client_y) == 300
+    assert sum(y.numel() for y in whole.client_y) == 1437
+    pool = torch.cat(small.client_x).flatten(1)
+    # the root set is drawn from the subset; the held-out parts are untouched
+    assert all((pool == row).all(dim=1).any() for row in small.root_x.flatten(1))
+    assert torch.equal(small.test_x, whole.test_x) and torch.equal(small.validation_y, whole.validation_y)
+    with pytest.raises(SpecError, match="train_samples must be in"):
+        load_federated(spec.updated(train_samples=5000), "cpu")

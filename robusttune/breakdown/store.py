@@ -103,7 +103,10 @@ class MapStore:
                 continue
             try:
                 entry = json.loads(line)
-                runs[entry["key"]] = RunSummary.from_dict(_restore_floats(entry["summary"]))
+                # the key as this version spells it (a line kept before a key was added, or
+                # one that spells an added key at its old value, is the same run)
+                key = _identity(json.loads(entry["key"]))
+                runs[key] = RunSummary.from_dict(_restore_floats(entry["summary"]))
             except (ValueError, KeyError, TypeError):
                 self.notes.append(f"note: {self.runs_path} line {number} is incomplete (a run cut "
                                   f"off while it was written); that run is run again")
@@ -124,10 +127,24 @@ class MapStore:
             os.fsync(handle.fileno())
 
 
+# RunSpec keys added after maps were first kept, each with the value that reproduces the runs
+# made before it existed. At that value a key is left out of a run's identity, so a map (or a
+# tuning study) kept before the key existed still resumes: its runs answer the specs that leave
+# the key there. A new RunSpec key belongs here (tests/test_breakdown_cli.py checks).
+KEYS_ADDED_LATER: dict[str, Any] = {"train_samples": None}
+
+
 def run_key(spec: RunSpec) -> str:
     """A run's identity in runs.jsonl: its fully resolved RunSpec (sorted JSON; non-finite
-    values as strings so the line stays strict JSON)."""
-    return json.dumps(_json_safe(spec.to_dict()), sort_keys=True)
+    values as strings so the line stays strict JSON), less the `KEYS_ADDED_LATER` at the value
+    that reproduces the runs made before them."""
+    return _identity(spec.to_dict())
+
+
+def _identity(values: dict[str, Any]) -> str:
+    kept = {k: v for k, v in values.items()
+            if not (k in KEYS_ADDED_LATER and v == KEYS_ADDED_LATER[k])}
+    return json.dumps(_json_safe(kept), sort_keys=True)
 
 
 class StoredRunner:

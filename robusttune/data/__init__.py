@@ -33,7 +33,7 @@ import torch
 from robusttune.data.base import DATASETS, FederatedData, RawDataset
 from robusttune.data.embedded import _digits, _synthetic
 from robusttune.data.installed import _debian_fashion_mnist, _mnist_10k
-from robusttune.data.partition import dirichlet_partition, root_set, validation_split
+from robusttune.data.partition import dirichlet_partition, root_set, training_subset, validation_split
 from robusttune.data.torchvision_files import _torchvision
 from robusttune.schema import RunSchema
 
@@ -44,6 +44,7 @@ __all__ = [
     "dirichlet_partition",
     "root_set",
     "validation_split",
+    "training_subset",
     "load_federated",
     "clear_dataset_cache",
 ]
@@ -58,6 +59,7 @@ def clear_dataset_cache() -> None:
 def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData:
     """The run's dataset split over ``spec.clients`` clients, moved to ``device`` once.
 
+    Training set: all of it, or ``training_subset(train_y, train_samples, partition_seed)``.
     Partition: ``dirichlet_partition(train_y, clients, dirichlet_alpha, partition_seed)``; root set:
     ``root_set(train_y, fltrust_root_size, partition_seed)``; held-out set:
     ``validation_split(test_y, validation_fraction, partition_seed)`` into test and validation
@@ -66,24 +68,29 @@ def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData
     """
     device = torch.device(device)
     raw = DATASETS[spec.dataset](spec)
-    labels = raw.train_y.numpy()
+    train_x, train_y = raw.train_x, raw.train_y
+    if spec.train_samples is not None:
+        kept = torch.from_numpy(training_subset(train_y.numpy(), spec.train_samples,
+                                                spec.partition_seed, spec.dataset))
+        train_x, train_y = train_x[kept], train_y[kept]
+    labels = train_y.numpy()
     parts = dirichlet_partition(labels, spec.clients, spec.dirichlet_alpha, spec.partition_seed)
     order = torch.from_numpy(np.concatenate(parts))
     sizes = [int(part.size) for part in parts]
-    train_x = raw.train_x[order].to(device)
-    train_y = raw.train_y[order].to(device)
+    client_x = train_x[order].to(device)
+    client_y = train_y[order].to(device)
     root = torch.from_numpy(root_set(labels, spec.fltrust_root_size, spec.partition_seed))
     validation, test = (torch.from_numpy(part) for part in validation_split(
         raw.test_y.numpy(), spec.validation_fraction, spec.partition_seed))
     return FederatedData(
         num_classes=raw.num_classes,
         input_shape=tuple(int(s) for s in raw.train_x.shape[1:]),
-        client_x=list(train_x.split(sizes)),
-        client_y=list(train_y.split(sizes)),
+        client_x=list(client_x.split(sizes)),
+        client_y=list(client_y.split(sizes)),
         test_x=raw.test_x[test].to(device),
         test_y=raw.test_y[test].to(device),
-        root_x=raw.train_x[root].to(device),
-        root_y=raw.train_y[root].to(device),
+        root_x=train_x[root].to(device),
+        root_y=train_y[root].to(device),
         validation_x=raw.test_x[validation].to(device),
         validation_y=raw.test_y[validation].to(device),
     )

@@ -69,6 +69,7 @@ STREAM_SYNTH_MEANS = 2
 STREAM_SYNTH_TRAIN = 3
 STREAM_SYNTH_TEST = 4
 STREAM_VALIDATION = 5
+STREAM_TRAIN_SUBSET = 6
 
 
 def seeded_rng(seed: int, stream: int) -> np.random.Generator:

@@ -183,10 +183,40 @@ def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
         part = "validation" if taken == 0 else "test"
         raise SpecError(f"validation_fraction {fraction:g} leaves no {part} sample of the {n} "
                         f"held-out samples; allowed: a fraction that leaves both parts non-empty")
-    rng = seeded_rng(seed, STREAM_VALIDATION)
+    mask = _stratified_mask(labels, taken, seeded_rng(seed, STREAM_VALIDATION))
+    return np.flatnonzero(mask).astype(np.int64), np.flatnonzero(~mask).astype(np.int64)
+
+
+def training_subset(labels: np.ndarray, size: int, seed: int, dataset: str = "the dataset") -> np.ndarray:
+    """Indices of ``size`` training samples, stratified by class: the training set a run with
+    ``train_samples`` learns from (the partition, the root set and every client's data are drawn
+    from it, so a CPU can run a real dataset's map on a tenth of it).
+
+    The same keys as `validation_split`: every sample gets (r + 1/2) / n_k, r its rank within its
+    class k (n_k samples) in a random order drawn from the partition seed on its own stream, and
+    the ``size`` smallest keys are taken (ties in a random order): class k gives floor or ceil of
+    size * n_k / n samples, the training set's class proportions up to one sample, and a larger
+    size takes a superset of a smaller one's samples. ``size`` above n is one SpecError line.
+
+    Returns:
+        sorted int64 indices into the training set.
+    """
+    from robusttune.data.base import STREAM_TRAIN_SUBSET
+
+    labels = np.asarray(labels).reshape(-1)
+    n = labels.size
+    if not 1 <= size <= n:
+        raise SpecError(f"train_samples must be in [1, {n}] ({dataset} has {n} training samples); "
+                        f"got {size}")
+    return np.flatnonzero(_stratified_mask(labels, size, seeded_rng(seed, STREAM_TRAIN_SUBSET))).astype(np.int64)
+
+
+def _stratified_mask(labels: np.ndarray, taken: int, rng: np.random.Generator) -> np.ndarray:
+    """A mask of the ``taken`` samples with the smallest keys (r + 1/2) / n_k (see
+    `validation_split`), ties broken in a random order from ``rng``."""
     inverse, class_sizes, rank = _ranks_within_class(labels, rng)
     key = (rank + 0.5) / class_sizes[inverse]
-    chosen = np.lexsort((rng.random(n), key))[:taken]
-    mask = np.zeros(n, dtype=bool)
+    chosen = np.lexsort((rng.random(labels.size), key))[:taken]
+    mask = np.zeros(labels.size, dtype=bool)
     mask[chosen] = True
-    return np.flatnonzero(mask).astype(np.int64), np.flatnonzero(~mask).astype(np.int64)
+    return mask
