@@ -409,6 +409,16 @@ def _register_tune() -> None:
 _register_tune()
 
 
+def _register_horizon() -> None:
+    """`robusttune horizon` (a map's plateau rounds) lives in robusttune.horizon_command."""
+    from robusttune.horizon_command import horizon
+
+    app.command(name="horizon")(bad_input_exits(horizon))
+
+
+_register_horizon()
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """The console entry point: typer's own usage errors (``--budget abc``, an unknown option)
     become one line and exit status 2 like every other bad input, not a boxed usage panel."""

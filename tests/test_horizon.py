@@ -1,0 +1,131 @@
+"""A map's horizon (issue 27, item 5): the plateau round of each cell's clean run, and the map
+written again at those rounds."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from robusttune.breakdown.horizon import plateau_round
+from robusttune.breakdown.plan import load_plan
+from robusttune.cli import app
+
+
+def independent_plateau(rounds, accuracies, window, tolerance):
+    """The definition again, with numpy: a trailing mean by convolution, counts at the start."""
+    a = np.nan_to_num(np.asarray(accuracies, dtype=float), nan=0.0, posinf=0.0, neginf=0.0)
+    sums = np.convolve(a, np.ones(window))[: a.size]
+    counts = np.minimum(np.arange(1, a.size + 1), window)
+    smoothed = sums / counts
+    first = int(np.asarray(rounds)[np.argmax(smoothed >= smoothed.max() - tolerance)])
+    return first, smoothed.max()
+
+
+def test_a_saturating_curve_plateaus_where_it_comes_within_the_tolerance():
+    rounds = list(range(5, 105, 5))
+    curve = [0.9 * (1 - math.exp(-r / 15)) for r in rounds]
+    plateau = plateau_round(rounds, curve, window=1, tolerance=0.02)
+    # by hand: max = 0.9 (1 - e^{-100/15}) = 0.89885; 0.9 (1 - e^{-r/15}) >= 0.87885 needs
+    # e^{-r/15} <= 0.02350, r >= 15 ln(1 / 0.02350) = 56.3: the first evaluation after is 60
+    assert plateau.round == 60 and plateau.reached
+    assert plateau.level == pytest.approx(curve[-1])
+    assert (plateau.round, plateau.level) == pytest.approx(independent_plateau(rounds, curve, 1, 0.02))
+
+
+def test_smoothing_ignores_one_lucky_evaluation_and_a_climbing_curve_is_not_reached():
+    rounds = [2, 4, 6, 8, 10, 12]
+    lucky = [0.2, 0.9, 0.3, 0.5, 0.6, 0.6]
+    assert plateau_round(rounds, lucky, window=1, tolerance=0.01).round == 4
+    smoothed = plateau_round(rounds, lucky, window=3, tolerance=0.01)
+    # trailing means: 0.2, 0.55, 0.467, 0.567, 0.467, 0.567 -> best 0.567 at round 8
+    assert smoothed.round == 8 and smoothed.level == pytest.approx(0.5666666, abs=1e-6)
+    assert smoothed.reached  # 8 <= (2/3) 12
+    climbing = plateau_round(rounds, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], window=2, tolerance=0.02)
+    assert climbing.round == 12 and not climbing.reached
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        noisy = list(rng.random(12))
+        got = plateau_round(list(range(1, 13)), noisy, window=3, tolerance=0.05)
+        assert (got.round, got.level) == pytest.approx(independent_plateau(range(1, 13), noisy, 3, 0.05))
+
+
+def test_a_diverged_curve_has_no_plateau_and_a_non_finite_evaluation_counts_as_zero():
+    assert plateau_round([1, 2], [math.nan, math.nan]).round is None
+    # a NaN evaluation in the middle pulls its window down instead of being skipped
+    # (trailing means 0.5, 0.65, 0.4, 0.4; skipped, the NaN would give 0.5, 0.65, 0.8, 0.8)
+    got = plateau_round([1, 2, 3, 4], [0.5, 0.8, math.nan, 0.8], window=2, tolerance=0.05)
+    assert got.round == 2 and got.level == pytest.approx(0.65)
+    with pytest.raises(ValueError):
+        plateau_round([1, 2], [0.5])
+
+
+MAP = {
+    "name": "tiny",
+    "run": {"dataset": "synthetic", "synthetic_samples": 300, "synthetic_shape": "16",
+            "model": "mlp", "clients": 6, "local_epochs": 1, "lr": 0.05},
+    "space": {"setting": {"grid": [{"method": "fedavg", "rounds": 3},
+                                   {"method": "median", "rounds": 4}]},
+              "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"}]}},
+    "breakdown": {"seeds": [3], "adversary": {"attack": ["sign_flip"]}},
+}
+
+
+def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path):
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(MAP))
+    runner = CliRunner()
+    args = ["horizon", str(space), "--storage", str(tmp_path / "out"), "--local",
+            "--max-rounds", "16", "--eval-every", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "out" / "tiny_horizon"
+    rows = list(csv.DictReader((folder / "horizon.csv").open()))
+    assert [r["method"] for r in rows] == ["fedavg", "median"]
+    # each horizon is the definition applied to the run's own evaluated validation accuracies
+    runs = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 2
+    for row, run in zip(rows, runs):
+        curve = list(csv.DictReader((Path(run["summary"]["run_dir"]) / "rounds.csv").open()))
+        evaluated = [r for r in curve if r["validation_accuracy"] not in ("", "nan")]
+        assert [int(r["round"]) for r in evaluated] == list(range(2, 17, 2))
+        expected, level = independent_plateau([int(r["round"]) for r in evaluated],
+                                              [float(r["validation_accuracy"]) for r in evaluated], 3, 0.02)
+        assert int(row["plateau_round"]) == expected
+        assert float(row["plateau_level"]) == pytest.approx(level)
+    # the map again, each cell at its horizon: a plan breakdown loads, same cells otherwise
+    plan = load_plan(folder / "at_plateau.yaml")
+    assert [c.as_dict() for c in plan.cells] == [
+        {"method": "fedavg", "rounds": int(rows[0]["plateau_round"]), "participation": 0.5,
+         "participation_mode": "fixed"},
+        {"method": "median", "rounds": int(rows[1]["plateau_round"]), "participation": 0.5,
+         "participation_mode": "fixed"}]
+    assert plan.seeds == [3] and plan.adversary == {"attack": ["sign_flip"]}
+    assert "| horizon |" in (folder / "horizon.md").read_text()
+    # a resume runs nothing again; a changed measurement is refused in one line
+    again = runner.invoke(app, [*args, "--resume"])
+    assert again.exit_code == 0 and "resumed: 2 runs kept from before, 0 new" in again.output
+    changed = runner.invoke(app, [*args[:-1], "4", "--resume"])
+    assert changed.exit_code == 2 and "different plan" in changed.output
+    assert "horizon.eval_every: 2 there, 4 now" in changed.output
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--eval-every", "0", "--eval-every must be an integer >= 1; got 0"),
+    ("--eval-every", "500", "--eval-every 500 exceeds --max-rounds 200"),
+    ("--tolerance", "1.5", "--tolerance must be a number in [0, 1); got 1.5"),
+])
+def test_bad_horizon_settings_are_one_line_and_start_nothing(tmp_path, flag, value, message):
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(MAP))
+    result = CliRunner().invoke(app, ["horizon", str(space), "--storage", str(tmp_path / "out"),
+                                      "--local", flag, value])
+    assert result.exit_code == 2 and message in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
