@@ -66,8 +66,16 @@ def horizon(
         typer.echo(f"resuming {folder}: {len(finished)} finished runs kept in {RUNS_FILE}", err=True)
     runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=False)
-    stored = StoredRunner(runner, store, finished, one_at_a_time=local)
     jobs = len(measurement.clean_specs())
+    done = [0]
+
+    def counted(specs):  # noqa: ANN001, ANN202 - the runner protocol
+        summaries = runner(specs)
+        done[0] += len(specs)
+        typer.echo(f"[{done[0]}/{jobs}] clean runs done", err=True)
+        return summaries
+
+    stored = StoredRunner(counted, store, finished, one_at_a_time=local)
     typer.echo(f"{len(plan.cells)} cells x {len(measurement.seeds)} seeds = {jobs} clean runs of "
                f"{max_rounds} rounds", err=True)
     try:
