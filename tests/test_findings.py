@@ -337,3 +337,34 @@ def test_claim10_seed_summary_counts_cells_against_the_bound_at_every_seed():
     assert (median["reached bound at every seed"], median["below bound at every seed"]) == (1, 1)
     assert (fltrust["no bound declared"], fltrust["reached bound at every seed"],
             fltrust["below bound at every seed"], fltrust["same at every seed"]) == (1, 0, 0, 1)
+
+
+def test_claim10_moved_cells_and_families_read_two_maps_of_the_same_cells():
+    spec = importlib.util.spec_from_file_location(
+        "claim10_map_moved", ROOT / "analysis" / "findings" / "claim10_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    base = {"participation": 0.5, "participation_mode": "fixed", "rounds": 5, "clean_accuracy": 0.8}
+    now = pd.DataFrame([
+        {**base, "method": "median", "pre_aggregator": "none", "status": "ok", "breakdown_fraction": 0.1,
+         "largest_surviving_fraction": 0.1, "broken_by": "attack=fang_trmean", "attack_family": "rule-aware"},
+        {**base, "method": "median", "pre_aggregator": "nnm", "status": "ok", "breakdown_fraction": 0.2,
+         "largest_surviving_fraction": 0.2, "broken_by": "attack=ipm attack_strength=1.0", "attack_family": "ladder"},
+        {**base, "method": "fltrust", "pre_aggregator": "none", "status": "survives_all", "breakdown_fraction": 0.5,
+         "largest_surviving_fraction": 0.5, "broken_by": None, "attack_family": None},
+    ])
+    before = now.assign(breakdown_fraction=[0.25, 0.2, 0.45],
+                        largest_surviving_fraction=[0.25, 0.2, 0.45], status=["ok", "ok", "ok"])
+    for frame in (now, before):  # as read_map_csv labels them
+        wrapped = frame["pre_aggregator"] == "nnm"
+        frame.loc[wrapped, "method"] = "nnm+" + frame.loc[wrapped, "method"]
+    moved = module.moved_table(now, before, "ladders")
+    # the nnm+median cell did not move; median fell to a rule-aware attack; FLTrust now survives all
+    assert list(moved["method"]) == ["median", "fltrust"]
+    assert list(moved["ladders"]) == ["0.25", "0.45"] and list(moved["now"]) == ["0.1", ">= 0.5"]
+    assert list(moved["move"]) == pytest.approx([-0.15, 0.05])
+    assert list(moved["family"]) == ["rule-aware", "-"]
+    families = module.family_table(now).set_index("method")
+    assert families.loc["median", ["ladder", "rule-aware", "never broke"]].tolist() == [0, 1, 0]
+    assert families.loc["nnm+median", ["ladder", "rule-aware"]].tolist() == [1, 0]
+    assert families.loc["fltrust", "never broke"] == 1

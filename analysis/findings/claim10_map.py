@@ -46,7 +46,25 @@ import pandas as pd
 
 from robusttune.results import markdown_table
 
-CELL = ["method", "participation", "participation_mode", "attack"]
+# what identifies a cell: the older maps had one cell per attack, the newer ones one per method
+# and regime against the whole adversary (and NNM in front of a rule: its `method` is labelled
+# `nnm+median` on reading, as breakdown.md spells it)
+CELL_KEYS = ["method", "participation", "participation_mode", "attack"]
+
+
+def cell_keys(cells: pd.DataFrame) -> list[str]:
+    """The CELL_KEYS a map's breakdown.csv has."""
+    return [key for key in CELL_KEYS if key in cells.columns]
+
+
+def read_map_csv(path: Path) -> pd.DataFrame:
+    """breakdown.csv or breakdown_points.csv, the method labelled with its pre-aggregator."""
+    frame = pd.read_csv(path)
+    if "pre_aggregator" in frame.columns:
+        pre = frame["pre_aggregator"].fillna("none").astype(str)
+        wrapped = ~pre.isin(["none", ""])
+        frame.loc[wrapped, "method"] = pre[wrapped] + "+" + frame.loc[wrapped, "method"]
+    return frame
 CACHED_METHODS = ("swb_dm", "delayed_momentum")
 CACHED_PREFIX = "demoa"
 
@@ -93,18 +111,18 @@ def frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
 
 
 def _run_folder(map_dir: Path, detail: str) -> Path | None:
-    """The first run folder a point's `detail` names, re-rooted under MAP_DIR/trials (the map may
-    have been moved since it was written)."""
+    """The first run folder a point's `detail` names: where it says, else re-rooted under
+    MAP_DIR/trials (the map may have been moved since it was written)."""
     for token in str(detail).split():
         if "/trials/" in token:
-            return map_dir / "trials" / Path(token).name
+            return Path(token) if Path(token).is_dir() else map_dir / "trials" / Path(token).name
     return None
 
 
 def failing_point(points: pd.DataFrame, cell: pd.Series) -> pd.Series | None:
     """The smallest evaluated lattice point above the cell's breakdown that did not survive."""
     own = points
-    for key in CELL:
+    for key in cell_keys(cell.to_frame().T):
         own = own[own[key] == cell[key]]
     failed = own[(~own["survived"].astype(bool))
                  & (own["byzantine_fraction"] > float(cell["breakdown_fraction"]) + 1e-9)]
@@ -150,7 +168,7 @@ def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd
     full = cells[cells["participation"] == 1.0].groupby("method")["clean_accuracy"].first()
     rows = []
     for _, cell in cached.iterrows():
-        row = {key: cell[key] for key in CELL}
+        row = {key: cell[key] for key in cell_keys(cells)}
         row.update({"rounds": int(cell["rounds"]), "clean": float(cell["clean_accuracy"]),
                     "threshold": float(cell["threshold"]),
                     "breakdown": ("survives all" if cell["status"] == "survives_all"
@@ -181,9 +199,10 @@ def seed_table(maps: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Each cell's breakdown fraction in every map (columns named by map), for the cells every map
     holds, with min, max and their spread (a cell never broken counts as its lattice top)."""
     merged = None
+    keys = cell_keys(next(iter(maps.values())))
     for label, cells in maps.items():
-        values = cells[CELL + ["breakdown_fraction"]].rename(columns={"breakdown_fraction": label})
-        merged = values if merged is None else merged.merge(values, on=CELL)
+        values = cells[keys + ["breakdown_fraction"]].rename(columns={"breakdown_fraction": label})
+        merged = values if merged is None else merged.merge(values, on=keys)
     labels = list(maps)
     merged["min"] = merged[labels].min(axis=1)
     merged["max"] = merged[labels].max(axis=1)
@@ -197,8 +216,9 @@ def seed_summary(table: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     per-cell spread, cells at or above the bound at every seed, below it at every seed, cells
     where some seed has no breakdown (its clean run failed: "fails clean") and cells of a rule
     that declares no bound (FLTrust); the last two are left out of the bound counts."""
-    labels = [c for c in table.columns if c not in CELL + ["min", "max", "spread"]]
-    scored = table.merge(cells[CELL + ["theory_fraction"]], on=CELL)
+    keys = cell_keys(cells)
+    labels = [c for c in table.columns if c not in keys + ["min", "max", "spread"]]
+    scored = table.merge(cells[keys + ["theory_fraction"]], on=keys)
     values = scored[labels].astype(float)
     complete = values.notna().all(axis=1)
     bound = scored["theory_fraction"].astype(float)
@@ -219,22 +239,64 @@ def seed_summary(table: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def family_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per method: the cells whose first failing point a strength ladder broke, those only a
+    rule-aware attack broke (every ladder survived that point), and those never broken."""
+    never = cells["status"] == "survives_all"
+    family = cells["attack_family"].fillna("")
+    rows = [{"method": method, "cells": len(group),
+             "ladder": int(((family[group.index] == "ladder") & ~never[group.index]).sum()),
+             "rule-aware": int(((family[group.index] == "rule-aware") & ~never[group.index]).sum()),
+             "never broke": int(never[group.index].sum())}
+            for method, group in cells.groupby("method", sort=False)]
+    return pd.DataFrame(rows)
+
+
+def moved_table(cells: pd.DataFrame, before: pd.DataFrame, label: str) -> pd.DataFrame:
+    """The cells whose breakdown differs from ``before``'s (the same cells under another
+    adversary): both fractions (a cell never broken reads as ">= top"), the move, and what broke
+    the cell now."""
+    keys = cell_keys(cells)
+
+    def shown(frame: pd.DataFrame) -> pd.Series:
+        top = frame["largest_surviving_fraction"].astype(float)
+        value = frame["breakdown_fraction"].astype(float)
+        return pd.Series([f">= {t:g}" if status == "survives_all" else f"{v:g}"
+                          for status, t, v in zip(frame["status"], top, value)], index=frame.index)
+
+    merged = cells.assign(now=shown(cells)).merge(
+        before.assign(then=shown(before))[keys + ["then", "breakdown_fraction"]],
+        on=keys, suffixes=("", "_before"))
+    moved = merged[merged["now"] != merged["then"]]
+    out = moved[keys + ["rounds", "clean_accuracy"]].copy()
+    out[label] = moved["then"]
+    out["now"] = moved["now"]
+    out["move"] = (moved["breakdown_fraction"].astype(float)
+                   - moved["breakdown_fraction_before"].astype(float))
+    out["broken by now"] = moved["broken_by"].fillna("-")
+    out["family"] = moved["attack_family"].fillna("-")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("map_dir", type=Path)
     parser.add_argument("--also", type=Path, nargs="+", default=[],
                         help="maps of the same cells at other seeds, compared cell by cell")
+    parser.add_argument("--moved-from", type=Path, default=None,
+                        help="a map of the same cells under another adversary (e.g. the ladders "
+                             "only): the cells whose breakdown moved, old beside new")
     args = parser.parse_args(argv)
     needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
-    for folder in [args.map_dir, *args.also]:
+    for folder in [args.map_dir, *args.also, *([args.moved_from] if args.moved_from else [])]:
         missing = [name for name in needed if not (folder / name).exists()]
         if missing:
             print(f"error: map folder {str(folder)!r} lacks {', '.join(missing)} "
                   "(a folder written by `robusttune breakdown`)", file=sys.stderr)
             return 2
-    cells = pd.read_csv(args.map_dir / "breakdown.csv")
+    cells = read_map_csv(args.map_dir / "breakdown.csv")
     frontier = pd.read_csv(args.map_dir / "frontier.csv")
-    points = pd.read_csv(args.map_dir / "breakdown_points.csv")
+    points = read_map_csv(args.map_dir / "breakdown_points.csv")
     print("\n".join([
         "## Measured breakdown against the rule's theoretical fraction, per method", "",
         markdown_table(theory_table(args.map_dir, cells, points)), "",
@@ -242,8 +304,16 @@ def main(argv: list[str] | None = None) -> int:
         markdown_table(frontier_table(frontier)), "",
         "## The cached methods cell by cell, and the run that failed first", "",
         markdown_table(cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False), ""]))
+    if "attack_family" in cells.columns:
+        print("\n".join(["## What broke each cell first: a strength ladder or a rule-aware attack", "",
+                          markdown_table(family_table(cells), index=False), ""]))
+    if args.moved_from is not None:
+        moved = moved_table(cells, read_map_csv(args.moved_from / "breakdown.csv"), args.moved_from.name)
+        print("\n".join([f"## Cells whose breakdown moved ({len(moved)} of {len(cells)}): "
+                          f"{args.moved_from.name} beside this map", "",
+                          markdown_table(moved, floatfmt=".3g", index=False), ""]))
     if args.also:
-        maps = {folder.name: pd.read_csv(folder / "breakdown.csv")
+        maps = {folder.name: read_map_csv(folder / "breakdown.csv")
                 for folder in [args.map_dir, *args.also]}
         seeds = seed_table(maps)
         print("\n".join(["## The breakdown per map (seed), cells every map holds", "",
