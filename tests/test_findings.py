@@ -368,3 +368,13 @@ def test_claim10_moved_cells_and_families_read_two_maps_of_the_same_cells():
     assert families.loc["median", ["ladder", "rule-aware", "never broke"]].tolist() == [0, 1, 0]
     assert families.loc["nnm+median", ["ladder", "rule-aware"]].tolist() == [1, 0]
     assert families.loc["fltrust", "never broke"] == 1
+
+
+def test_claim10_ladders_only_map_is_breakdown_yaml_but_for_its_adversary():
+    import yaml as _yaml
+
+    full = _yaml.safe_load((ROOT / "search_spaces" / "breakdown.yaml").read_text())
+    ladders = _yaml.safe_load((SPACES / "claim10_ladders_only.yaml").read_text())
+    assert ladders["breakdown"].pop("adversary") == {"attack": ["sign_flip", "ipm"]}
+    full["breakdown"].pop("adversary")
+    assert {k: v for k, v in ladders.items() if k != "name"} == {k: v for k, v in full.items() if k != "name"}
