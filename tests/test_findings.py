@@ -239,8 +239,12 @@ def test_findings_page_has_every_claim_with_a_section_that_runs_its_evidence():
     rows = summary_rows(text)
     assert sorted(rows) == list(range(1, 12))  # issue 14's claims 1-11, each once
     for claim, cells in rows.items():
-        assert len(cells) == 4, f"claim {claim}: {cells}"
-        _, verdict, command, section = cells
+        assert len(cells) == 6, f"claim {claim}: {cells}"
+        _, verdict, fashion, changed, command, section = cells
+        # issue 27: a verdict on Fashion-MNIST, or an honest "not measured yet"; a verdict
+        # says what changed with the data or the stronger adversary
+        assert fashion.startswith("**") or fashion.startswith("not measured yet"), f"claim {claim}: {fashion!r}"
+        assert fashion.startswith("not measured yet") or changed != "-", f"claim {claim}: what changed?"
         link = re.fullmatch(r"\[claim(\d+)\.md\]\((findings/claim\d+\.md)\)", section)
         assert link and int(link.group(1)) == claim, f"claim {claim} links {section!r}"
         evidence = REPO_PATH.findall(command)
