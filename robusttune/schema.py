@@ -186,14 +186,11 @@ class RunSchema(BaseModel):
     seed: Annotated[Int, Field(ge=0)] = 42
     device: Annotated[str, AfterValidator(_device)] = "auto"
     eval_every: Annotated[Int, Field(ge=1)] = 1
-    # the share of the held-out set, per class, that is validation (what every selection reads:
-    # sweeps' metric, the map's survival bar and tuned knobs, calibrate); the rest is the test
-    # part reports state. Taken from the held-out set so training is unchanged
-    # (robusttune.data.partition.validation_split). 0: no validation part.
+    # the share of the held-out set, per class, that is validation (what every selection reads);
+    # the rest is the test part reports state. Taken from the held-out set so training is
+    # unchanged (robusttune.data.partition.validation_split). 0: no validation part.
     validation_fraction: Annotated[Finite, Field(ge=0, lt=1)] = 0.5
-    # a stratified subset of the training set (robusttune.data.partition.training_subset): a real
-    # dataset's map on a CPU; none: all of it
-    train_samples: optional_int(ge=1) = None
+    train_samples: optional_int(ge=1) = None  # stratified: data.partition.training_subset
     cache_dtype: Literal["float32", "bfloat16"] = "float32"
     fltrust_root_size: Annotated[Int, Field(ge=1)] = 100
     synthetic_shape: Annotated[str, AfterValidator(_shape)] = "1x8x8"
