@@ -142,16 +142,50 @@ def byzfl_cases(f: int):
     ]
 
 
+def attack_factor(name: str, message: np.ndarray, honest: np.ndarray) -> float:
+    """The tau of an optimal attack's message, read back from the message: optimal IPM sends
+    -tau mu, optimal ALIE mu + tau sigma (mu, sigma the honest mean and unbiased std)."""
+    mu, sigma = honest.mean(axis=0), honest.std(axis=0, ddof=1)
+    if name == "optimal_ipm":
+        return float(-(message @ mu) / (mu @ mu))
+    return float((message - mu) @ sigma / (sigma @ sigma))
+
+
+def attack_message(name: str, tau: float, honest: np.ndarray) -> np.ndarray:
+    mu, sigma = honest.mean(axis=0), honest.std(axis=0, ddof=1)
+    return -tau * mu if name == "optimal_ipm" else mu + tau * sigma
+
+
 @pytest.mark.parametrize("name", sorted(BYZFL))
 @pytest.mark.parametrize("seed", [0, 1])
 def test_optimal_attacks_agree_with_byzfl(name, seed):
+    # Our message is ByzFL's, or, where the objective is flat between the two (ARC clips every
+    # copy to one norm, Krum keeps an honest row), one ByzFL itself scores as harmful to the last
+    # bits: on such a plateau ByzFL's search follows last-bit noise, so its tau moves with the
+    # machine's BLAS (seen: 13.36 on an AVX-512 EPYC, 10 on an AVX2 one, against ARC + trimmed
+    # mean), and only the objective's value is a property of the attack (issue 21).
     h, f, d = 9, 3, 15
     x = honest_rows(h=h, d=d, seed=10 + seed)
+    honest = x.numpy().astype(np.float64)
+    same_message = 0
     for rule, rule_f, agg, pre in byzfl_cases(f):
-        ours = make_attack(name)(x, n_byzantine=f, n_total=h + f, rule=rule, rule_f=rule_f)
-        theirs = BYZFL[name](agg=agg, pre_agg_list=pre, f=f)(x.numpy().copy())
-        np.testing.assert_allclose(ours[0].numpy(), np.asarray(theirs), rtol=1e-9, atol=1e-12,
-                                   err_msg=f"{name} against {rule!r}")
+        ours = make_attack(name)(x, n_byzantine=f, n_total=h + f, rule=rule, rule_f=rule_f)[0].numpy()
+        reference = BYZFL[name](agg=agg, pre_agg_list=pre, f=f)
+        theirs = np.asarray(reference(x.numpy().copy()))
+        tau = attack_factor(name, ours, honest)
+        np.testing.assert_allclose(ours, attack_message(name, tau, honest), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{name} against {rule!r}: not on the attack's line")
+        if np.allclose(ours, theirs, rtol=1e-9, atol=1e-12):
+            same_message += 1
+            continue
+        # ByzFL's own objective, ||agg(pre(X, f x m)) - mean(X)||, at our tau and at its own
+        objective = [reference._evaluate(x.numpy().copy(), x.numpy().mean(axis=0), t)
+                     for t in (tau, attack_factor(name, theirs, honest))]
+        assert objective[0] == pytest.approx(objective[1], rel=1e-6), (
+            f"{name} against {rule!r}: tau {tau:.6g} scores {objective[0]:.9g}, ByzFL's "
+            f"{objective[1]:.9g}")
+    # the mean, median and trimmed mean have no plateau: there the messages are ByzFL's
+    assert same_message >= 3
 
 
 def test_line_maximise_follows_the_expansion_and_contraction_schedule():
