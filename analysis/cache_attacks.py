@@ -1,9 +1,10 @@
 """Do the cache attacks hurt the delayed-cache methods more than ALIE does? (issue 4)
 
     python analysis/cache_attacks.py [--quick] [--out FILE.md] [--fractions 0.2 [0.1 0.3 ...]]
-                                     [--seeds 2] [--jobs 2] [--margin 0.02]
+                                     [--seeds 2] [--jobs 2] [--margin 0.02] [--set KEY=VALUE ...]
 
-On `digits` (embedded, no network), at the same Byzantine fraction, runs every method below under
+On `digits` (embedded, no network; `--set dataset=fashion_mnist` for another dataset, with that
+dataset's defaults for the keys below leaves unset), at the same Byzantine fraction, runs every method below under
 the attacks none, alie, cache_alie and strategic_skip over a few seeds and reports the mean final
 accuracy and the number of collapsed runs (final accuracy <= chance + 0.5 points, or non-finite
 parameters), as a markdown table, followed by one plain verdict line per method and cache attack:
@@ -56,10 +57,15 @@ import torch
 
 from robusttune.config import RunSpec
 from robusttune.recording import run_to_folder
+from robusttune.registry import SpecError
+from robusttune.yaml_input import parse_assignments
 
 ATTACKS = ("none", "alie", "cache_alie", "strategic_skip")
 CACHE_ATTACKS = ("cache_alie", "strategic_skip")
 DEFAULT_MARGIN = 0.02
+# what the comparison itself varies per run: a --set of one of them would change the question
+GRID_KEYS = ("participation", "byzantine_fraction", "attack", "seed", "rounds", "eval_every",
+             "attack_scope")
 
 
 @dataclass(frozen=True)
@@ -111,8 +117,15 @@ class Cell:
 
 
 def grid(method_list: Sequence[Method], fractions: Sequence[float], seeds: Sequence[int],
-         attacks: Sequence[str] = ATTACKS) -> list[Cell]:
-    """Every (method, beta, p, attack, seed) run, as cells holding their RunSpec keys."""
+         attacks: Sequence[str] = ATTACKS, overrides: dict[str, Any] | None = None) -> list[Cell]:
+    """Every (method, beta, p, attack, seed) run, as cells holding their RunSpec keys;
+    ``overrides`` (``--set``: a dataset, a training subset) apply to every run, and may not be
+    one of the keys the grid varies (GRID_KEYS): that is one SpecError line."""
+    overrides = dict(overrides or {})
+    varied = sorted(set(overrides) & set(GRID_KEYS))
+    if varied:
+        raise SpecError(f"--set {varied[0]}: the comparison varies it per run; allowed: any "
+                        f"other RunSpec key (e.g. dataset, train_samples)")
     cells = []
     for m in method_list:
         for beta in fractions:
@@ -121,7 +134,8 @@ def grid(method_list: Sequence[Method], fractions: Sequence[float], seeds: Seque
                     for seed in seeds:
                         keys = {**m.keys, "attack_scope": "sample", "participation": p,
                                 "rounds": rounds, "eval_every": rounds,
-                                "byzantine_fraction": beta, "attack": attack, "seed": seed}
+                                "byzantine_fraction": beta, "attack": attack, "seed": seed,
+                                **overrides}
                         cells.append(Cell(m.label, beta, p, attack, seed, keys))
     return cells
 
@@ -333,10 +347,11 @@ def markdown(summary: dict[tuple[str, float, float, str], Summary]) -> str:
     return "\n".join(lines)
 
 
-def report(summary, found: Sequence[Verdict], margin: float, command: str, seconds: float) -> str:
+def report(summary, found: Sequence[Verdict], margin: float, command: str, seconds: float,
+           dataset: str = "digits") -> str:
     """The markdown report: how it was made, the table, the verdicts, noise notes, the answer."""
     return "\n".join([
-        "# Cache attacks against the delayed-cache methods (digits)",
+        f"# Cache attacks against the delayed-cache methods ({dataset})",
         "",
         f"Produced by `{command}` in {seconds:.0f} s. Cells: mean final test accuracy over seeds "
         "(collapsed runs / runs); majority rounds: rounds per run in which the Byzantine clients "
@@ -368,17 +383,28 @@ def main(argv: list[str] | None = None) -> int:
                              "default min(2, CPUs))")
     parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                         help="accuracy gap (fraction) needed for a yes (default 0.02)")
+    parser.add_argument("--set", dest="assignments", action="append", default=[],
+                        metavar="KEY=VALUE", help="a RunSpec key for every run, repeatable "
+                        "(e.g. dataset=fashion_mnist, train_samples=12000)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     seeds = range(args.seeds if args.seeds is not None else (1 if args.quick else 2))
     started = time.perf_counter()
-    results = run_grid(grid(methods(args.quick), args.fractions, list(seeds)), jobs=args.jobs,
-                       log=sys.stderr)
+    try:
+        cells = grid(methods(args.quick), args.fractions, list(seeds),
+                     overrides=parse_assignments(args.assignments))
+        for cell in cells:  # every spec checked before the first run starts
+            cell.spec()
+    except SpecError as error:
+        print(f"cache_attacks.py: {error}", file=sys.stderr)
+        return 2
+    results = run_grid(cells, jobs=args.jobs, log=sys.stderr)
     summary = summarize(results)
     found = verdicts(summary, args.margin)
     command = "python analysis/cache_attacks.py " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    text = report(summary, found, args.margin, command.strip(), time.perf_counter() - started)
+    text = report(summary, found, args.margin, command.strip(), time.perf_counter() - started,
+                  dataset=cells[0].spec().dataset)
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

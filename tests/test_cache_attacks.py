@@ -177,3 +177,26 @@ def test_small_comparison_verdicts_follow_the_accuracies(ca):
             assert noisy == any(f"{method} at beta=0.2, p={p:g}:" in n for n in notes)
     expected = "Answer: yes" if any(v.more for v in found) else "Answer: no"
     assert ca.answer(found, margin).startswith(expected)
+
+
+def test_set_reaches_every_run_and_keys_the_grid_varies_are_refused(ca, capsys):
+    cells = ca.grid(ca.methods(quick=True), [0.2], [0, 1],
+                    overrides={"dataset": "fashion_mnist", "train_samples": 12000})
+    specs = [cell.spec() for cell in cells]
+    assert {(s.dataset, s.train_samples) for s in specs} == {("fashion_mnist", 12000)}
+    # the dataset's defaults reach the keys the methods leave unset (Fashion-MNIST: lr 0.01,
+    # 2 local epochs); DeMoA's own batch of 32 stays
+    swb = next(s for s in specs if s.method == "swb_dm")
+    assert (swb.lr, swb.local_epochs) == (RunSpec(dataset="fashion_mnist").lr, 2)
+    assert {s.batch_size for s in specs if s.method == "demoa"} == {32}
+    # the grid's own axes stay the grid's
+    assert {s.attack for s in specs} == set(ca.ATTACKS) and {s.seed for s in specs} == {0, 1}
+    with pytest.raises(ca.SpecError, match="--set seed: the comparison varies it per run"):
+        ca.grid(ca.methods(quick=True), [0.2], [0], overrides={"seed": 3})
+    # from the command line: one line, status 2, before any run
+    assert ca.main(["--set", "rounds=3"]) == 2
+    assert ca.main(["--set", "train_samples=0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["cache_attacks.py: --set rounds: the comparison varies it per run; allowed: "
+                   "any other RunSpec key (e.g. dataset, train_samples)",
+                   "cache_attacks.py: train_samples must be an integer >= 1; got 0"]
