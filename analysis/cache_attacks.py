@@ -3,11 +3,11 @@
     python analysis/cache_attacks.py [--quick] [--out FILE.md] [--fractions 0.2 [0.1 0.3 ...]]
                                      [--seeds 2] [--jobs 2] [--margin 0.02] [--set KEY=VALUE ...]
 
-On `digits` (embedded, no network; `--set dataset=fashion_mnist` for another dataset, with that
-dataset's defaults for the keys below leaves unset), at the same Byzantine fraction, runs every method below under
-the attacks none, alie, cache_alie and strategic_skip over a few seeds and reports the mean final
-accuracy and the number of collapsed runs (final accuracy <= chance + 0.5 points, or non-finite
-parameters), as a markdown table, followed by one plain verdict line per method and cache attack:
+On `digits` (embedded, no network; `--set dataset=fashion_mnist` for another dataset, whose
+defaults then fill the keys the methods below leave unset), at the same Byzantine fraction, runs
+every method below under the attacks none, alie, cache_alie and strategic_skip over a few seeds
+and reports the mean final accuracy and the number of collapsed runs (final accuracy <= chance +
+0.5 points, or non-finite parameters), as a markdown table, followed by one plain verdict line per method and cache attack:
 
     cache_alie hurts swb_dm more than alie at beta=0.2: yes (acc 0.412 vs 0.873; ...)
 
