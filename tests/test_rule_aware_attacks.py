@@ -142,18 +142,11 @@ def byzfl_cases(f: int):
     ]
 
 
-def attack_factor(name: str, message: np.ndarray, honest: np.ndarray) -> float:
-    """The tau of an optimal attack's message, read back from the message: optimal IPM sends
-    -tau mu, optimal ALIE mu + tau sigma (mu, sigma the honest mean and unbiased std)."""
+def attack_line(name: str, honest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, direction) of an optimal attack's messages, origin + tau direction: optimal IPM
+    sends -tau mu, optimal ALIE mu + tau sigma (mu, sigma the honest mean and unbiased std)."""
     mu, sigma = honest.mean(axis=0), honest.std(axis=0, ddof=1)
-    if name == "optimal_ipm":
-        return float(-(message @ mu) / (mu @ mu))
-    return float((message - mu) @ sigma / (sigma @ sigma))
-
-
-def attack_message(name: str, tau: float, honest: np.ndarray) -> np.ndarray:
-    mu, sigma = honest.mean(axis=0), honest.std(axis=0, ddof=1)
-    return -tau * mu if name == "optimal_ipm" else mu + tau * sigma
+    return (np.zeros_like(mu), -mu) if name == "optimal_ipm" else (mu, sigma)
 
 
 @pytest.mark.parametrize("name", sorted(BYZFL))
@@ -166,21 +159,22 @@ def test_optimal_attacks_agree_with_byzfl(name, seed):
     # mean), and only the objective's value is a property of the attack (issue 21).
     h, f, d = 9, 3, 15
     x = honest_rows(h=h, d=d, seed=10 + seed)
-    honest = x.numpy().astype(np.float64)
+    origin, direction = attack_line(name, x.numpy().astype(np.float64))
     same_message = 0
     for rule, rule_f, agg, pre in byzfl_cases(f):
         ours = make_attack(name)(x, n_byzantine=f, n_total=h + f, rule=rule, rule_f=rule_f)[0].numpy()
         reference = BYZFL[name](agg=agg, pre_agg_list=pre, f=f)
         theirs = np.asarray(reference(x.numpy().copy()))
-        tau = attack_factor(name, ours, honest)
-        np.testing.assert_allclose(ours, attack_message(name, tau, honest), rtol=1e-5, atol=1e-6,
+        tau, their_tau = (float((m - origin) @ direction / (direction @ direction))
+                          for m in (ours, theirs))
+        np.testing.assert_allclose(ours, origin + tau * direction, rtol=1e-5, atol=1e-6,
                                    err_msg=f"{name} against {rule!r}: not on the attack's line")
         if np.allclose(ours, theirs, rtol=1e-9, atol=1e-12):
             same_message += 1
             continue
         # ByzFL's own objective, ||agg(pre(X, f x m)) - mean(X)||, at our tau and at its own
         objective = [reference._evaluate(x.numpy().copy(), x.numpy().mean(axis=0), t)
-                     for t in (tau, attack_factor(name, theirs, honest))]
+                     for t in (tau, their_tau)]
         assert objective[0] == pytest.approx(objective[1], rel=1e-6), (
             f"{name} against {rule!r}: tau {tau:.6g} scores {objective[0]:.9g}, ByzFL's "
             f"{objective[1]:.9g}")
