@@ -150,6 +150,23 @@ def byzantine_ever_sampled(spec: RunSpec) -> bool:
     return any(bool(byzantine[draw_sample(spec, generator)].any()) for _ in range(spec.rounds))
 
 
+def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
+    """The rounds (1-based) whose drawn sample S_t is Byzantine-majority, 2 b_t >= |S_t| with
+    b_t >= 1 (the RoundRecord's ``byzantine_majority``), replayed from the sampling stream alone
+    as `byzantine_ever_sampled` does: the same for every model, rule and attack, so a study can
+    choose seeds by when the first such round comes (DeMoA, arXiv 2509.02970: FedAvg and FedCM
+    fall right after it) without training. A method whose plan overrides the draw (Algorithm 1
+    MARINA's full rounds) aggregates another set in those rounds."""
+    byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
+    rounds = []
+    for round_index in range(1, spec.rounds + 1):
+        sample = draw_sample(spec, generator)
+        b = int(byzantine[sample].sum())
+        if b > 0 and 2 * b >= len(sample):
+            rounds.append(round_index)
+    return rounds
+
+
 class Simulation:
     """One federated run. Iterate it (or call `step`) to get one RoundRecord per round."""
 

@@ -159,3 +159,18 @@ def test_first_fixed_sample_is_not_the_byzantine_set():
                        byzantine_fraction=0.3, attack="sign_flip")
         counts.append(Simulation(spec).step().byzantine_sampled)
     assert counts != [5] * 6
+
+
+@pytest.mark.parametrize("method, participation, seed", [("demoa", 0.5, 9), ("fedsgd", 0.5, 13),
+                                                          ("demoa", 0.1, 1)])
+def test_replayed_majority_rounds_are_the_rounds_a_run_records(method, participation, seed):
+    """`byzantine_majority_rounds` replays the sampling stream without training; the run's own
+    records (2 b_t >= |S_t|, b_t >= 1) must flag exactly those rounds, whatever the method."""
+    from robusttune.simulation import byzantine_majority_rounds
+
+    spec = RunSpec(**{**FAST, "clients": 25, "byzantine_fraction": 0.2, "rounds": 12,
+                      "participation_mode": "bernoulli", "participation": participation,
+                      "method": method, "attack": "ipm", "seed": seed})
+    recorded = [r.round for r in simulate(spec) if r.byzantine_majority]
+    assert recorded, "no Byzantine-majority round in 12: pick another seed"
+    assert byzantine_majority_rounds(spec) == recorded
