@@ -67,3 +67,20 @@ def test_majority_effect_splits_trained_rounds_by_majority(tables):
     assert out["mean change (majority)"] == pytest.approx((-50 + 5) / 2)
     assert out["worst change (majority)"] == pytest.approx(-50)
     assert out["mean change (other)"] == pytest.approx(10)
+
+
+def test_demoa_comparison_headings_count_the_attacks_seeds_and_cells_it_was_given(tables):
+    """Two attacks x two seeds x one p x one split (a space unlike demoa.yaml's 5 x 3 x 2 x 2):
+    the headings must say 2 attacks, 2 seeds and 2 cells, not demoa.yaml's fixed figures."""
+    runs = pd.DataFrame([
+        {"run_id": f"{method}-{attack}-{seed}", "method": method, "dirichlet_alpha": math.inf,
+         "participation": 0.5, "num_classes": 10, "attack": attack, "attack_strength": None,
+         "seed": seed, "byzantine_fraction": 0.2, "final_accuracy": 0.8 + 0.01 * seed,
+         "collapsed": False}
+        for method in ("demoa", "fedsgd+cclip") for attack in ("alie", "ipm") for seed in (1, 2)])
+    rounds = pd.DataFrame({"run_id": runs["run_id"], "round": 1, "accuracy": 0.8,
+                           "byzantine_majority": False})
+    lines = tables.demoa_comparison(runs, rounds)
+    assert "## Accuracy (%) per method x split x p over the 2 attacks x 2 seeds" in lines
+    assert "## DeMoA against each baseline, per attack x split x p (2 cells)" in lines
+    assert "At p = 0.5 (2 cells):" in lines

@@ -192,8 +192,9 @@ def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     attacked = frame[(frame["byzantine_fraction"] > 0) & (ablation == "none")]
     clean = frame[frame["byzantine_fraction"] == 0]
     cell = ["participation", "split", "method"]
-    lines = ["## Accuracy (%) per method x split x p over the 5 attacks x 3 seeds", "",
-             "seed_sd/min/max: over the 3 per-seed means (each over the 5 attacks).", "",
+    attacks, seeds = attacked["threat"].nunique(), attacked["seed"].nunique()
+    lines = [f"## Accuracy (%) per method x split x p over the {attacks} attacks x {seeds} seeds", "",
+             f"seed_sd/min/max: over the {seeds} per-seed means (each over the {attacks} attacks).", "",
              markdown_table(_over_seeds(attacked, cell, "accuracy").join(
                  attacked.groupby(cell)["collapsed"].sum()), floatfmt=".1f"), ""]
     events = majority.majority_table(attacked, rounds[rounds["run_id"].isin(attacked["run_id"])])
@@ -217,14 +218,16 @@ def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     pairs = _pairs(attacked, "method", ours, theirs, "accuracy",
                    ["participation", "split", "threat"])
     if not pairs.empty:
-        lines += ["## DeMoA against each baseline, per attack x split x p (20 cells)", "",
+        cells = attacked.groupby(["participation", "split", "threat"]).ngroups
+        lines += [f"## DeMoA against each baseline, per attack x split x p ({cells} cells)", "",
                   "above / below: cells where the first method's mean accuracy is higher / lower "
                   "by more than the larger seed std of the two cells; within: the rest.", "",
                   markdown_table(pairs, floatfmt=".1f"), ""]
         for p in sorted(attacked["participation"].unique()):
             at_p = _pairs(attacked[attacked["participation"] == p], "method", ours, theirs,
                           "accuracy", ["split", "threat"])
-            lines += [f"At p = {p:g} (10 cells):", "", markdown_table(at_p, floatfmt=".1f"), ""]
+            cells_at_p = attacked[attacked["participation"] == p].groupby(["split", "threat"]).ngroups
+            lines += [f"At p = {p:g} ({cells_at_p} cells):", "", markdown_table(at_p, floatfmt=".1f"), ""]
     if not clean.empty:
         lines += ["## delta = 0 with plain averaging (demoa_ablations.yaml), per method x split", "",
                   markdown_table(_over_seeds(clean, cell, "accuracy"), floatfmt=".2f"), "",
