@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Sample", "draw_clients"]
+__all__ = ["Sample", "draw_clients", "is_byzantine_majority"]
 
 
 def draw_clients(mode: str, clients: int, participation: float, sample_size: int,
@@ -22,6 +22,12 @@ def draw_clients(mode: str, clients: int, participation: float, sample_size: int
         return chosen.nonzero().flatten()
     order = torch.randperm(clients, generator=generator)
     return order[:sample_size].sort().values
+
+
+def is_byzantine_majority(n_byzantine: int, n_sampled: int) -> bool:
+    """A Byzantine-majority round (DeMoA, arXiv 2509.02970): the Byzantine clients hold at least
+    half of the sampled set, 2 b_t >= |S_t|, with b_t >= 1 (an empty sample is not one)."""
+    return n_byzantine > 0 and 2 * n_byzantine >= n_sampled
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from robusttune.models import flat_params, make_model
 from robusttune.numerics import float_path, pin
 from robusttune.records import RoundRecord, RunSummary, is_collapsed, selection_accuracy
 from robusttune.registry import SpecError
-from robusttune.sampling import Sample, draw_clients
+from robusttune.sampling import Sample, draw_clients, is_byzantine_majority
 from robusttune.training import evaluate, resolve_trainer
 
 
@@ -146,8 +146,7 @@ def byzantine_ever_sampled(spec: RunSpec) -> bool:
     so this replays the run's sampling stream for all ``rounds`` without training."""
     if spec.n_byzantine == 0:
         return False
-    byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
-    return any(bool(byzantine[draw_sample(spec, generator)].any()) for _ in range(spec.rounds))
+    return any(n_byzantine > 0 for n_byzantine, _ in _replayed_samples(spec))
 
 
 def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
@@ -157,14 +156,18 @@ def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
     choose seeds by when the first such round comes (DeMoA, arXiv 2509.02970: FedAvg and FedCM
     fall right after it) without training. A method whose plan overrides the draw (Algorithm 1
     MARINA's full rounds) aggregates another set in those rounds."""
+    return [round_index for round_index, (n_byzantine, n_sampled)
+            in enumerate(_replayed_samples(spec), start=1)
+            if is_byzantine_majority(n_byzantine, n_sampled)]
+
+
+def _replayed_samples(spec: RunSpec) -> Iterator[tuple[int, int]]:
+    """(Byzantine clients sampled, clients sampled) for each of the run's rounds, in order, from
+    its sampling stream alone."""
     byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
-    rounds = []
-    for round_index in range(1, spec.rounds + 1):
+    for _ in range(spec.rounds):
         sample = draw_sample(spec, generator)
-        b = int(byzantine[sample].sum())
-        if b > 0 and 2 * b >= len(sample):
-            rounds.append(round_index)
-    return rounds
+        yield int(byzantine[sample].sum()), len(sample)
 
 
 class Simulation:
@@ -305,7 +308,7 @@ class Simulation:
         round_error, round_spread = figures[3], figures[4]
         self.round_means["aggregation_error"].add(round_error)
         self.round_means["honest_input_spread"].add(round_spread)
-        majority = n_byzantine > 0 and 2 * n_byzantine >= n_sampled
+        majority = is_byzantine_majority(n_byzantine, n_sampled)
         self.byzantine_majority_rounds += int(majority)
         accuracy = loss = max_share = validation_accuracy = math.nan
         last = round_index == spec.rounds
