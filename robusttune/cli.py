@@ -309,7 +309,8 @@ def breakdown(
     plan.yaml (the plan as run) and runs.jsonl (every finished run, what --resume keeps)."""
     from robusttune.breakdown import write_breakdown
     from robusttune.breakdown.command import (EXIT_INTERRUPTED, command_line, dry_run_report,
-                                              map_folder, prepare_plan, run_map)
+                                              map_folder, prepare_plan, run_map, runner_flags)
+    from robusttune.breakdown.store import interrupted_lines
 
     if out is not None:  # the older spelling: the folder itself
         if name is not None:
@@ -329,8 +330,7 @@ def breakdown(
             raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
         dry_run_report(plan, folder)
         return
-    how = ["--local"] if local else (["--address", address] if address else [])
-    command = command_line(space, plan, storage, how)
+    command = command_line(space, plan, storage, runner_flags(local, address))
     runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=verbose,
                             tune_verbose=1 if verbose else 0)  # the progress line replaces both
@@ -338,8 +338,8 @@ def breakdown(
         result, stored = run_map(plan, folder, runner, resume=resume, local=local,
                                  session=_ray_or_nothing(local, address), command=command)
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: the finished runs are kept in {folder / 'runs.jsonl'}", err=True)
-        typer.echo(f"continue with: {command} --resume", err=True)
+        for line in interrupted_lines(folder, command):
+            typer.echo(line, err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}", base=plan.base)
     from robusttune.breakdown.report import breakdown_table

@@ -41,9 +41,9 @@ def horizon(
     A breakdown reads half the cell's clean accuracy; read on an undertrained model the bar is
     low. Writes horizon.md (per cell: horizon, accuracy at the cell's rounds and at the horizon)
     and at_plateau.yaml, to run with ``robusttune breakdown``."""
-    from robusttune.breakdown.command import map_folder, prepare_plan
+    from robusttune.breakdown.command import EXIT_INTERRUPTED, map_folder, prepare_plan, runner_flags
     from robusttune.breakdown.horizon import HorizonPlan, cell_horizons, measure_horizon, write_horizon
-    from robusttune.breakdown.store import RUNS_FILE, MapStore, StoredRunner
+    from robusttune.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.cli import _choose_runner, _pin_driver, _ray_or_nothing
     from robusttune.schema import default_numerics
 
@@ -53,17 +53,11 @@ def horizon(
                               tolerance=tolerance, seeds=tuple(seeds), name=name or f"{plan.name}_horizon")
     folder = map_folder(storage, measurement.name)
     _pin_driver(plan.base.get("numerics") or default_numerics())
-    store = MapStore(folder, kind="horizon measurement", result_file="horizon.csv")
-    how = ["--local"] if local else (["--address", address] if address else [])
     options = [f"--max-rounds={max_rounds}", f"--eval-every={eval_every}", f"--window={window}",
                f"--tolerance={tolerance:g}", *[f"--seed={s}" for s in seeds]]
     command = shlex.join(["robusttune", "horizon", str(space), "--storage", storage, "--name",
-                          measurement.name, *how, *[f"--set={a}" for a in set_], *options])
-    finished = store.open(measurement, resume=resume, command=command)
-    for note in store.notes:
-        typer.echo(note, err=True)
-    if resume:
-        typer.echo(f"resuming {folder}: {len(finished)} finished runs kept in {RUNS_FILE}", err=True)
+                          measurement.name, *runner_flags(local, address),
+                          *[f"--set={a}" for a in set_], *options])
     runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=False)
     jobs = len(measurement.clean_specs())
@@ -75,16 +69,18 @@ def horizon(
         typer.echo(f"[{done[0]}/{jobs}] clean runs done", err=True)
         return summaries
 
-    stored = StoredRunner(counted, store, finished, one_at_a_time=local)
+    stored = open_stored_runner(folder, measurement, counted, resume=resume, local=local,
+                                command=command, say=lambda line: typer.echo(line, err=True),
+                                kind="horizon measurement", result_file="horizon.csv")
     typer.echo(f"{len(plan.cells)} cells x {len(measurement.seeds)} seeds = {jobs} clean runs of "
                f"{max_rounds} rounds", err=True)
     try:
         with _ray_or_nothing(local, address):
             rows = measure_horizon(measurement, stored)
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: the finished runs are kept in {folder / RUNS_FILE}", err=True)
-        typer.echo(f"continue with: {command} --resume", err=True)
-        raise typer.Exit(130)
+        for line in interrupted_lines(folder, command):
+            typer.echo(line, err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
     path = write_horizon(measurement, rows, folder, command=command)
     found = [h for h in cell_horizons(rows).values() if h is not None]
     unreached = sorted({row["cell"] for row in rows if not row["plateau_reached"]})

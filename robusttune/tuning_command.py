@@ -41,8 +41,8 @@ def tune(
     """Tune a defence's knobs against the worst case: Optuna proposes knobs, each scored clean
     and against the shared adversary on validation accuracy (NSGA-II on both, or TPE on the worst
     case); prints the Pareto front and the recommended knobs with their test accuracy."""
-    from robusttune.breakdown.command import map_folder
-    from robusttune.breakdown.store import RUNS_FILE, MapStore, StoredRunner
+    from robusttune.breakdown.command import EXIT_INTERRUPTED, map_folder, runner_flags
+    from robusttune.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.cli import _choose_runner, _pin_driver, _ray_or_nothing
     from robusttune.schema import default_numerics
     from robusttune.terminal import print_table
@@ -63,23 +63,19 @@ def tune(
         return
     # before the first computation, here or in a local Ray this process starts (as breakdown)
     _pin_driver(plan.base.get("numerics") or default_numerics())
-    store = MapStore(folder, kind="tuning study", result_file="tuning.csv")
-    how = ["--local"] if local else (["--address", address] if address else [])
     flags = [f"{flag}={value}" for flag, value in (
         ("--num-samples", num_samples), ("--cpus-per-trial", cpus_per_trial),
         ("--gpus-per-trial", gpus_per_trial), ("--max-concurrent", max_concurrent))
         if value is not None]
     command = shlex.join(["robusttune", "tune", str(space), "--storage", storage, "--name",
-                          plan.name, *how, *[f"--set={a}" for a in set_], *flags])
-    finished = store.open(plan, resume=resume, command=command)
-    for note in store.notes:
-        typer.echo(note, err=True)
-    if resume:
-        typer.echo(f"resuming {folder}: {len(finished)} finished runs kept in {RUNS_FILE}", err=True)
+                          plan.name, *runner_flags(local, address),
+                          *[f"--set={a}" for a in set_], *flags])
     runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=verbose,
                             tune_verbose=1 if verbose else 0)
-    stored = StoredRunner(runner, store, finished, one_at_a_time=local)
+    stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
+                                say=lambda line: typer.echo(line, err=True),
+                                kind="tuning study", result_file="tuning.csv")
     done = [0]
 
     def report(wave: list[Any]) -> None:
@@ -97,9 +93,9 @@ def tune(
             # not one per ladder step (same outcomes, run_study); in process, staged
             result = run_study(plan, stored, on_wave=report, staged=local)
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: the finished runs are kept in {folder / RUNS_FILE}", err=True)
-        typer.echo(f"continue with: {command} --resume", err=True)
-        raise typer.Exit(130)
+        for line in interrupted_lines(folder, command):
+            typer.echo(line, err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
     path = write_tuning(result, plan, folder)
     table = result.frame()
     print_table(front_table(table), floatfmt=".3g",

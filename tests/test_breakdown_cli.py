@@ -14,7 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 import robusttune.breakdown.command as command
-from robusttune.breakdown.store import PLAN_FILE, RUNS_FILE, MapStore, StoredRunner, run_key
+from robusttune.breakdown.store import (PLAN_FILE, RUNS_FILE, MapStore, StoredRunner, interrupted_lines,
+                                       open_stored_runner, run_key)
 from robusttune.cli import app
 from robusttune.config import RunSpec
 from robusttune.records import RunSummary
@@ -274,6 +275,41 @@ def test_the_stored_runner_sends_a_wave_missing_runs_together_and_keeps_no_error
     assert [s.final_accuracy for s in out] == pytest.approx([0.1, 0.9, 0.3, 0.4, 0.1])
     assert set(store.finished()) == {run_key(s) for s in specs[:3]}
     assert (runner.ran, runner.reused) == (3, 1)   # the repeated run was run once, not kept before
+
+
+def test_the_map_the_horizon_and_the_study_open_their_store_through_one_helper(tmp_path, space):
+    """open_stored_runner: in process each run is kept as it ends; a resume tells the store's
+    notes and the count of kept runs; the refusal names the command's own kind of folder."""
+    from robusttune.breakdown import load_plan
+    from robusttune.registry import SpecError
+
+    plan = load_plan(space)
+    specs = [RunSpec.from_dict({"dataset": "synthetic", "seed": s}) for s in (1, 2)]
+    calls: list[list[int]] = []
+    told: list[str] = []
+
+    def inner(batch):
+        calls.append([s.seed for s in batch])
+        return [summary(0.25 * s.seed) for s in batch]
+
+    folder = tmp_path / "horizon"
+    first = open_stored_runner(folder, plan, inner, resume=False, local=True, command="cmd",
+                               say=told.append, kind="horizon measurement", result_file="horizon.csv")
+    assert told == [] and [s.final_accuracy for s in first(specs)] == [0.25, 0.5]
+    assert calls == [[1], [2]]                     # in process: one run a call, each kept at once
+    with (folder / RUNS_FILE).open("a") as handle:  # a kill in the middle of a third line
+        handle.write('{"key": ')
+    with pytest.raises(SpecError, match="already holds a horizon measurement"):
+        open_stored_runner(folder, plan, inner, resume=False, local=True, command="cmd",
+                           say=told.append, kind="horizon measurement", result_file="horizon.csv")
+    again = open_stored_runner(folder, plan, inner, resume=True, local=False, command="cmd",
+                               say=told.append, kind="horizon measurement", result_file="horizon.csv")
+    assert len(told) == 2 and "line 3 is incomplete" in told[0]
+    assert told[1] == f"resuming {folder}: 2 finished runs kept in {RUNS_FILE}"
+    assert [s.final_accuracy for s in again(specs)] == [0.25, 0.5] and len(calls) == 2
+    assert interrupted_lines(folder, "robusttune horizon x.yaml") == [
+        f"interrupted: the finished runs are kept in {folder / RUNS_FILE}",
+        "continue with: robusttune horizon x.yaml --resume"]
 
 
 def test_set_seed_maps_that_seed_where_the_file_names_seeds():

@@ -25,12 +25,12 @@ from robusttune.breakdown.bisection import BreakdownMap, bisect_breakdown
 from robusttune.breakdown.evaluate import spec_evaluator
 from robusttune.breakdown.plan import BreakdownPlan, load_plan, plan_costs
 from robusttune.breakdown.progress import MapProgress
-from robusttune.breakdown.store import RUNS_FILE, MapStore, StoredRunner
+from robusttune.breakdown.store import StoredRunner, open_stored_runner
 from robusttune.registry import SpecError
 from robusttune.terminal import print_table
 
 __all__ = ["DEFAULT_STORAGE", "EXIT_INTERRUPTED", "prepare_plan", "map_folder", "dry_run_report",
-           "run_map", "command_line"]
+           "run_map", "runner_flags", "command_line"]
 
 DEFAULT_STORAGE = "results"
 EXIT_INTERRUPTED = 130     # the shell's Ctrl-C status, as for an interrupted sweep
@@ -94,15 +94,11 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     every finished run kept in ``folder`` and, with ``resume``, the kept ones not run again.
     A Ctrl-C (KeyboardInterrupt) propagates; what finished before it is kept."""
     console = console or Console(stderr=True)
-    store = MapStore(folder)
-    finished = store.open(plan, resume=resume, command=command)
-    for note in store.notes:
-        console.print(note, markup=False, highlight=False, soft_wrap=True)
-    if resume:
-        console.print(f"resuming {folder}: {len(finished)} finished runs kept in {RUNS_FILE}",
-                      markup=False, highlight=False, soft_wrap=True)
     progress = MapProgress(plan_costs(plan), console=console)
-    stored = StoredRunner(runner, store, finished, one_at_a_time=local, on_runs=progress.runs)
+    stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
+                                say=lambda line: console.print(line, markup=False, highlight=False,
+                                                               soft_wrap=True),
+                                on_runs=progress.runs)
     evaluate = spec_evaluator(plan.base, stored, seeds=plan.seeds, tune=plan.tune or None,
                               budget=plan.budget if plan.tune else 1,
                               adversary=Adversary.of(plan.adversary or None, plan.adaptive),
@@ -116,6 +112,12 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
                                   on_non_monotone=plan.on_non_monotone)
         progress.finish()
     return result, stored
+
+
+def runner_flags(local: bool, address: Optional[str]) -> list[str]:
+    """How a command ran, as its flags: ``--local`` (in process), ``--address A`` or none (a
+    local Ray); part of the command line a map, measurement or study records for --resume."""
+    return ["--local"] if local else (["--address", address] if address else [])
 
 
 def command_line(space: Path, plan: BreakdownPlan, storage: str, extra: Sequence[str] = ()) -> str:

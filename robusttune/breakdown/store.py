@@ -31,7 +31,7 @@ from robusttune.files import write_text_atomic
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
-__all__ = ["PLAN_FILE", "RUNS_FILE", "MapStore", "StoredRunner"]
+__all__ = ["PLAN_FILE", "RUNS_FILE", "MapStore", "StoredRunner", "open_stored_runner", "interrupted_lines"]
 
 PLAN_FILE = "plan.yaml"
 RUNS_FILE = "runs.jsonl"
@@ -188,6 +188,29 @@ class StoredRunner:
             if self.on_runs is not None:
                 self.on_runs(len(chunk), 0)
         return [fresh[k] if k in fresh else self.finished[k] for k in keys]
+
+
+def open_stored_runner(folder: str | Path, plan: Any, runner: Callable[[Sequence[RunSpec]], list[RunSummary]],
+                       *, resume: bool, local: bool, command: str, say: Callable[[str], None],
+                       kind: str = "breakdown map", result_file: str = "breakdown.csv",
+                       on_runs: Callable[[int, int], None] | None = None) -> StoredRunner:
+    """``runner`` behind ``folder``'s store, as the breakdown map, the horizon measurement and the
+    tuning study each open it: the folder checked against ``plan`` (`MapStore.open`), its notes
+    and, on ``resume``, the count of kept runs told through ``say``; in process (``local``) each
+    run is kept the moment it ends."""
+    store = MapStore(folder, kind=kind, result_file=result_file)
+    finished = store.open(plan, resume=resume, command=command)
+    for note in store.notes:
+        say(note)
+    if resume:
+        say(f"resuming {store.folder}: {len(finished)} finished runs kept in {RUNS_FILE}")
+    return StoredRunner(runner, store, finished, one_at_a_time=local, on_runs=on_runs)
+
+
+def interrupted_lines(folder: str | Path, command: str) -> list[str]:
+    """What a Ctrl-C'd map, measurement or study prints: where its runs are and how to go on."""
+    return [f"interrupted: the finished runs are kept in {Path(folder) / RUNS_FILE}",
+            f"continue with: {command} --resume"]
 
 
 def first_difference(stored: Any, current: Any, path: str = "") -> str | None:
