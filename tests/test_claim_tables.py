@@ -69,6 +69,24 @@ def test_majority_effect_splits_trained_rounds_by_majority(tables):
     assert out["mean change (other)"] == pytest.approx(10)
 
 
+def test_majority_effect_counts_a_majority_round_between_evaluations_in_its_step(tables):
+    """Evaluated every 2 rounds: the majority round 3 is not evaluated; the step from round 2 to
+    round 4 holds it, so that step's change is a majority change; round 6's step holds none."""
+    runs = pd.DataFrame([{"run_id": "r", "method": "demoa", "dirichlet_alpha": math.inf,
+                          "participation": 0.5, "num_classes": 10, "attack": "alie",
+                          "attack_strength": None}])
+    nan = float("nan")
+    rounds = pd.DataFrame({"run_id": "r", "round": range(1, 7),
+                           "accuracy": [nan, 0.6, nan, 0.05, nan, 0.7],
+                           "byzantine_majority": [False, False, True, False, False, False]})
+    out = tables._majority_effect(runs, rounds, trained=50.0).loc[(0.5, "IID", "demoa")]
+    assert out["majority rounds"] == 1 and out["mean change (majority)"] == pytest.approx(-55)
+    assert out["ended at chance (majority)"] == 1
+    # 5 -> 70 starts from an untrained model: no other step is counted
+    assert out["other rounds"] == 0
+    assert tables._evaluation_interval(rounds) == 2
+
+
 def test_demoa_comparison_headings_count_the_attacks_seeds_and_cells_it_was_given(tables):
     """Two attacks x two seeds x one p x one split (a space unlike demoa.yaml's 5 x 3 x 2 x 2):
     the headings must say 2 attacks, 2 seeds and 2 cells, not demoa.yaml's fixed figures."""

@@ -153,10 +153,13 @@ def _pairs(frame: pd.DataFrame, arm: str, ours: list[str], theirs: list[str], va
 
 
 def _majority_effect(runs: pd.DataFrame, rounds: pd.DataFrame, trained: float) -> pd.DataFrame:
-    """Per method x split x p: the accuracy change (points) from the round before to a round,
-    over rounds that start from a trained model (accuracy before >= ``trained``), split into
-    rounds whose sample had a Byzantine majority and the others: how many, their mean change,
-    the worst change in a majority round, and how many majority rounds ended at chance."""
+    """Per method x split x p: the accuracy change (points) from one evaluation to the next, over
+    steps that start from a trained model (accuracy before >= ``trained``), split into steps
+    whose rounds (after the earlier evaluation, up to and including the later one) held a
+    Byzantine-majority sample and the others: how many, their mean change, the worst change in a
+    majority step, and how many majority steps ended at chance. Evaluated every round, a step is
+    one round; evaluated every k rounds, a majority round between evaluations still counts, in
+    the step that contains it."""
     info = axes.labelled(runs).set_index("run_id")[["method", "split", "participation",
                                                     "num_classes"]]
     parts = []
@@ -165,10 +168,13 @@ def _majority_effect(runs: pd.DataFrame, rounds: pd.DataFrame, trained: float) -
         accuracy = 100 * part["accuracy"].astype(float)
         previous = accuracy.ffill().shift(1)
         majority_round = part["byzantine_majority"].astype(str).str.lower().isin(("true", "1"))
+        # each evaluated round closes a step: the rounds since the previous evaluation
+        step = accuracy.notna().shift(1, fill_value=False).cumsum()
+        majority_step = majority_round.groupby(step).transform("any")
         chance = 100 / float(info.loc[run_id, "num_classes"] or 10) + 0.5
         parts.append(pd.DataFrame({
             "run_id": run_id, "change": accuracy - previous, "before": previous,
-            "majority": majority_round, "at_chance": accuracy <= chance}))
+            "majority": majority_step, "at_chance": accuracy <= chance}))
     if not parts:
         return pd.DataFrame()
     steps = pd.concat(parts).dropna(subset=["change"])
@@ -183,7 +189,14 @@ def _majority_effect(runs: pd.DataFrame, rounds: pd.DataFrame, trained: float) -
         "other rounds": other.groupby(cell).size(),
         "mean change (other)": other.groupby(cell)["change"].mean(),
         "worst change (other)": other.groupby(cell)["change"].min()})
-    return table.fillna({"majority rounds": 0, "ended at chance (majority)": 0})
+    return table.fillna({"majority rounds": 0, "ended at chance (majority)": 0, "other rounds": 0})
+
+
+def _evaluation_interval(rounds: pd.DataFrame) -> int:
+    """The most common gap (rounds) between a run's evaluations; 1 when every round is one."""
+    gaps = (rounds[rounds["accuracy"].astype(float).notna()].sort_values("round")
+            .groupby("run_id")["round"].diff().dropna())
+    return int(gaps.mode().iloc[0]) if not gaps.empty else 1
 
 
 def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
@@ -208,9 +221,11 @@ def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
                       ["count", "mean", "min", "50%", "max"]], floatfmt=".1f"), ""]
     effect = _majority_effect(attacked, rounds, trained=50.0)
     if not effect.empty:
-        lines += ["## What one round does to a trained model (accuracy before >= 50%)", "",
-                  "Change in accuracy (points) from the previous round, majority rounds against the "
-                  "others, over all attacks and seeds.", "",
+        every = _evaluation_interval(rounds[rounds["run_id"].isin(attacked["run_id"])])
+        step = "round" if every == 1 else f"evaluation ({every} rounds)"
+        lines += [f"## What one {step} does to a trained model (accuracy before >= 50%)", "",
+                  f"Change in accuracy (points) from the previous evaluation, steps that hold a "
+                  f"majority round against the others, over all attacks and seeds.", "",
                   markdown_table(effect, floatfmt=".2f"), ""]
     methods = list(attacked["method"].unique())
     ours = [m for m in methods if m.startswith("demoa")]
