@@ -31,7 +31,8 @@ from robusttune.files import write_text_atomic
 from robusttune.records import RunSummary
 from robusttune.registry import SpecError
 
-__all__ = ["PLAN_FILE", "RUNS_FILE", "MapStore", "StoredRunner", "open_stored_runner", "interrupted_lines"]
+__all__ = ["PLAN_FILE", "RUNS_FILE", "MapStore", "StoredRunner", "open_stored_runner",
+           "interrupted_lines"]
 
 PLAN_FILE = "plan.yaml"
 RUNS_FILE = "runs.jsonl"
@@ -190,8 +191,9 @@ class StoredRunner:
         return [fresh[k] if k in fresh else self.finished[k] for k in keys]
 
 
-def open_stored_runner(folder: str | Path, plan: Any, runner: Callable[[Sequence[RunSpec]], list[RunSummary]],
-                       *, resume: bool, local: bool, command: str, say: Callable[[str], None],
+def open_stored_runner(folder: str | Path, plan: Any,
+                       runner: Callable[[Sequence[RunSpec]], list[RunSummary]], *, resume: bool,
+                       local: bool, command: str, say: Callable[[str], None],
                        kind: str = "breakdown map", result_file: str = "breakdown.csv",
                        on_runs: Callable[[int, int], None] | None = None) -> StoredRunner:
     """``runner`` behind ``folder``'s store, as the breakdown map, the horizon measurement and the
