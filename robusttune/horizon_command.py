@@ -41,7 +41,8 @@ def horizon(
     A breakdown reads half the cell's clean accuracy; read on an undertrained model the bar is
     low. Writes horizon.md (per cell: horizon, accuracy at the cell's rounds and at the horizon)
     and at_plateau.yaml, to run with ``robusttune breakdown``."""
-    from robusttune.breakdown.command import EXIT_INTERRUPTED, map_folder, prepare_plan, runner_flags
+    from robusttune.breakdown.command import (EXIT_INTERRUPTED, map_folder, prepare_plan,
+                                              runner_flags)
     from robusttune.breakdown.horizon import HorizonPlan, cell_horizons, measure_horizon, write_horizon
     from robusttune.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.cli import _choose_runner, _pin_driver, _ray_or_nothing

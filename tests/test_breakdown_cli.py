@@ -5,6 +5,7 @@ Ray is in tests/test_sweep.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -14,8 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 import robusttune.breakdown.command as command
-from robusttune.breakdown.store import (PLAN_FILE, RUNS_FILE, MapStore, StoredRunner, interrupted_lines,
-                                       open_stored_runner, run_key)
+from robusttune.breakdown.store import (PLAN_FILE, RUNS_FILE, MapStore, StoredRunner,
+                                       interrupted_lines, open_stored_runner, run_key)
 from robusttune.cli import app
 from robusttune.config import RunSpec
 from robusttune.records import RunSummary
@@ -293,17 +294,17 @@ def test_the_map_the_horizon_and_the_study_open_their_store_through_one_helper(t
         return [summary(0.25 * s.seed) for s in batch]
 
     folder = tmp_path / "horizon"
-    first = open_stored_runner(folder, plan, inner, resume=False, local=True, command="cmd",
-                               say=told.append, kind="horizon measurement", result_file="horizon.csv")
+    open_horizon = functools.partial(open_stored_runner, folder, plan, inner, command="cmd",
+                                     say=told.append, kind="horizon measurement",
+                                     result_file="horizon.csv")
+    first = open_horizon(resume=False, local=True)
     assert told == [] and [s.final_accuracy for s in first(specs)] == [0.25, 0.5]
     assert calls == [[1], [2]]                     # in process: one run a call, each kept at once
     with (folder / RUNS_FILE).open("a") as handle:  # a kill in the middle of a third line
         handle.write('{"key": ')
     with pytest.raises(SpecError, match="already holds a horizon measurement"):
-        open_stored_runner(folder, plan, inner, resume=False, local=True, command="cmd",
-                           say=told.append, kind="horizon measurement", result_file="horizon.csv")
-    again = open_stored_runner(folder, plan, inner, resume=True, local=False, command="cmd",
-                               say=told.append, kind="horizon measurement", result_file="horizon.csv")
+        open_horizon(resume=False, local=True)
+    again = open_horizon(resume=True, local=False)
     assert len(told) == 2 and "line 3 is incomplete" in told[0]
     assert told[1] == f"resuming {folder}: 2 finished runs kept in {RUNS_FILE}"
     assert [s.final_accuracy for s in again(specs)] == [0.25, 0.5] and len(calls) == 2
