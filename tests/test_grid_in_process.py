@@ -41,9 +41,9 @@ def test_bad_shard_is_one_line(grid, capsys):
 
 def test_shards_run_the_sweeps_trials_and_a_rerun_keeps_finished_ones(grid, tmp_path, capsys):
     space = tmp_path / "space.yaml"
-    space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 2, local_epochs: 1,\n"
-                     "      synthetic_samples: 200, trainer: sequential, attack: sign_flip,\n"
-                     "      byzantine_fraction: 0.25}\n"
+    space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 2,\n"
+                     "      local_epochs: 1, synthetic_samples: 200, trainer: sequential,\n"
+                     "      attack: sign_flip, byzantine_fraction: 0.25}\n"
                      "space: {aggregator: {grid: [mean, median]}, seed: {grid: [1, 2]}}\n"
                      "search: {algorithm: grid}\n")
     out = tmp_path / "out"

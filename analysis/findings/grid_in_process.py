@@ -35,8 +35,9 @@ from robusttune.sweep.space import load_sweep
 def trial_folder(out: Path, index: int, spec: RunSpec) -> Path:
     """FOLDER/trials/IIIII-... for grid index ``index`` (robusttune.runners.InProcessRunner's
     naming, with the grid index in place of its counter)."""
-    return out / "trials" / (f"{index:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
-                             f"-p{spec.participation:g}-s{spec.seed}")
+    name = (f"{index:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
+            f"-p{spec.participation:g}-s{spec.seed}")
+    return out / "trials" / name
 
 
 def shard_indices(total: int, start: int, end: int | None, shard: int, shards: int) -> list[int]:
@@ -49,7 +50,8 @@ def _shard(text: str) -> tuple[int, int]:
     try:
         shard, shards = (int(part) for part in text.split("/"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard must be K/M with integers; got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--shard must be K/M with integers; got {text!r}") from None
     if not 0 <= shard < shards:
         raise argparse.ArgumentTypeError(f"--shard K/M needs 0 <= K < M; got {text!r}")
     return shard, shards
