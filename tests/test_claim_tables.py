@@ -102,3 +102,51 @@ def test_demoa_comparison_headings_count_the_attacks_seeds_and_cells_it_was_give
     assert "## Accuracy (%) per method x split x p over the 2 attacks x 2 seeds" in lines
     assert "## DeMoA against each baseline, per attack x split x p (2 cells)" in lines
     assert "At p = 0.5 (2 cells):" in lines
+
+
+def _aftermath_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Three runs evaluated every 2 rounds of 6. alie, seed 1: majority round 3, 80 -> 30 -> 90;
+    strategic_skip, seed 1: majority round 4 (an evaluated one), 70 -> 5 (chance) -> 60; ipm,
+    seed 2: no majority round."""
+    nan = float("nan")
+    curves = {"alie": ([nan, 0.8, nan, 0.3, nan, 0.9], 3, 1),
+              "strategic_skip": ([nan, 0.7, nan, 0.05, nan, 0.6], 4, 1),
+              "ipm": ([nan, 0.5, nan, 0.6, nan, 0.7], None, 2)}
+    runs, rounds = [], []
+    for attack, (accuracy, majority_round, seed) in curves.items():
+        runs.append({"run_id": attack, "method": "fedsgd+cclip", "dirichlet_alpha": 0.5,
+                     "participation": 0.5, "num_classes": 10, "attack": attack,
+                     "attack_strength": None, "seed": seed, "byzantine_fraction": 0.2,
+                     "final_accuracy": accuracy[-1], "collapsed": False})
+        majority = [r == majority_round for r in range(1, 7)]
+        rounds.append(pd.DataFrame({"run_id": attack, "round": range(1, 7), "accuracy": accuracy,
+                                    "byzantine_majority": majority}))
+    return pd.DataFrame(runs), pd.concat(rounds, ignore_index=True)
+
+
+def test_majority_aftermath_reads_the_evaluations_around_the_first_majority_round(tables):
+    runs, rounds = _aftermath_runs()
+    events = tables.majority_aftermath_runs(runs, rounds).set_index("attack")
+    assert list(events.index) == ["alie", "strategic_skip"]   # ipm never had a majority round
+    alie, skip = events.loc["alie"], events.loc["strategic_skip"]
+    assert (alie["before_round"], alie["after_round"], alie["first_majority"]) == (2, 4, 3)
+    assert alie["change"] == pytest.approx(30 - 80) and alie["lowest_after"] == pytest.approx(30)
+    assert not alie["at_chance_after"] and alie["final"] == pytest.approx(90)
+    # the majority round is itself evaluated: it is the first evaluation after
+    assert (skip["before_round"], skip["after_round"]) == (2, 4)
+    assert skip["change"] == pytest.approx(5 - 70) and skip["at_chance_after"]
+
+
+def test_majority_aftermath_keeps_the_aimed_attack_apart_and_lists_the_drops(tables):
+    runs, rounds = _aftermath_runs()
+    text = "\n".join(tables.majority_aftermath(runs, rounds, drop=5.0))
+    assert ("| Dir(0.5) / paper's attacks / fedsgd+cclip | 1 | 3 | 80.0 (80.0-80.0) | -50.0, -50.0 "
+            "| 30.0-30.0 | 1 | 0 | 90.0-90.0 |") in text
+    assert ("| Dir(0.5) / strategic_skip / fedsgd+cclip | 1 | 4 | 70.0 (70.0-70.0) | -65.0, -65.0 "
+            "| 5.0-5.0 | 1 | 1 | 60.0-60.0 |") in text
+    assert ("- fedsgd+cclip, Dir(0.5), strategic_skip, seed 1: 70.0 -> 5.0% (round 2 -> 4; "
+            "majority round 4), lowest after 5.0%, final 60.0%") in text
+    assert "more than 5 points below the last one before (2):" in text
+    # per seed: the paper's attacks averaged (seed 1: alie alone; seed 2: ipm), the aimed one apart
+    assert "| Dir(0.5) / fedsgd+cclip | 90.0 | 70.0 | 60.0 |" in text
+    assert "| Dir(0.5) / ipm | 70.0 (70.0-70.0) |" in text

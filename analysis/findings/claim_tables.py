@@ -2,6 +2,7 @@
 
     python analysis/findings/claim_tables.py collapses RESULTS      # claim 4
     python analysis/findings/claim_tables.py demoa STUDY            # claim 6
+    python analysis/findings/claim_tables.py aftermath STUDY        # claim 6, one majority round
     python analysis/findings/claim_tables.py ablations STUDY        # claim 7
     python analysis/findings/claim_tables.py gain RESULTS [--start 10 --end 25]   # claim 8
     python analysis/findings/claim_tables.py aggregation RESULTS    # claim 9
@@ -21,6 +22,12 @@ demoa        DeMoA's comparison (demoa.yaml's runs, beta > 0, no ablation): per 
              accuracy, against the other rounds, once a run has trained; DeMoA (each rule) against
              each baseline per attack x split x p, counted as wins and losses beyond the larger
              seed std of the two cells; the beta = 0 arm (demoa_ablations.yaml) per method x split.
+aftermath    runs with a Byzantine-majority round (claim6_mnist_convnet.yaml's seeds): per split x
+             attack set (the paper's attacks; strategic_skip apart) x method, the test accuracy
+             at the last evaluation before the first majority round, the change to the first
+             evaluation at or after it, the lowest evaluation after it, runs dropping more than
+             5 points, runs at chance after it, the final accuracy; the dropping runs one by
+             one; final accuracy per attack (mean, seed min-max) and per seed.
 ablations    DeMoA's ablations (demoa_ablation none / coefficient_swap / no_decay, beta > 0): per
              arm x p x split the honest momenta's spread V (the runs' mean honest_input_spread)
              and the accuracy, with seed spreads; V per round at a few rounds; each ablated arm
@@ -44,6 +51,7 @@ import pandas as pd
 from robusttune import axes, majority
 from robusttune.aggregation_report import (aggregation_error_table, run_aggregation_errors,
                                            sqrt_fit_table)
+from robusttune.records import is_collapsed
 from robusttune.results import load_rounds, load_runs, markdown_table, round_value
 
 CELL = ["method", "participation", "attack", "byzantine_fraction"]
@@ -291,9 +299,113 @@ def demoa_ablations(runs: pd.DataFrame, rounds: pd.DataFrame, at: tuple[int, ...
     return lines
 
 
+# Attacks aimed at the majority round (claim6_mnist_convnet.yaml): their rows are kept apart from
+# the paper's attacks in the aftermath tables, which would otherwise average them away.
+AIMED_ATTACKS = ("strategic_skip",)
+
+
+def majority_aftermath_runs(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
+    """One row per attacked run that had a Byzantine-majority round, read off its rounds.csv test
+    accuracy (%): ``first_majority``; ``before`` (the last evaluation before it, at
+    ``before_round``); ``after`` (the first evaluation at or after it, at ``after_round``);
+    ``change`` = after - before; ``lowest_after`` (the lowest evaluation from ``after_round`` to
+    the end); ``at_chance_after`` (some evaluation from ``after_round`` on is collapsed,
+    robusttune.records.is_collapsed); ``final`` (final test accuracy)."""
+    frame = _labelled(runs)
+    frame = frame[frame["byzantine_fraction"] > 0]
+    by_run = dict(tuple(rounds.groupby("run_id")))
+    rows = []
+    for _, run in frame.iterrows():
+        part = by_run.get(run["run_id"])
+        if part is None:
+            continue
+        part = part.sort_values("round")
+        majority_round = part["byzantine_majority"].astype(str).str.lower().isin(("true", "1"))
+        if not majority_round.any():
+            continue
+        first = int(part.loc[majority_round, "round"].iloc[0])
+        evaluated = part[part["accuracy"].astype(float).notna()]
+        earlier = evaluated[evaluated["round"] < first]
+        later = evaluated[evaluated["round"] >= first]
+        if earlier.empty or later.empty:
+            continue
+        classes = int(run["num_classes"]) if run.get("num_classes") else 10
+        later_accuracy = later["accuracy"].astype(float)
+        before = 100 * float(earlier["accuracy"].iloc[-1])
+        after = 100 * float(later_accuracy.iloc[0])
+        rows.append({
+            "method": run["method"], "split": run["split"], "attack": run["attack"],
+            "threat": run["threat"], "seed": run["seed"], "first_majority": first,
+            "before_round": int(earlier["round"].iloc[-1]), "before": before,
+            "after_round": int(later["round"].iloc[0]), "after": after, "change": after - before,
+            "lowest_after": 100 * float(later_accuracy.min()),
+            "at_chance_after": any(is_collapsed(a, classes, False) for a in later_accuracy),
+            "final": run["accuracy"]})
+    return pd.DataFrame(rows)
+
+
+def _attack_set(attack: str) -> str:
+    return attack if attack in AIMED_ATTACKS else "paper's attacks"
+
+
+def _range(values: pd.Series) -> str:
+    return f"{values.min():.1f}-{values.max():.1f}"
+
+
+def majority_aftermath(runs: pd.DataFrame, rounds: pd.DataFrame, drop: float = 5.0) -> list[str]:
+    """What each run's first Byzantine-majority round did (`majority_aftermath_runs`), per split x
+    attack set (the paper's attacks; each of AIMED_ATTACKS) x method, and the runs whose first
+    evaluation after it is more than ``drop`` points below the last one before; then the final
+    accuracy per attack (mean over seeds, seed min-max) and per seed."""
+    events = majority_aftermath_runs(runs, rounds)
+    frame = _labelled(runs)
+    frame = frame[frame["byzantine_fraction"] > 0]
+    frame = frame.assign(attack_set=[_attack_set(a) for a in frame["attack"]])
+    lines = []
+    if not events.empty:
+        events = events.assign(**{"attack set": [_attack_set(a) for a in events["attack"]]})
+        cell = ["split", "attack set", "method"]
+        summary = events.groupby(cell, sort=False).apply(lambda g: pd.Series({
+            "runs": len(g),
+            "first majority round": ", ".join(str(r) for r in sorted(g["first_majority"].unique())),
+            "before: median (min-max)": f"{g['before'].median():.1f} ({_range(g['before'])})",
+            "change at first evaluation after: mean, worst":
+                f"{g['change'].mean():+.1f}, {g['change'].min():+.1f}",
+            "lowest after (min-max)": _range(g["lowest_after"]),
+            f"runs dropping > {drop:g} points": int((g["change"] < -drop).sum()),
+            "at chance after": int(g["at_chance_after"].sum()),
+            "final (min-max)": _range(g["final"])}), include_groups=False)
+        dropped = events[events["change"] < -drop].sort_values(
+            ["split", "method", "attack", "seed"])
+        lines += ["## The first Byzantine-majority round and what followed it (test accuracy, %)",
+                  "",
+                  "before: the last evaluation before the round; first after: the first at or "
+                  "after it; lowest after: the lowest from then to the end; at chance: "
+                  "robusttune.records.is_collapsed.", "",
+                  markdown_table(summary), "",
+                  f"Runs whose first evaluation after the round is more than {drop:g} points "
+                  f"below the last one before ({len(dropped)}):", ""]
+        lines += [f"- {r.method}, {r.split}, {r.attack}, seed {r.seed}: {r.before:.1f} -> "
+                  f"{r.after:.1f}% (round {r.before_round} -> {r.after_round}; majority round "
+                  f"{r.first_majority}), lowest after {r.lowest_after:.1f}%, final {r.final:.1f}%"
+                  for r in dropped.itertuples()]
+        lines.append("")
+    per_attack = frame.groupby(["split", "threat", "method"])["accuracy"].agg(
+        lambda a: f"{a.mean():.1f} ({_range(a)})").unstack("method")
+    lines += ["## Final test accuracy (%) per attack: mean over seeds (seed min-max)", "",
+              markdown_table(per_attack), ""]
+    per_seed = frame.groupby(["split", "method", "attack_set", "seed"])["accuracy"].mean().unstack(
+        ["attack_set", "seed"])
+    per_seed.columns = [f"{attacks}: s{seed}" for attacks, seed in per_seed.columns]
+    lines += ["## Final test accuracy (%) per seed: the mean over the paper's attacks, and each "
+              "aimed attack", "", markdown_table(per_seed, floatfmt=".1f"), ""]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=["collapses", "gain", "aggregation", "demoa", "ablations"])
+    parser.add_argument("table", choices=["collapses", "gain", "aggregation", "demoa", "ablations",
+                                          "aftermath"])
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--end", type=int, default=25)
@@ -302,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: results folder {str(args.results_dir)!r} does not exist", file=sys.stderr)
         return 2
     runs = load_runs(args.results_dir)
-    if args.table in ("demoa", "ablations"):  # two sweeps in one study share an arm
+    if args.table in ("demoa", "ablations", "aftermath"):  # two sweeps in one study share an arm
         runs, _ = axes.distinct_runs(runs)
     if runs.empty:
         print(f"error: no run (summary.json) under {args.results_dir}", file=sys.stderr)
@@ -311,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = collapses(runs)
     elif args.table == "demoa":
         lines = demoa_comparison(runs, load_rounds(args.results_dir, runs))
+    elif args.table == "aftermath":
+        lines = majority_aftermath(runs, load_rounds(args.results_dir, runs))
     elif args.table == "ablations":
         lines = demoa_ablations(runs, load_rounds(args.results_dir, runs), (5, 20, 40, 60))
     elif args.table == "gain":
