@@ -1,0 +1,59 @@
+"""Write one part of a breakdown YAML: every M-th method of its `space.setting` grid, from the K-th.
+
+    python analysis/findings/map_part.py SPACE.yaml K/M OUT.yaml
+
+The part keeps everything else (run, the regimes, search, breakdown), so its cells are the whole
+map's cells of those methods, run exactly as the whole map runs them. M parts run as M maps with
+`--local` side by side, one core each (a --local map keeps every run the moment it ends, where a
+Ray wave is kept only when the whole wave returns; a map interrupted at a session's end loses
+nothing). To join them: start the whole map under its own --name and stop it before its first run
+ends (it writes its plan.yaml), append the parts' runs.jsonl to its runs.jsonl, and `--resume` it:
+a run's key is its RunSpec, so it reuses every run the parts made and runs only what they did not
+(analysis/findings/claim10.md did this for the digits map). Taking every M-th method, not a block,
+spreads the costly methods (SWB and SWB-DM, Bulyan, the DeMoA variants) over the parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def map_part(mapping: dict, part: int, parts: int) -> dict:
+    """``mapping`` (a breakdown YAML) with only the ``setting`` grid entries i = part (mod parts)
+    and a name that says which part it is."""
+    settings = mapping["space"]["setting"]["grid"]
+    kept = [entry for i, entry in enumerate(settings) if i % parts == part]
+    name = mapping.get("name", "breakdown")
+    return {**mapping, "name": f"{name}_part{part}of{parts}",
+            "space": {**mapping["space"], "setting": {**mapping["space"]["setting"], "grid": kept}}}
+
+
+def _part(text: str) -> tuple[int, int]:
+    try:
+        part, parts = (int(piece) for piece in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"part must be K/M with integers; got {text!r}") from None
+    if not 0 <= part < parts:
+        raise argparse.ArgumentTypeError(f"part K/M needs 0 <= K < M; got {text!r}")
+    return part, parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("space", type=Path)
+    parser.add_argument("part", type=_part)
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    mapping = yaml.safe_load(args.space.read_text())
+    part, parts = args.part
+    header = f"# part {part}/{parts} of {args.space} (analysis/findings/map_part.py)\n"
+    args.out.write_text(header + yaml.safe_dump(map_part(mapping, part, parts), sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
