@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -34,24 +34,51 @@ from robusttune import axes
 from robusttune.markdown import markdown_table
 from robusttune.records import is_collapsed
 
-__all__ = ["majority_table", "majority_summary", "run_events", "majority_section"]
+__all__ = ["majority_table", "majority_summary", "run_events", "majority_section", "Evaluation",
+           "first_majority_round", "evaluations"]
 
 EVENT_COLUMNS = ("first_majority", "majority_rounds", "accuracy_before", "fell", "fell_lag",
                  "collapsed_from", "collapse_lag")
 
 
-def run_events(rounds: pd.DataFrame, num_classes: int) -> dict[str, Any]:
-    """The EVENT_COLUMNS of one run from its rounds.csv rows (``round``, ``accuracy``,
-    ``byzantine_majority``, ``nonfinite_params``); rounds are NA where the event never came."""
+class Evaluation(NamedTuple):
+    """One evaluated round of a run: its test ``accuracy`` (NaN in a round whose parameters went
+    non-finite) and whether it is ``at_chance`` (records.is_collapsed)."""
+
+    round: int
+    accuracy: float
+    at_chance: bool
+
+
+def _majority(rounds: pd.DataFrame) -> pd.Series:
+    # rounds.csv read back holds the flag as a bool, or as text after a CSV round trip
+    return rounds["byzantine_majority"].astype(str).str.lower().isin(("true", "1"))
+
+
+def first_majority_round(rounds: pd.DataFrame) -> int | None:
+    """The first round of a run's rounds.csv rows whose sample had a Byzantine majority (None:
+    never)."""
+    majority = _majority(rounds)
+    return int(rounds.loc[majority, "round"].min()) if majority.any() else None
+
+
+def evaluations(rounds: pd.DataFrame, num_classes: int) -> list[Evaluation]:
+    """A run's evaluated rounds in order, from its rounds.csv rows (``round``, ``accuracy``,
+    ``nonfinite_params``): a round with an accuracy, or whose parameters went non-finite (which
+    is at chance whatever its accuracy)."""
     rows = rounds.sort_values("round")
-    majority = rows["byzantine_majority"].astype(str).str.lower().isin(("true", "1"))
-    first = int(rows.loc[majority, "round"].iloc[0]) if majority.any() else None
     nonfinite = (rows["nonfinite_params"].fillna(0) > 0 if "nonfinite_params" in rows
                  else pd.Series(False, index=rows.index))
     evaluated = rows[rows["accuracy"].notna() | nonfinite]
-    # (round, accuracy, at chance) of every evaluated round; a non-finite round is evaluated
-    marks = [(int(r), float(a), is_collapsed(float(a), num_classes, bool(n)))
-             for r, a, n in zip(evaluated["round"], evaluated["accuracy"], nonfinite[evaluated.index])]
+    return [Evaluation(int(r), float(a), is_collapsed(float(a), num_classes, bool(n)))
+            for r, a, n in zip(evaluated["round"], evaluated["accuracy"], nonfinite[evaluated.index])]
+
+
+def run_events(rounds: pd.DataFrame, num_classes: int) -> dict[str, Any]:
+    """The EVENT_COLUMNS of one run from its rounds.csv rows (``round``, ``accuracy``,
+    ``byzantine_majority``, ``nonfinite_params``); rounds are NA where the event never came."""
+    first = first_majority_round(rounds)
+    marks = evaluations(rounds, num_classes)
 
     before = [a for r, a, _ in marks if first is not None and r < first]
     fell = None
@@ -72,7 +99,7 @@ def run_events(rounds: pd.DataFrame, num_classes: int) -> dict[str, Any]:
         return event - first if event is not None and first is not None else pd.NA
 
     return {"first_majority": pd.NA if first is None else first,
-            "majority_rounds": int(majority.sum()),
+            "majority_rounds": int(_majority(rounds).sum()),
             "accuracy_before": before[-1] if before else math.nan,
             "fell": pd.NA if fell is None else fell, "fell_lag": lag(fell),
             "collapsed_from": pd.NA if collapsed_from is None else collapsed_from,

@@ -3,9 +3,7 @@ act in the simulation as DESIGN.md says. A few rounds on digits, one torch threa
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,18 +11,15 @@ import torch
 
 from robusttune.config import RunSpec
 from robusttune.simulation import Simulation
+from tests.scripts import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "cache_attacks.py"
 
 
 @pytest.fixture(scope="module")
 def ca():
-    spec = importlib.util.spec_from_file_location("cache_attacks_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with loaded_script(SCRIPT, "cache_attacks_script") as module:
+        yield module
 
 
 @pytest.fixture(autouse=True)

@@ -3,22 +3,21 @@ means, spreads and pairwise verdicts are written out by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.scripts import loaded_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "claim_tables.py"
 
 
 @pytest.fixture(scope="module")
 def tables():
-    spec = importlib.util.spec_from_file_location("claim_tables_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with loaded_script(SCRIPT, "claim_tables_script") as module:
+        yield module
 
 
 def _frame() -> pd.DataFrame:

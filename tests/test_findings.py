@@ -5,10 +5,8 @@ The seeds are ones whose verdict the full runs (3-5 seeds) share; FINDINGS.md gi
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,6 +24,7 @@ from robusttune.results import load_rounds, load_runs
 from robusttune.runners import InProcessRunner
 from robusttune.sweep.space import load_sweep
 from robusttune.training import train_clients
+from tests.scripts import loaded_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces" / "findings"
@@ -37,12 +36,8 @@ REPO_PATH = re.compile(r"(?:search_spaces|analysis)/[\w/.-]+\.(?:yaml|py|md)")
 
 @pytest.fixture(scope="module")
 def findings():
-    spec = importlib.util.spec_from_file_location("findings_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with loaded_script(SCRIPT, "findings_script") as module:
+        yield module
 
 
 class Claim:
@@ -277,11 +272,13 @@ def test_findings_page_has_every_claim_with_a_section_that_runs_its_evidence():
 
 
 # -- analysis/findings/claim10_map.py on a hand-made map folder --------------------------------------
-def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "claim10_map_script", ROOT / "analysis" / "findings" / "claim10_map.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+@pytest.fixture(scope="module")
+def claim10_map():
+    with loaded_script(ROOT / "analysis" / "findings" / "claim10_map.py", "claim10_map_script") as module:
+        yield module
+
+
+def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(claim10_map, tmp_path):
     cell = {"method": "swb_dm", "participation_mode": "fixed", "attack": "sign_flip",
             "rounds": 15, "status": "ok", "theory_fraction": 0.45}
     cells = pd.DataFrame([
@@ -309,12 +306,12 @@ def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(tmp_path):
         (tmp_path / "trials" / name).mkdir(parents=True)
         pd.DataFrame(rows, columns=columns).to_csv(tmp_path / "trials" / name / "rounds.csv", index=False)
 
-    theory = module.theory_table(tmp_path, cells, points).loc["swb_dm"]
+    theory = claim10_map.theory_table(tmp_path, cells, points).loc["swb_dm"]
     assert (theory["cells"], theory["reached theory"], theory["below theory"]) == (2, 1, 1)
     assert theory["majority likely at failing point"] == 1
     assert theory["failing run broke the precondition"] == 1  # p = 0.5's run "first", round 2
 
-    table = module.cached_table(tmp_path, cells, points).set_index("participation")
+    table = claim10_map.cached_table(tmp_path, cells, points).set_index("participation")
     at_half = table.loc[0.5]
     assert at_half["failing point"] == "0.15"  # the smallest failed point above 0.1, not 0.25
     # round 3 aggregated nothing, so it does not count as a round run against the precondition
@@ -325,17 +322,13 @@ def test_claim10_map_reads_the_first_failing_run_above_the_breakdown(tmp_path):
     # two maps of overlapping cells: only the common cell is compared, with its spread
     other = cells.assign(breakdown_fraction=[0.25, 0.4])
     other.loc[1, "participation"] = 0.1  # a cell the first map does not hold
-    seeds = module.seed_table({"s42": cells, "s7": other})
+    seeds = claim10_map.seed_table({"s42": cells, "s7": other})
     assert list(seeds["participation"]) == [0.5]
     assert (seeds["s42"].iloc[0], seeds["s7"].iloc[0]) == (0.1, 0.25)
     assert seeds["spread"].iloc[0] == pytest.approx(0.15)
 
 
-def test_claim10_seed_summary_counts_cells_against_the_bound_at_every_seed():
-    spec = importlib.util.spec_from_file_location(
-        "claim10_map_script", ROOT / "analysis" / "findings" / "claim10_map.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_claim10_seed_summary_counts_cells_against_the_bound_at_every_seed(claim10_map):
     nan = float("nan")
 
     def cells(values: dict[tuple[str, float], float]) -> pd.DataFrame:
@@ -350,8 +343,8 @@ def test_claim10_seed_summary_counts_cells_against_the_bound_at_every_seed():
                    ("fltrust", 1.0): 0.5})
     second = cells({("median", 0.5): 0.25, ("median", 1.0): 0.0, ("median", 0.1): nan,
                     ("fltrust", 1.0): 0.5})
-    table = module.seed_table({"s42": first, "s7": second})
-    summary = module.seed_summary(table, first).set_index("method")
+    table = claim10_map.seed_table({"s42": first, "s7": second})
+    summary = claim10_map.seed_summary(table, first).set_index("method")
     median, fltrust = summary.loc["median"], summary.loc["fltrust"]
     assert (median["cells"], median["same at every seed"], median["a seed fails clean"]) == (3, 0, 1)
     assert median["mean spread"] == pytest.approx(0.075) and median["max spread"] == pytest.approx(0.1)
@@ -360,11 +353,7 @@ def test_claim10_seed_summary_counts_cells_against_the_bound_at_every_seed():
             fltrust["below bound at every seed"], fltrust["same at every seed"]) == (1, 0, 0, 1)
 
 
-def test_claim10_moved_cells_and_families_read_two_maps_of_the_same_cells():
-    spec = importlib.util.spec_from_file_location(
-        "claim10_map_moved", ROOT / "analysis" / "findings" / "claim10_map.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_claim10_moved_cells_and_families_read_two_maps_of_the_same_cells(claim10_map):
     base = {"participation": 0.5, "participation_mode": "fixed", "rounds": 5, "clean_accuracy": 0.8}
     now = pd.DataFrame([
         {**base, "method": "median", "pre_aggregator": "none", "status": "ok", "breakdown_fraction": 0.1,
@@ -379,13 +368,13 @@ def test_claim10_moved_cells_and_families_read_two_maps_of_the_same_cells():
     for frame in (now, before):  # as read_map_csv labels them
         wrapped = frame["pre_aggregator"] == "nnm"
         frame.loc[wrapped, "method"] = "nnm+" + frame.loc[wrapped, "method"]
-    moved = module.moved_table(now, before, "ladders")
+    moved = claim10_map.moved_table(now, before, "ladders")
     # the nnm+median cell did not move; median fell to a rule-aware attack; FLTrust now survives all
     assert list(moved["method"]) == ["median", "fltrust"]
     assert list(moved["ladders"]) == ["0.25", "0.45"] and list(moved["now"]) == ["0.1", ">= 0.5"]
     assert list(moved["move"]) == pytest.approx([-0.15, 0.05])
     assert list(moved["family"]) == ["rule-aware", "-"]
-    families = module.family_table(now).set_index("method")
+    families = claim10_map.family_table(now).set_index("method")
     assert families.loc["median", ["ladder", "rule-aware", "never broke"]].tolist() == [0, 1, 0]
     assert families.loc["nnm+median", ["ladder", "rule-aware"]].tolist() == [1, 0]
     assert families.loc["fltrust", "never broke"] == 1

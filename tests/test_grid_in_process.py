@@ -3,23 +3,21 @@ trial kept and a killed one started over."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from robusttune.sweep.space import load_sweep
+from tests.scripts import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "grid_in_process.py"
 
 
 @pytest.fixture(scope="module")
 def grid():
-    spec = importlib.util.spec_from_file_location("grid_in_process_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with loaded_script(SCRIPT, "grid_in_process_script") as module:
+        yield module
 
 
 @pytest.mark.parametrize("start,end,shards", [(0, None, 1), (0, None, 3), (2, 7, 2), (5, 100, 4)])

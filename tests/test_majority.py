@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from robusttune.config import RunSpec
-from robusttune.majority import majority_summary, majority_table, run_events
+from robusttune.majority import (Evaluation, evaluations, first_majority_round, majority_summary,
+                                 majority_table, run_events)
 from robusttune.recording import RunWriter
 from robusttune.records import RoundRecord, RunSummary
 from robusttune.results import report
@@ -61,6 +62,17 @@ def test_non_finite_parameters_are_a_fall_and_a_collapse_and_no_majority_is_neve
     assert events["fell"] is pd.NA and events["fell_lag"] is pd.NA       # no majority, no fall
     assert events["collapsed_from"] == 2 and events["collapse_lag"] is pd.NA
 
+
+
+def test_the_evaluated_rounds_and_the_first_majority_round_read_off_rounds_csv():
+    # rounds.csv read back from disk holds the majority flag as text; rows arrive out of order
+    rows = rounds_of([NAN, 0.5, NAN, 0.1, NAN, NAN], majority_at=(5, 3), nonfinite_at=(6,))
+    rows = rows.assign(byzantine_majority=rows["byzantine_majority"].map(str)).iloc[::-1]
+    assert first_majority_round(rows) == 3
+    assert first_majority_round(rounds_of([0.5, 0.6])) is None
+    marks = evaluations(rows, 10)
+    assert [(m.round, m.at_chance) for m in marks] == [(2, False), (4, True), (6, True)]
+    assert marks[0] == Evaluation(2, 0.5, False) and math.isnan(marks[2].accuracy)
 
 def runs_and_rounds():
     """Four runs of two methods at one rate: fedsgd falls at once twice (lags 0 and 1, one of

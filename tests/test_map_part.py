@@ -3,12 +3,12 @@ once, planned as the whole map plans them."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from robusttune.breakdown.command import prepare_plan
+from tests.scripts import loaded_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "analysis" / "findings" / "map_part.py"
@@ -16,10 +16,8 @@ SCRIPT = ROOT / "analysis" / "findings" / "map_part.py"
 
 @pytest.fixture(scope="module")
 def map_part():
-    spec = importlib.util.spec_from_file_location("map_part_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with loaded_script(SCRIPT, "map_part_script") as module:
+        yield module
 
 
 def test_the_parts_of_the_map_hold_its_cells_each_once(map_part, tmp_path):

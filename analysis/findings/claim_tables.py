@@ -51,7 +51,6 @@ import pandas as pd
 from robusttune import axes, majority
 from robusttune.aggregation_report import (aggregation_error_table, run_aggregation_errors,
                                            sqrt_fit_table)
-from robusttune.records import is_collapsed
 from robusttune.results import load_rounds, load_runs, markdown_table, round_value
 
 CELL = ["method", "participation", "attack", "byzantine_fraction"]
@@ -310,36 +309,32 @@ def majority_aftermath_runs(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.Data
     ``before_round``); ``after`` (the first evaluation at or after it, at ``after_round``);
     ``change`` = after - before; ``lowest_after`` (the lowest evaluation from ``after_round`` to
     the end); ``at_chance_after`` (some evaluation from ``after_round`` on is collapsed,
-    robusttune.records.is_collapsed); ``final`` (final test accuracy)."""
+    robusttune.records.is_collapsed, a round with non-finite parameters included); ``final``
+    (final test accuracy). The rounds are robusttune.majority's (`first_majority_round`,
+    `evaluations`), as its majority table reads them."""
     frame = _labelled(runs)
     frame = frame[frame["byzantine_fraction"] > 0]
     by_run = dict(tuple(rounds.groupby("run_id")))
     rows = []
     for _, run in frame.iterrows():
         part = by_run.get(run["run_id"])
-        if part is None:
-            continue
-        part = part.sort_values("round")
-        majority_round = part["byzantine_majority"].astype(str).str.lower().isin(("true", "1"))
-        if not majority_round.any():
-            continue
-        first = int(part.loc[majority_round, "round"].iloc[0])
-        evaluated = part[part["accuracy"].astype(float).notna()]
-        earlier = evaluated[evaluated["round"] < first]
-        later = evaluated[evaluated["round"] >= first]
-        if earlier.empty or later.empty:
+        first = None if part is None else majority.first_majority_round(part)
+        if first is None:
             continue
         classes = int(run["num_classes"]) if run.get("num_classes") else 10
-        later_accuracy = later["accuracy"].astype(float)
-        before = 100 * float(earlier["accuracy"].iloc[-1])
-        after = 100 * float(later_accuracy.iloc[0])
+        marks = majority.evaluations(part, classes)
+        earlier = [mark for mark in marks if mark.round < first]
+        later = [mark for mark in marks if mark.round >= first]
+        if not earlier or not later:
+            continue
+        before, after = 100 * earlier[-1].accuracy, 100 * later[0].accuracy
         rows.append({
             "method": run["method"], "split": run["split"], "attack": run["attack"],
             "threat": run["threat"], "seed": run["seed"], "first_majority": first,
-            "before_round": int(earlier["round"].iloc[-1]), "before": before,
-            "after_round": int(later["round"].iloc[0]), "after": after, "change": after - before,
-            "lowest_after": 100 * float(later_accuracy.min()),
-            "at_chance_after": any(is_collapsed(a, classes, False) for a in later_accuracy),
+            "before_round": earlier[-1].round, "before": before,
+            "after_round": later[0].round, "after": after, "change": after - before,
+            "lowest_after": 100 * pd.Series([mark.accuracy for mark in later]).min(),
+            "at_chance_after": any(mark.at_chance for mark in later),
             "final": run["accuracy"]})
     return pd.DataFrame(rows)
 

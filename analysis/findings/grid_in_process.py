@@ -31,6 +31,8 @@ from robusttune.config import RunSpec
 from robusttune.recording import run_to_folder
 from robusttune.sweep.space import load_sweep
 
+from part_argument import part_of  # analysis/findings/: a script's folder is on sys.path
+
 
 def trial_folder(out: Path, index: int, spec: RunSpec) -> Path:
     """FOLDER/trials/IIIII-... for grid index ``index`` (robusttune.runners.InProcessRunner's
@@ -46,24 +48,13 @@ def shard_indices(total: int, start: int, end: int | None, shard: int, shards: i
     return [i for i in range(start, stop) if i % shards == shard]
 
 
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        shard, shards = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--shard must be K/M with integers; got {text!r}") from None
-    if not 0 <= shard < shards:
-        raise argparse.ArgumentTypeError(f"--shard K/M needs 0 <= K < M; got {text!r}")
-    return shard, shards
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("space", type=Path)
     parser.add_argument("folder", type=Path)
     parser.add_argument("--from", dest="start", type=int, default=0)
     parser.add_argument("--to", dest="end", type=int, default=None)
-    parser.add_argument("--shard", type=_shard, default=(0, 1))
+    parser.add_argument("--shard", type=part_of("--shard"), default=(0, 1))
     args = parser.parse_args(argv)
 
     sweep = load_sweep(args.space)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from part_argument import part_of  # analysis/findings/: a script's folder is on sys.path
+
 
 def map_part(mapping: dict, part: int, parts: int) -> dict:
     """``mapping`` (a breakdown YAML) with only the ``setting`` grid entries i = part (mod parts)
@@ -32,20 +34,10 @@ def map_part(mapping: dict, part: int, parts: int) -> dict:
             "space": {**mapping["space"], "setting": {**mapping["space"]["setting"], "grid": kept}}}
 
 
-def _part(text: str) -> tuple[int, int]:
-    try:
-        part, parts = (int(piece) for piece in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"part must be K/M with integers; got {text!r}") from None
-    if not 0 <= part < parts:
-        raise argparse.ArgumentTypeError(f"part K/M needs 0 <= K < M; got {text!r}")
-    return part, parts
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("space", type=Path)
-    parser.add_argument("part", type=_part)
+    parser.add_argument("part", type=part_of("part"))
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     mapping = yaml.safe_load(args.space.read_text())
