@@ -380,6 +380,47 @@ def test_claim10_moved_cells_and_families_read_two_maps_of_the_same_cells(claim1
     assert families.loc["fltrust", "never broke"] == 1
 
 
+
+def test_claim10_dataset_tables_pair_the_same_cells_on_two_datasets(claim10_map):
+    def cell(method, p, mode, status, fraction, clean, broken_by):
+        return {"method": method, "participation": p, "participation_mode": mode, "rounds": 5,
+                "status": status, "breakdown_fraction": fraction, "clean_accuracy": clean,
+                "broken_by": broken_by, "clients": 20, "lattice_points": 11}
+
+    digits = pd.DataFrame([
+        cell("median", 0.5, "fixed", "ok", 0.1, 0.5, "attack=ipm"),
+        cell("median", 0.5, "bernoulli", "ok", 0.2, 0.6, "attack=sign_flip"),
+        cell("median", 1.0, "fixed", "ok", 0.15, 0.5, "attack=ipm"),
+        cell("fltrust", 1.0, "fixed", "survives_all", 0.5, 0.7, None),
+        cell("swb", 1.0, "fixed", "ok", 0.2, 0.8, "attack=minmax"),
+    ])
+    fashion = pd.DataFrame([
+        cell("median", 0.5, "fixed", "ok", 0.1, 0.6, "attack=ipm"),               # same
+        cell("median", 0.5, "bernoulli", "ok", 0.05, 0.6, "attack=optimal_alie"),  # lower
+        cell("median", 1.0, "fixed", "ok", 0.25, 0.7, "attack=ipm"),              # higher
+        cell("fltrust", 1.0, "fixed", "ok", 0.3, 0.7, "attack=fang_krum"),         # broke now
+        cell("swb", 1.0, "fixed", "fails_clean", float("nan"), 0.1, None),         # no baseline
+    ])
+    grid = claim10_map.dataset_grid(fashion, digits, "fashion", "digits")
+    assert list(grid.columns) == ["p=0.5 fixed", "p=0.5 bernoulli", "p=1 fixed"]
+    assert grid.loc["median"].tolist() == ["0.1", "0.2 -> 0.05", "0.15 -> 0.25"]
+    assert grid.loc["fltrust", "p=1 fixed"] == ">= 0.5 -> 0.3"
+    assert grid.loc["swb", "p=1 fixed"] == "0.2 -> fails clean"
+    summary = claim10_map.dataset_summary(fashion, digits).set_index("method")
+    assert summary.loc["median", ["cells", "same", "lower", "higher"]].tolist() == [3, 1, 1, 1]
+    assert summary.loc["median", "mean move"] == pytest.approx((0 - 0.15 + 0.1) / 3)
+    assert summary.loc["fltrust", ["lower", "higher"]].tolist() == [1, 0]
+    assert summary.loc["fltrust", "mean move"] == pytest.approx(-0.2)
+    assert summary.loc["swb", ["same", "lower", "higher", "fails clean on either"]].tolist() == [0, 0, 0, 1]
+    changed = claim10_map.dataset_table(fashion, digits, "fashion", "digits")
+    assert sorted(zip(changed["method"], changed["participation"], changed["participation_mode"])) == [
+        ("fltrust", 1.0, "fixed"), ("median", 0.5, "bernoulli"), ("median", 1.0, "fixed"),
+        ("swb", 1.0, "fixed")]
+    row = changed[(changed["method"] == "median") & (changed["participation_mode"] == "bernoulli")].iloc[0]
+    assert (row["digits"], row["fashion"], row["clean digits"], row["clean fashion"]) == ("0.2", "0.05", 0.6, 0.6)
+    assert row["move"] == pytest.approx(-0.15)
+    assert (row["broken by digits"], row["broken by fashion"]) == ("attack=sign_flip", "attack=optimal_alie")
+
 def test_claim10_ladders_only_map_is_breakdown_yaml_but_for_its_adversary():
     import yaml as _yaml
 

@@ -32,6 +32,11 @@ With ``--also MAP2 [MAP3 ...]`` (maps of the same cells at other seeds, e.g.
 search_spaces/findings/claim10_cached_seeds.yaml's) a fourth table puts each cell's breakdown in
 every map side by side, for the cells all of them hold, with the range over the maps.
 
+With ``--dataset-from MAP2`` (the same cells on another dataset: the digits map beside a
+Fashion-MNIST one, issue 27) three more: every cell's answer on both (MAP2's first), per method
+how many cells answer alike, lower or higher on MAP_DIR's dataset, and the cells whose answer
+depends on the dataset with both clean accuracies and what broke each.
+
 Everything is a function of the folders; nothing is run.
 """
 
@@ -44,6 +49,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from robusttune.breakdown.report import breakdown_label
 from robusttune.results import markdown_table
 
 # what identifies a cell: the older maps had one cell per attack, the newer ones one per method
@@ -278,6 +284,75 @@ def moved_table(cells: pd.DataFrame, before: pd.DataFrame, label: str) -> pd.Dat
     return out
 
 
+REGIME_KEYS = ["participation", "participation_mode"]
+
+
+def _answers(cells: pd.DataFrame) -> pd.Series:
+    return pd.Series([breakdown_label(row) for _, row in cells.iterrows()], index=cells.index)
+
+
+def _paired(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """The cells both maps hold, this map's columns beside ``other``'s (suffix ``_other``), each
+    with its answer as breakdown.md prints it."""
+    keys = cell_keys(cells)
+    return (cells.assign(answer=_answers(cells))
+            .merge(other.assign(answer=_answers(other)), on=keys, suffixes=("", "_other")))
+
+
+def dataset_grid(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str) -> pd.DataFrame:
+    """Each cell's answer on both datasets, method (rows) x regime (columns): "a" where they agree,
+    "a -> b" (``other_label``'s, then ``label``'s) where they do not."""
+    paired = _paired(cells, other)
+    paired["shown"] = [a if a == b else f"{b} -> {a}"
+                       for a, b in zip(paired["answer"], paired["answer_other"])]
+    paired["regime"] = [f"p={p:g} {mode}" for p, mode in
+                        zip(paired["participation"], paired["participation_mode"])]
+    grid = paired.pivot(index="method", columns="regime", values="shown")
+    regimes = list(dict.fromkeys(paired.sort_values(REGIME_KEYS, ascending=[True, False])["regime"]))
+    grid = grid.loc[_method_order(paired), regimes]
+    grid.columns.name = f"{other_label} -> {label}"
+    return grid
+
+
+def dataset_summary(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """Per method, over the cells both maps hold: those whose answer is the same, lower on this
+    map's dataset, higher on it, and the mean move of the breakdown fraction (this - other; a cell
+    never broken counts as its lattice top, a cell whose clean run failed on either is left out
+    of the move and counted apart)."""
+    paired = _paired(cells, other)
+    clean = ~(paired["status"].eq("fails_clean") | paired["status_other"].eq("fails_clean"))
+    move = (paired["breakdown_fraction"].astype(float)
+            - paired["breakdown_fraction_other"].astype(float)).where(clean)
+    same = paired["answer"] == paired["answer_other"]
+    rows = []
+    for method, group in paired.groupby("method", sort=False):
+        at = group.index
+        rows.append({"method": method, "cells": len(group), "same": int(same[at].sum()),
+                     "lower": int((~same[at] & (move[at] < -1e-9)).sum()),
+                     "higher": int((~same[at] & (move[at] > 1e-9)).sum()),
+                     "fails clean on either": int((~clean[at]).sum()),
+                     "mean move": float(move[at].mean())})
+    return pd.DataFrame(rows)
+
+
+def dataset_table(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str) -> pd.DataFrame:
+    """The cells whose answer differs between the datasets: rounds, both clean accuracies, both
+    answers, the move and what broke the cell on each."""
+    keys = cell_keys(cells)
+    paired = _paired(cells, other)
+    moved = paired[paired["answer"] != paired["answer_other"]]
+    out = moved[keys + ["rounds"]].copy()
+    out[f"clean {other_label}"] = moved["clean_accuracy_other"]
+    out[f"clean {label}"] = moved["clean_accuracy"]
+    out[other_label] = moved["answer_other"]
+    out[label] = moved["answer"]
+    out["move"] = (moved["breakdown_fraction"].astype(float)
+                   - moved["breakdown_fraction_other"].astype(float))
+    out[f"broken by {other_label}"] = moved["broken_by_other"].fillna("-")
+    out[f"broken by {label}"] = moved["broken_by"].fillna("-")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("map_dir", type=Path)
@@ -286,9 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moved-from", type=Path, default=None,
                         help="a map of the same cells under another adversary (e.g. the ladders "
                              "only): the cells whose breakdown moved, old beside new")
+    parser.add_argument("--dataset-from", type=Path, default=None,
+                        help="a map of the same cells on another dataset: every cell's answer on "
+                             "both, and the cells whose answer depends on the dataset")
     args = parser.parse_args(argv)
     needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
-    for folder in [args.map_dir, *args.also, *([args.moved_from] if args.moved_from else [])]:
+    others = [folder for folder in (args.moved_from, args.dataset_from) if folder is not None]
+    for folder in [args.map_dir, *args.also, *others]:
         missing = [name for name in needed if not (folder / name).exists()]
         if missing:
             print(f"error: map folder {str(folder)!r} lacks {', '.join(missing)} "
@@ -312,6 +391,17 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join([f"## Cells whose breakdown moved ({len(moved)} of {len(cells)}): "
                           f"{args.moved_from.name} beside this map", "",
                           markdown_table(moved, floatfmt=".3g", index=False), ""]))
+    if args.dataset_from is not None:
+        other = read_map_csv(args.dataset_from / "breakdown.csv")
+        label, other_label = args.map_dir.name, args.dataset_from.name
+        changed = dataset_table(cells, other, label, other_label)
+        print("\n".join([f"## Each cell's answer on {other_label} -> {label}", "",
+                          markdown_table(dataset_grid(cells, other, label, other_label)), "",
+                          f"## Per method: {label} against {other_label}", "",
+                          markdown_table(dataset_summary(cells, other), floatfmt=".3g", index=False), "",
+                          f"## The cells whose answer depends on the dataset ({len(changed)} of "
+                          f"{len(cells)})", "",
+                          markdown_table(changed, floatfmt=".3g", index=False), ""]))
     if args.also:
         maps = {folder.name: read_map_csv(folder / "breakdown.csv")
                 for folder in [args.map_dir, *args.also]}
