@@ -297,6 +297,11 @@ def breakdown(
     budget: Optional[int] = typer.Option(None, "--budget", help="Optuna trials per lattice point for the drawn knobs."),
     max_fraction: Optional[float] = typer.Option(None, "--max-fraction", help="Top of the lattice (default 0.5)."),
     on_non_monotone: Optional[str] = typer.Option(None, "--on-non-monotone", help="flag | scan."),
+    verify_radius: Optional[int] = typer.Option(None, "--verify-radius",
+                                                help="Also evaluate b-R .. b+1+R around each boundary b (default 1)."),
+    start_from: Optional[str] = typer.Option(None, "--start-from",
+                                             help="An earlier map of the same cells (folder or breakdown.csv): each cell "
+                                                  "tries its answer b0 and b0+1 first (rounds and N may differ)."),
     local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
     verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output for every wave, besides the progress line."),
     out: Optional[Path] = typer.Option(None, "--out", hidden=True,
@@ -309,7 +314,8 @@ def breakdown(
     plan.yaml (the plan as run) and runs.jsonl (every finished run, what --resume keeps)."""
     from robusttune.breakdown import write_breakdown
     from robusttune.breakdown.command import (EXIT_INTERRUPTED, command_line, dry_run_report,
-                                              map_folder, prepare_plan, run_map, runner_flags)
+                                              map_folder, plan_starts, prepare_plan, run_map,
+                                              runner_flags)
     from robusttune.breakdown.store import interrupted_lines
 
     if out is not None:  # the older spelling: the folder itself
@@ -319,7 +325,9 @@ def breakdown(
     plan = prepare_plan(space, name=name, assignments=set_, cpus_per_trial=cpus_per_trial,
                         gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
                         threshold=threshold, relative_threshold=relative_threshold, budget=budget,
-                        max_fraction=max_fraction, on_non_monotone=on_non_monotone)
+                        max_fraction=max_fraction, on_non_monotone=on_non_monotone,
+                        verify_radius=verify_radius, start_from=start_from)
+    plan_starts(plan)   # a bad start_from is one line before any folder is made
     folder = map_folder(storage, plan.name)
     if not dry_run:
         from robusttune.schema import default_numerics

@@ -6,6 +6,7 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
               the worst case over each attack's strength ladder; equal runs shared by
               `canonical_spec`, each ladder stopped at its first collapse or failure)
 - `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
+- `prior`     `prior_starts`: each cell's answer in an earlier map, where its bisection starts
 - `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md,
               frontier.csv and frontier.png (`frontier_table`: the p-frontier beta*(p))
 """
@@ -17,10 +18,11 @@ from robusttune.breakdown.bisection import (BreakdownMap, Cell, CellResult, Eval
                                             survival_bar)
 from robusttune.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
 from robusttune.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
+from robusttune.breakdown.prior import prior_starts, read_prior
 from robusttune.breakdown.report import write_breakdown
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
     "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
-    "write_breakdown", "survival_bar",
+    "write_breakdown", "survival_bar", "prior_starts", "read_prior",
 ]

@@ -8,8 +8,11 @@ Survival of a lattice point k (k Byzantine clients of N, beta = k/N):
 
 (default: half the same cell's clean accuracy, DESIGN.md "Sweeps"). Assuming survives(k) is
 non-increasing in k, the breakdown point b = max{k : survives(k)} is found by bisection on
-[0, k_max] in ceil(log2(k_max + 1)) evaluations instead of k_max + 1. All cells are bisected in
-lock step: each *wave* hands the evaluator one batch holding every cell's next point, so a Ray
+[0, k_max] in ceil(log2(k_max + 1)) evaluations instead of k_max + 1. A cell may start from an
+earlier answer b0 (``starts``: a previous map of the same cells, at fewer rounds or on another
+dataset): its first wave then holds b0 and b0 + 1 beside the clean point, and bisection goes on
+only in the bracket they leave, so a prior that still holds costs those two points. All cells
+are bisected in lock step: each *wave* hands the evaluator one batch holding every cell's next point, so a Ray
 layer runs a whole wave as parallel trials. The boundary is then verified: the point above b has
 failed (bisection guarantees it) and the points within ``verify_radius`` of the boundary are
 evaluated too; any evaluated point that contradicts monotonicity (a failure at or below b, a
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from robusttune.records import RunSummary, mean_accuracy, survives
 from robusttune.registry import SpecError
@@ -143,6 +146,7 @@ class CellResult:
     violations: list[int] = field(default_factory=list)
     scan: bool = False
     radius: int = 1               # verification: evaluate b - radius .. b + 1 + radius
+    start: int | None = None      # an earlier answer b0: the first wave tries b0 and b0 + 1
 
     def __post_init__(self) -> None:
         self.hi = self.k_max + 1      # a virtual failure just above the lattice
@@ -174,13 +178,20 @@ class CellResult:
         if self.status != "pending":
             return []
         if 0 not in self.outcomes:
-            # the clean point and the first midpoint in one wave: judging the midpoint waits for
-            # the clean accuracy, but the wave is saved
-            first = (self.lo + self.hi) // 2
-            return [0] + ([first] if first > 0 else [])
+            # the clean point and the first midpoint (or the prior's two points) in one wave:
+            # judging them waits for the clean accuracy, but the wave is saved
+            return [0] + [k for k in self._first_points() if k > 0]
         if not self.survived(0):
             self.status = "fails_clean"
             return []
+        for k in self._first_points():
+            # the prior's points narrow the bracket before any midpoint (a survivor at b0 + 1
+            # after a failure at b0 is left for verification to flag)
+            if self.lo < k < self.hi and k in self.outcomes:
+                if self.survived(k):
+                    self.lo = k
+                else:
+                    self.hi = k
         while self.hi - self.lo > 1:
             mid = (self.lo + self.hi) // 2
             if mid not in self.outcomes:
@@ -200,6 +211,12 @@ class CellResult:
                 return missing
         self._finish()
         return []
+
+    def _first_points(self) -> list[int]:
+        if self.start is None:
+            return [(self.lo + self.hi) // 2]
+        b0 = min(max(self.start, 0), self.k_max)
+        return [k for k in (b0, b0 + 1) if k <= self.k_max]
 
     def _neighbourhood(self) -> list[int]:
         b = self.lo
@@ -348,13 +365,15 @@ class BreakdownMap:
 def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction: float = 0.5,
                      threshold: float | None = None, relative_threshold: float = 0.5,
                      verify_radius: int = 1, on_non_monotone: str = "flag",
-                     max_waves: int = 1000) -> BreakdownMap:
+                     max_waves: int = 1000, starts: Mapping[Cell, int] | None = None) -> BreakdownMap:
     """Parallel bisection of every cell's breakdown point (see the module docstring).
 
     ``evaluate`` receives one list of Points per wave (every cell's next points, no duplicates)
     and returns one verdict per point, in order: an `Outcome` judged by the threshold rule, or a
     bool taken as the survival verdict itself. ``on_non_monotone="scan"`` evaluates the rest of a
-    flagged cell's lattice so its largest survivor is exact."""
+    flagged cell's lattice so its largest survivor is exact. ``starts`` gives cells an earlier
+    answer b0 to begin from (module docstring); for a cell whose survival is monotone in k the
+    answer is the one a bisection without it finds."""
     if not 0 < max_fraction < 1:
         raise SpecError(f"max_fraction must be in (0, 1); got {max_fraction}")
     if verify_radius < 0:
@@ -366,7 +385,8 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
         if any(r.cell == cell for r in results):
             raise SpecError(f"cell {cell.label} is listed twice")
         results.append(CellResult(cell, lattice_top(cell.clients, max_fraction), threshold,
-                                  relative_threshold, radius=verify_radius))
+                                  relative_threshold, radius=verify_radius,
+                                  start=(starts or {}).get(cell)))
     waves = 0
     while True:
         wanted: dict[Point, CellResult] = {}

@@ -21,16 +21,17 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 from rich.console import Console
 
 from robusttune.adversary import Adversary
-from robusttune.breakdown.bisection import BreakdownMap, bisect_breakdown
+from robusttune.breakdown.bisection import BreakdownMap, Cell, bisect_breakdown
 from robusttune.breakdown.evaluate import spec_evaluator
 from robusttune.breakdown.plan import BreakdownPlan, load_plan, plan_costs
+from robusttune.breakdown.prior import prior_starts, read_prior
 from robusttune.breakdown.progress import MapProgress
 from robusttune.breakdown.store import StoredRunner, open_stored_runner
 from robusttune.registry import SpecError
 from robusttune.terminal import print_table
 
 __all__ = ["DEFAULT_STORAGE", "EXIT_INTERRUPTED", "prepare_plan", "map_folder", "dry_run_report",
-           "run_map", "runner_flags", "command_line"]
+           "run_map", "runner_flags", "command_line", "plan_starts"]
 
 DEFAULT_STORAGE = "results"
 EXIT_INTERRUPTED = 130     # the shell's Ctrl-C status, as for an interrupted sweep
@@ -62,6 +63,7 @@ def map_folder(storage: str, name: str) -> Path:
 def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = None) -> None:
     """The cells with their lattices, adversary variants and trial counts; runs nothing."""
     console = console or Console()
+    starts = plan_starts(plan)
     costs = plan_costs(plan)
     rows = []
     for cost in costs:
@@ -83,6 +85,10 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
                   f"midpoints and up to {2 * plan.verify_radius} verification points per cell), "
                   f"at most {bound} (the full lattice x seeds x variants x budget)",
                   markup=False, highlight=False, soft_wrap=True)
+    if starts is not None:
+        console.print(f"started from {plan.start_from}: {len(starts)} of {len(costs)} cells have "
+                      f"an earlier answer (the others bisect from scratch)",
+                      markup=False, highlight=False, soft_wrap=True)
     console.print(f"folder: {folder} (dry run: nothing started, nothing written)",
                   markup=False, highlight=False, soft_wrap=True)
 
@@ -94,6 +100,7 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     every finished run kept in ``folder`` and, with ``resume``, the kept ones not run again.
     A Ctrl-C (KeyboardInterrupt) propagates; what finished before it is kept."""
     console = console or Console(stderr=True)
+    starts = plan_starts(plan)
     progress = MapProgress(plan_costs(plan), console=console)
     stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
                                 say=lambda line: console.print(line, markup=False, highlight=False,
@@ -109,9 +116,17 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
                                   max_fraction=plan.max_fraction, threshold=plan.threshold,
                                   relative_threshold=plan.relative_threshold,
                                   verify_radius=plan.verify_radius,
-                                  on_non_monotone=plan.on_non_monotone)
+                                  on_non_monotone=plan.on_non_monotone, starts=starts)
         progress.finish()
     return result, stored
+
+
+def plan_starts(plan: BreakdownPlan) -> dict[Cell, int] | None:
+    """The cells' earlier answers from ``breakdown.start_from`` (None without it); a missing or
+    foreign file is a SpecError before anything is written."""
+    if plan.start_from is None:
+        return None
+    return prior_starts(read_prior(plan.start_from), plan.cells, plan.max_fraction)
 
 
 def runner_flags(local: bool, address: Optional[str]) -> list[str]:

@@ -43,6 +43,9 @@ class BreakdownSection(Checked):
     adversary: Union[Literal["adaptive"], dict[str, Annotated[list[Any], Field(min_length=1)]]] = {}
     adaptive_budget: Annotated[int, Number, Field(ge=1)] = 4
     min_client_rounds: optional_finite(gt=0) = None
+    # an earlier map of the same cells (its folder or breakdown.csv, relative to where the
+    # command runs) whose answers the bisection starts from (robusttune.breakdown.prior)
+    start_from: Optional[Annotated[str, Field(min_length=1)]] = None
 
 
 PLAN_KEYS = tuple(BreakdownSection.model_fields)
@@ -82,6 +85,7 @@ class BreakdownPlan:
     adversary: dict[str, list[Any]] = field(default_factory=dict)
     adaptive: int = 0          # runs of the adaptive strength search per point (0: the ladder only)
     min_client_rounds: float | None = None
+    start_from: str | None = None
     sampler_seed: int = 0
     resources: dict[str, float] = field(default_factory=dict)
     max_concurrent: int = 0
@@ -254,7 +258,8 @@ class CellCost:
     """What one cell of a plan costs: its lattice top k_max (points 0 .. k_max of N), the
     adversary variants an attacked point runs, and trials for the full lattice (``bound``) and
     for the bisection (``expected``: the clean point, ceil(log2(k_max + 1)) midpoints and up to
-    2 x verify_radius verification points, at most the whole lattice)."""
+    2 x verify_radius verification points, at most the whole lattice; started from an earlier
+    answer that still holds: the clean point, b0, b0 + 1 and the verification points)."""
 
     cell: Cell
     k_max: int
@@ -291,6 +296,8 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
         attack = cell.as_dict().get("attack", plan.base.get("attack", "none"))
         threat = Adversary.of(plan.adversary or None, plan.adaptive)
         steps = math.ceil(math.log2(k_max + 1)) if k_max > 0 else 0
+        if plan.start_from is not None:
+            steps = min(2, k_max)
         expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
         costs.append(CellCost(cell, k_max, threat.variants(attack), len(plan.seeds) * budget,
                               len(plan.seeds) * threat.runs_per_point(attack) * budget, expected))
