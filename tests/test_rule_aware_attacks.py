@@ -270,3 +270,52 @@ def test_optimal_attacks_search_against_fltrust_as_the_round_calls_it(name):
     records = list(Simulation(spec))
     assert len(records) == 2 and all(r.byzantine_sampled == 2 for r in records)
     assert all(np.isfinite(r.aggregation_error) for r in records)
+
+
+# -- the line search's objective with the honest rows' work done once (Aggregator.with_fixed_rows)
+@pytest.mark.parametrize("rotation,chunk,d", [("haar", 64, 1_000), ("shared", 512, 5_000),
+                                              ("hadamard", 128, 3_001)])
+def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d):
+    """SWB keeps the honest rows rotated between the line search's calls; the result is the rule
+    on cat[honest, copies x message] with a fresh generator seeded 0. The appended row is rotated
+    alone, where one GEMM row can differ from the batched one in its last bit, so the two agree
+    to float32 rounding of that row, not bit for bit; a message of infinities is kept out as
+    before."""
+    from robusttune.aggregators.base import appended_rows
+
+    rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=chunk, swb_rotation=rotation)
+    honest = honest_rows(h=16, d=d, seed=4).float()      # a run's messages
+    fast, plain = rule.with_fixed_rows(honest, f=4), appended_rows(rule, honest, f=4)
+    mu, sigma = honest.mean(0), honest.std(0)
+    for copies in (4, 6):        # another n: its own block plan and trim count
+        for tau in (0.0, 0.7, 5.0, 1e30):
+            message = mu + tau * sigma
+            # the appended row's rotation errs by its rounding, which scales with its size
+            torch.testing.assert_close(fast(message, copies), plain(message, copies),
+                                       rtol=1e-5, atol=1e-6 * max(1.0, float(message.abs().max())))
+        nonfinite = torch.full((d,), float("inf"))
+        assert torch.isfinite(fast(nonfinite, copies)).all() == torch.isfinite(plain(nonfinite, copies)).all()
+
+
+def test_swb_beyond_its_memory_bound_takes_the_plain_call(monkeypatch):
+    import robusttune.aggregators.swb as swb_module
+    from robusttune.aggregators.base import appended_rows
+
+    monkeypatch.setattr(swb_module, "FIXED_ROWS_ELEMENTS", 100)
+    rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=64, swb_rotation="shared")
+    honest = honest_rows(h=16, d=500, seed=6).float()
+    message = honest.mean(0) + 2.0 * honest.std(0)
+    assert torch.equal(rule.with_fixed_rows(honest, f=4)(message, 4),
+                       appended_rows(rule, honest, f=4)(message, 4))
+
+
+@pytest.mark.parametrize("name", ["optimal_alie", "optimal_ipm"])
+def test_optimal_attacks_on_swb_choose_as_with_the_plain_rule(name):
+    """The deployed SWB takes its fixed-rows path; the same rule handed over as a plain callable
+    (no shortcut) gives the same line search: the messages agree to float32 rounding."""
+    rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=128, swb_rotation="shared")
+    x = honest_rows(h=16, d=2_000, seed=8).float()
+    fast = make_attack(name)(x, n_byzantine=4, n_total=20, rule=rule, rule_f=4)
+    plain = make_attack(name)(x, n_byzantine=4, n_total=20, rule_f=4,
+                              rule=lambda rows, **context: rule(rows, **context))
+    torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-6)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -118,6 +118,14 @@ class Aggregator:
             )
         return out.to(updates.dtype) if updates.dtype.is_floating_point else out
 
+    def with_fixed_rows(self, fixed: Tensor, *, f: int, seed: int = 0) -> "Callable[[Tensor, int], Tensor]":
+        """``(message, copies) -> rule(cat[fixed, copies x message], f=f)``, unweighted, each call
+        with a generator seeded ``seed``: the objective of a search that varies only the appended
+        rows (the optimal attacks' line search, robusttune.attacks.rule_aware). This default
+        concatenates and calls the rule; a rule whose work on the fixed rows can be done once
+        overrides it with the same result (SWB: their rotations)."""
+        return appended_rows(self, fixed, f=f, seed=seed)
+
     def aggregate(
         self,
         x: Tensor,
@@ -134,6 +142,18 @@ class Aggregator:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def appended_rows(rule: Callable[..., Tensor], fixed: Tensor, *, f: int,
+                  seed: int = 0) -> Callable[[Tensor, int], Tensor]:
+    """``(message, copies) -> rule(cat[fixed, copies x message], f=f, generator=seeded(seed))``
+    for any callable rule (`Aggregator.with_fixed_rows` without a shortcut)."""
+
+    def evaluate(message: Tensor, copies: int) -> Tensor:
+        rows = torch.cat([fixed, message.unsqueeze(0).expand(copies, -1)])
+        return rule(rows, f=f, generator=torch.Generator(device=fixed.device).manual_seed(seed))
+
+    return evaluate
 
 
 def make_aggregator(name: str, /, **params: Any) -> Aggregator:

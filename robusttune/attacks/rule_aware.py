@@ -19,7 +19,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from robusttune.aggregators.base import distances_to, pairwise_sq_distances
+from robusttune.aggregators.base import (Aggregator, appended_rows, distances_to,
+                                         pairwise_sq_distances)
 from robusttune.attacks.base import ATTACKS, Attack, AttackRound, mean_std
 from robusttune.registry import SpecError
 
@@ -158,14 +159,27 @@ def rule_error(rnd: AttackRound, honest: Tensor, message: Tensor) -> float:
     """||Agg(honest + c copies of message) - mean(honest)||, c = n_total - h (at least
     n_byzantine), Agg the deployed rule with ``rule_f`` (else f, else c): the objective of the
     optimal attacks (module docstring for what the attacker assumes of the rule's input)."""
+    return rule_objective(rnd, honest)(message)
+
+
+def rule_objective(rnd: AttackRound, honest: Tensor) -> Callable[[Tensor], float]:
+    """``message -> rule_error(rnd, honest, message)`` for one round's line search: the rule's
+    work on the honest rows, the same at every message, is done once where the rule can
+    (`Aggregator.with_fixed_rows`); a non-finite error counts as +inf."""
     copies = max(rnd.n_total - honest.shape[0], rnd.n_byzantine)
     f = rnd.rule_f if rnd.rule_f is not None else (rnd.f if rnd.f is not None else copies)
-    rows = torch.cat([honest, message.unsqueeze(0).expand(copies, -1)])
-    generator = torch.Generator(device=honest.device).manual_seed(0)
-    aggregate = rnd.rule(rows, f=f, generator=generator)
-    error = torch.linalg.vector_norm(aggregate.double() - honest.double().mean(dim=0))
-    value = float(error)
-    return value if math.isfinite(value) else math.inf
+    if isinstance(rnd.rule, Aggregator):
+        aggregate = rnd.rule.with_fixed_rows(honest, f=f, seed=0)
+    else:   # the rule as a round calls it (FLTrust with its reference bound in): no shortcut
+        aggregate = appended_rows(rnd.rule, honest, f=f, seed=0)
+    centre = honest.double().mean(dim=0)
+
+    def objective(message: Tensor) -> float:
+        error = torch.linalg.vector_norm(aggregate(message, copies).double() - centre)
+        value = float(error)
+        return value if math.isfinite(value) else math.inf
+
+    return objective
 
 
 def line_maximise(objective: Callable[[float], float], *, evaluations: int = 20,
@@ -209,7 +223,8 @@ def line_maximise(objective: Callable[[float], float], *, evaluations: int = 20,
 class _LineSearched(Attack):
     """An attack vector scaled by tau, tau chosen every round by ``line_maximise`` of
     ``rule_error``. Cost per round: 20 evaluations of the deployed rule on n rows (one
-    read-back each). Strength is accepted and unused (tau is searched); no ladder."""
+    read-back each), less where the rule does its work on the honest rows once
+    (`rule_objective`: SWB rotates them once, not 20 times). Strength is accepted and unused (tau is searched); no ladder."""
 
     needs_rule = True
     default_adversary = True
@@ -224,7 +239,8 @@ class _LineSearched(Attack):
         if rnd.rule is None:
             raise ValueError(f"attack {self.name!r} needs rule=, the deployed aggregation rule")
         mu, sigma = mean_std(x)
-        tau = line_maximise(lambda t: rule_error(rnd, x, self.message(mu, sigma, t)))
+        objective = rule_objective(rnd, x)
+        tau = line_maximise(lambda t: objective(self.message(mu, sigma, t)))
         return rnd.repeat(self.message(mu, sigma, tau))
 
 
