@@ -118,7 +118,7 @@ class Aggregator:
             )
         return out.to(updates.dtype) if updates.dtype.is_floating_point else out
 
-    def with_fixed_rows(self, fixed: Tensor, *, f: int, seed: int = 0) -> "Callable[[Tensor, int], Tensor]":
+    def with_fixed_rows(self, fixed: Tensor, *, f: int, seed: int = 0) -> Callable[[Tensor, int], Tensor]:
         """``(message, copies) -> rule(cat[fixed, copies x message], f=f)``, unweighted, each call
         with a generator seeded ``seed``: the objective of a search that varies only the appended
         rows (the optimal attacks' line search, robusttune.attacks.rule_aware). This default

@@ -12,8 +12,8 @@ non-increasing in k, the breakdown point b = max{k : survives(k)} is found by bi
 earlier answer b0 (``starts``: a previous map of the same cells, at fewer rounds or on another
 dataset): its first wave then holds b0 and b0 + 1 beside the clean point, and bisection goes on
 only in the bracket they leave, so a prior that still holds costs those two points. All cells
-are bisected in lock step: each *wave* hands the evaluator one batch holding every cell's next point, so a Ray
-layer runs a whole wave as parallel trials. The boundary is then verified: the point above b has
+are bisected in lock step: each *wave* hands the evaluator one batch holding every cell's next
+point, so a Ray layer runs a whole wave as parallel trials. The boundary is then verified: the point above b has
 failed (bisection guarantees it) and the points within ``verify_radius`` of the boundary are
 evaluated too; any evaluated point that contradicts monotonicity (a failure at or below b, a
 survivor above it) marks the cell ``non_monotone``; it is reported, not hidden.

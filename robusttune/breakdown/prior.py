@@ -38,7 +38,9 @@ def read_prior(path: str | Path) -> pd.DataFrame:
 
 
 def _empty(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value in ("", "none")
+    if isinstance(value, float):
+        return math.isnan(value)
+    return value is None or value in ("", "none")
 
 
 def _same(value: Any, recorded: Any) -> bool:
@@ -54,7 +56,8 @@ def _same(value: Any, recorded: Any) -> bool:
     return str(value) == str(recorded)
 
 
-def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell], max_fraction: float) -> dict[Cell, int]:
+def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell],
+                 max_fraction: float) -> dict[Cell, int]:
     """For each cell, the earlier map's answer as a lattice point b0 = floor(beta0 N), clamped to
     [0, k_max]. A row answers a cell when they agree on the keys that tell this map's cells apart
     (every key some cell sets, less IGNORED_KEYS; a key the cell leaves unset must be blank in the
@@ -77,6 +80,6 @@ def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell], max_fraction: float
         fractions = pd.to_numeric(matches["breakdown_fraction"], errors="coerce").dropna()
         if fractions.empty:
             continue
-        k_max = lattice_top(cell.clients, max_fraction)
-        starts[cell] = min(k_max, max(0, int(math.floor(float(fractions.min()) * cell.clients + EPS))))
+        b0 = int(math.floor(float(fractions.min()) * cell.clients + EPS))
+        starts[cell] = min(lattice_top(cell.clients, max_fraction), max(0, b0))
     return starts
