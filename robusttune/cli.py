@@ -143,42 +143,6 @@ def sweep(
 # calibrate, breakdown, report (issue 6). Logic lives in robusttune.calibration, .breakdown and
 # .results; these commands parse options, choose a runner and print.
 # =============================================================================================
-def _choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str],
-                   max_concurrent: int = 0, notes: bool = True, tune_verbose: int = 0) -> Any:
-    """The runner trials go through: Ray Tune (robusttune.sweep.batch; one sweep folder per wave
-    under OUT) or, with --local, one run after another in this process (no Ray). ``notes``: the
-    sweep layer's one-line notes of each wave on stderr; ``tune_verbose``: Tune's own verbosity
-    (0: no per-wave tables)."""
-    from robusttune.runners import InProcessRunner
-
-    if local:
-        return InProcessRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
-    from robusttune.sweep.batch import TuneBatchRunner
-
-    return TuneBatchRunner(out, resources=resources, address=address, max_concurrent=max_concurrent,
-                           announce=(lambda text: typer.echo(text, err=True)) if notes else None,
-                           verbose=tune_verbose)
-
-
-def _pin_driver(mode: str) -> None:
-    """Pin this process's float path before it computes anything (robusttune.numerics): with
-    --local it trains the runs itself, and a local Ray it starts inherits the environment."""
-    from robusttune.numerics import pin
-
-    pin(mode)
-
-
-def _ray_or_nothing(local: bool, address: Optional[str]) -> Any:
-    """One Ray session around every wave (Ray starts once), or nothing with --local."""
-    import contextlib
-
-    if local:
-        return contextlib.nullcontext()
-    from robusttune.sweep.cluster import ray_session
-
-    return ray_session(address, None)
-
-
 def _json_ready(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -228,6 +192,8 @@ def calibrate(
     from robusttune.calibration import (Deployment, aggregator_inputs, analyze, default_trim_grid,
                                         no_survivor_line, trim_sweep)
     from robusttune.config import RunSpec
+    from robusttune.numerics import pin
+    from robusttune.trial_runner import choose_runner, ray_or_nothing
     from robusttune.yaml_input import parse_assignments
 
     deployment = Deployment(clients=clients, participation=participation, byzantine_fraction=byzantine,
@@ -251,13 +217,13 @@ def calibrate(
                                   "rounds": sweep_rounds or min(rounds, 10)}
         values.update(parse_assignments(set_))
         base = RunSpec.from_dict(values)   # checked once, before any run
-        _pin_driver(base.numerics)
+        pin(base.numerics)
         fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
         trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
         label = "-".join(attack) or "worstcase"
         folder = out or Path("results") / f"calibrate-{method}-{label}-N{clients}-b{byzantine:g}"
-        with _ray_or_nothing(local, address):
-            runner = _choose_runner(folder, local, {"cpu": 1}, address)
+        with ray_or_nothing(local, address):
+            runner = choose_runner(folder, local, {"cpu": 1}, address)
             sweep = trim_sweep(values, trims, fractions, runner, seeds=seeds, adversary=threat)
         figures["recommended_trim_ratio"] = sweep.recommended
         figures["sweep"] = {"dataset": dataset, "method": method, "adversary": sweep.adversary,
@@ -317,6 +283,8 @@ def breakdown(
                                               map_folder, plan_starts, prepare_plan, run_map,
                                               runner_flags)
     from robusttune.breakdown.store import interrupted_lines
+    from robusttune.numerics import pin
+    from robusttune.trial_runner import choose_runner, ray_or_nothing
 
     if out is not None:  # the older spelling: the folder itself
         if name is not None:
@@ -332,19 +300,20 @@ def breakdown(
     if not dry_run:
         from robusttune.schema import default_numerics
 
-        _pin_driver(plan.base.get("numerics") or default_numerics())
+        # before this process computes: --local trains here, a local Ray inherits the pin
+        pin(plan.base.get("numerics") or default_numerics())
     if dry_run:
         if resume:
             raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
         dry_run_report(plan, folder)
         return
     command = command_line(space, plan, storage, runner_flags(local, address))
-    runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+    runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=verbose,
                             tune_verbose=1 if verbose else 0)  # the progress line replaces both
     try:
         result, stored = run_map(plan, folder, runner, resume=resume, local=local,
-                                 session=_ray_or_nothing(local, address), command=command)
+                                 session=ray_or_nothing(local, address), command=command)
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):
             typer.echo(line, err=True)

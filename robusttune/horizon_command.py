@@ -45,7 +45,8 @@ def horizon(
                                               runner_flags)
     from robusttune.breakdown.horizon import HorizonPlan, cell_horizons, measure_horizon, write_horizon
     from robusttune.breakdown.store import interrupted_lines, open_stored_runner
-    from robusttune.cli import _choose_runner, _pin_driver, _ray_or_nothing
+    from robusttune.numerics import pin
+    from robusttune.trial_runner import choose_runner, ray_or_nothing
     from robusttune.schema import default_numerics
 
     plan = prepare_plan(space, assignments=set_, cpus_per_trial=cpus_per_trial,
@@ -53,13 +54,13 @@ def horizon(
     measurement = HorizonPlan(plan, max_rounds=max_rounds, eval_every=eval_every, window=window,
                               tolerance=tolerance, seeds=tuple(seeds), name=name or f"{plan.name}_horizon")
     folder = map_folder(storage, measurement.name)
-    _pin_driver(plan.base.get("numerics") or default_numerics())
+    pin(plan.base.get("numerics") or default_numerics())
     options = [f"--max-rounds={max_rounds}", f"--eval-every={eval_every}", f"--window={window}",
                f"--tolerance={tolerance:g}", *[f"--seed={s}" for s in seeds]]
     command = shlex.join(["robusttune", "horizon", str(space), "--storage", storage, "--name",
                           measurement.name, *runner_flags(local, address),
                           *[f"--set={a}" for a in set_], *options])
-    runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+    runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=False)
     jobs = len(measurement.clean_specs())
     done = [0]
@@ -76,7 +77,7 @@ def horizon(
     typer.echo(f"{len(plan.cells)} cells x {len(measurement.seeds)} seeds = {jobs} clean runs of "
                f"{max_rounds} rounds", err=True)
     try:
-        with _ray_or_nothing(local, address):
+        with ray_or_nothing(local, address):
             rows = measure_horizon(measurement, stored)
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):

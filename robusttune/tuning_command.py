@@ -43,7 +43,8 @@ def tune(
     case); prints the Pareto front and the recommended knobs with their test accuracy."""
     from robusttune.breakdown.command import EXIT_INTERRUPTED, map_folder, runner_flags
     from robusttune.breakdown.store import interrupted_lines, open_stored_runner
-    from robusttune.cli import _choose_runner, _pin_driver, _ray_or_nothing
+    from robusttune.numerics import pin
+    from robusttune.trial_runner import choose_runner, ray_or_nothing
     from robusttune.schema import default_numerics
     from robusttune.terminal import print_table
     from robusttune.tuning import load_tuning, run_study, study_cost, write_tuning
@@ -62,7 +63,7 @@ def tune(
         typer.echo(f"folder: {folder} (dry run: nothing started, nothing written)")
         return
     # before the first computation, here or in a local Ray this process starts (as breakdown)
-    _pin_driver(plan.base.get("numerics") or default_numerics())
+    pin(plan.base.get("numerics") or default_numerics())
     flags = [f"{flag}={value}" for flag, value in (
         ("--num-samples", num_samples), ("--cpus-per-trial", cpus_per_trial),
         ("--gpus-per-trial", gpus_per_trial), ("--max-concurrent", max_concurrent))
@@ -70,7 +71,7 @@ def tune(
     command = shlex.join(["robusttune", "tune", str(space), "--storage", storage, "--name",
                           plan.name, *runner_flags(local, address),
                           *[f"--set={a}" for a in set_], *flags])
-    runner = _choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+    runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
                             max_concurrent=plan.max_concurrent, notes=verbose,
                             tune_verbose=1 if verbose else 0)
     stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
@@ -88,7 +89,7 @@ def tune(
                        f"worst {row['worst_validation']:.3f} ({row['worst_attack'] or '-'})", err=True)
 
     try:
-        with _ray_or_nothing(local, address):
+        with ray_or_nothing(local, address):
             # on Ray a wave's variants go to Tune at once: one experiment per wave of proposals,
             # not one per ladder step (same outcomes, run_study); in process, staged
             result = run_study(plan, stored, on_wave=report, staged=local)

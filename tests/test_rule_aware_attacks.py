@@ -281,7 +281,7 @@ def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d
     alone, where one GEMM row can differ from the batched one in its last bit, so the two agree
     to float32 rounding of that row, not bit for bit; a message of infinities is kept out as
     before."""
-    from robusttune.aggregators.base import appended_rows
+    from robusttune.aggregators.appended import appended_rows
 
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=chunk, swb_rotation=rotation)
     honest = honest_rows(h=16, d=d, seed=4).float()      # a run's messages
@@ -299,7 +299,7 @@ def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d
 
 def test_swb_beyond_its_memory_bound_takes_the_plain_call(monkeypatch):
     import robusttune.aggregators.swb as swb_module
-    from robusttune.aggregators.base import appended_rows
+    from robusttune.aggregators.appended import appended_rows
 
     monkeypatch.setattr(swb_module, "FIXED_ROWS_ELEMENTS", 100)
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=64, swb_rotation="shared")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from robusttune.aggregators.appended import appended_rows
 from robusttune.registry import Registry
 from robusttune.schema import RUNSPEC_KEYS, check_value, optional_int
 
@@ -142,18 +143,6 @@ class Aggregator:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
-
-
-def appended_rows(rule: Callable[..., Tensor], fixed: Tensor, *, f: int,
-                  seed: int = 0) -> Callable[[Tensor, int], Tensor]:
-    """``(message, copies) -> rule(cat[fixed, copies x message], f=f, generator=seeded(seed))``
-    for any callable rule (`Aggregator.with_fixed_rows` without a shortcut)."""
-
-    def evaluate(message: Tensor, copies: int) -> Tensor:
-        rows = torch.cat([fixed, message.unsqueeze(0).expand(copies, -1)])
-        return rule(rows, f=f, generator=torch.Generator(device=fixed.device).manual_seed(seed))
-
-    return evaluate
 
 
 def make_aggregator(name: str, /, **params: Any) -> Aggregator:

@@ -19,8 +19,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from robusttune.aggregators.base import (Aggregator, appended_rows, distances_to,
-                                         pairwise_sq_distances)
+from robusttune.aggregators.appended import appended_rows
+from robusttune.aggregators.base import Aggregator, distances_to, pairwise_sq_distances
 from robusttune.attacks.base import ATTACKS, Attack, AttackRound, mean_std
 from robusttune.registry import SpecError
 

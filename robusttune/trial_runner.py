@@ -1,0 +1,41 @@
+"""How a command runs its trials (the commands' layer, above robusttune.sweep): the runner it
+hands its plan to, Ray Tune's or the in-process one with --local, and the one Ray session around
+every wave. Used by `breakdown`, `calibrate`, `tune` and `horizon`."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any, ContextManager, Optional
+
+from robusttune.runners import InProcessRunner, Runner
+
+__all__ = ["choose_runner", "ray_or_nothing"]
+
+
+def choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str],
+                  max_concurrent: int = 0, notes: bool = True, tune_verbose: int = 0) -> Runner:
+    """The runner trials go through: Ray Tune (robusttune.sweep.batch; one sweep folder per wave
+    under OUT) or, with --local, one run after another in this process (no Ray). ``notes``: the
+    sweep layer's one-line notes of each wave on stderr; ``tune_verbose``: Tune's own verbosity
+    (0: no per-wave tables)."""
+    if local:
+        return InProcessRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
+    from robusttune.sweep.batch import TuneBatchRunner
+
+    return TuneBatchRunner(out, resources=resources, address=address, max_concurrent=max_concurrent,
+                           announce=_to_stderr if notes else None, verbose=tune_verbose)
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def ray_or_nothing(local: bool, address: Optional[str]) -> ContextManager[Any]:
+    """One Ray session around every wave (Ray starts once), or nothing with --local."""
+    if local:
+        return contextlib.nullcontext()
+    from robusttune.sweep.cluster import ray_session
+
+    return ray_session(address, None)
