@@ -295,7 +295,7 @@ def breakdown(
                         threshold=threshold, relative_threshold=relative_threshold, budget=budget,
                         max_fraction=max_fraction, on_non_monotone=on_non_monotone,
                         verify_radius=verify_radius, start_from=start_from)
-    plan_starts(plan)   # a bad start_from is one line before any folder is made
+    starts = plan_starts(plan)   # a bad start_from is one line before any folder is made
     folder = map_folder(storage, plan.name)
     if not dry_run:
         from robusttune.schema import default_numerics
@@ -305,7 +305,7 @@ def breakdown(
     if dry_run:
         if resume:
             raise SpecError("--dry-run and --resume exclude each other; allowed: one of them")
-        dry_run_report(plan, folder)
+        dry_run_report(plan, folder, starts=starts)
         return
     command = command_line(space, plan, storage, runner_flags(local, address))
     runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
@@ -313,7 +313,8 @@ def breakdown(
                             tune_verbose=1 if verbose else 0)  # the progress line replaces both
     try:
         result, stored = run_map(plan, folder, runner, resume=resume, local=local,
-                                 session=ray_or_nothing(local, address), command=command)
+                                 session=ray_or_nothing(local, address), starts=starts,
+                                 command=command)
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):
             typer.echo(line, err=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence
 
 from rich.console import Console
 
@@ -60,10 +60,11 @@ def map_folder(storage: str, name: str) -> Path:
     return Path(experiment_path(storage, name))
 
 
-def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = None) -> None:
-    """The cells with their lattices, adversary variants and trial counts; runs nothing."""
+def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = None, *,
+                   starts: Mapping[Cell, int] | None) -> None:
+    """The cells with their lattices, adversary variants and trial counts, and how many cells
+    ``starts`` (`plan_starts`) gives an earlier answer; runs nothing."""
     console = console or Console()
-    starts = plan_starts(plan)
     costs = plan_costs(plan)
     rows = []
     for cost in costs:
@@ -94,13 +95,13 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
 
 
 def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool, local: bool,
-            session: ContextManager[Any], command: str = "",
+            session: ContextManager[Any], starts: Mapping[Cell, int] | None, command: str = "",
             console: Console | None = None) -> tuple[BreakdownMap, StoredRunner]:
     """Bisect ``plan``'s cells with ``runner`` inside ``session`` (a Ray session, or nothing),
     every finished run kept in ``folder`` and, with ``resume``, the kept ones not run again.
-    A Ctrl-C (KeyboardInterrupt) propagates; what finished before it is kept."""
+    ``starts``: the cells' earlier answers (`plan_starts`). A Ctrl-C (KeyboardInterrupt)
+    propagates; what finished before it is kept."""
     console = console or Console(stderr=True)
-    starts = plan_starts(plan)
     progress = MapProgress(plan_costs(plan), console=console)
     stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
                                 say=lambda line: console.print(line, markup=False, highlight=False,
