@@ -129,3 +129,25 @@ def test_bad_horizon_settings_are_one_line_and_start_nothing(tmp_path, flag, val
     assert result.exit_code == 2 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+KEPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "horizon_maps"
+
+
+@pytest.mark.parametrize("kept", sorted(p.name for p in KEPT.glob("*_horizon")))
+def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_plateau(kept):
+    """analysis/findings/horizon_maps/*_horizon: at_plateau.yaml holds breakdown.yaml's cells, in
+    its order, each at the plateau round horizon.csv measured for it, everything else as
+    breakdown.yaml (with the measurement's --set keys in its run)."""
+    folder = KEPT / kept
+    rows = list(csv.DictReader((folder / "horizon.csv").open()))
+    plan = load_plan(folder / "at_plateau.yaml")
+    whole = load_plan(Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml")
+    assert len(rows) == len(plan.cells) == len(whole.cells) == 100
+    for row, cell, original in zip(rows, plan.cells, whole.cells):
+        assert int(row["cell"]) == whole.cells.index(original)
+        assert cell.as_dict() == {**original.as_dict(), "rounds": int(row["plateau_round"])}
+        assert int(row["cell_rounds"]) == original.as_dict()["rounds"]
+    assert plan.seeds == whole.seeds and plan.adversary == whole.adversary
+    assert {k: v for k, v in plan.base.items() if k not in ("dataset", "train_samples")} == \
+        {k: v for k, v in whole.base.items() if k not in ("dataset", "train_samples")}
