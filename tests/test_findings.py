@@ -420,6 +420,15 @@ def test_claim10_dataset_tables_pair_the_same_cells_on_two_datasets(claim10_map)
     assert (row["digits"], row["fashion"], row["clean digits"], row["clean fashion"]) == ("0.2", "0.05", 0.6, 0.6)
     assert row["move"] == pytest.approx(-0.15)
     assert (row["broken by digits"], row["broken by fashion"]) == ("attack=sign_flip", "attack=optimal_alie")
+    assert "rounds digits" not in changed.columns   # the same rounds on both datasets
+    # the same cells at their horizon: the earlier map's rounds beside the later ones
+    horizon = digits.assign(rounds=[55, 50, 35, 45, 70],
+                            status=["ok", "ok", "ok", "ok", "ok"],
+                            breakdown_fraction=[0.1, 0.2, 0.15, 0.35, 0.2])
+    at_horizon = claim10_map.dataset_table(horizon, digits, "horizon", "digits")
+    assert list(at_horizon["method"]) == ["fltrust"]
+    row = at_horizon.iloc[0]
+    assert (row["rounds digits"], row["rounds"], row["digits"], row["horizon"]) == (5, 45, ">= 0.5", "0.35")
 
 def test_claim10_ladders_only_map_is_breakdown_yaml_but_for_its_adversary():
     import yaml as _yaml

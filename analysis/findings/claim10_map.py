@@ -33,9 +33,11 @@ search_spaces/findings/claim10_cached_seeds.yaml's) a fourth table puts each cel
 every map side by side, for the cells all of them hold, with the range over the maps.
 
 With ``--dataset-from MAP2`` (the same cells on another dataset: the digits map beside a
-Fashion-MNIST one, issue 27) three more: every cell's answer on both (MAP2's first), per method
-how many cells answer alike, lower or higher on MAP_DIR's dataset, and the cells whose answer
-depends on the dataset with both clean accuracies and what broke each.
+Fashion-MNIST one, issue 27; or at other rounds: the map at each cell's horizon beside the map at
+its own rounds, cells paired on CELL_KEYS, which leave the rounds out) three more: every cell's
+answer on both (MAP2's first), per method how many cells answer alike, lower or higher on
+MAP_DIR, and the cells whose answer differs with both clean accuracies, MAP_DIR's rounds and what
+broke each.
 
 Everything is a function of the folders; nothing is run.
 """
@@ -336,12 +338,16 @@ def dataset_summary(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
 
 
 def dataset_table(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str) -> pd.DataFrame:
-    """The cells whose answer differs between the datasets: rounds, both clean accuracies, both
-    answers, the move and what broke the cell on each."""
+    """The cells whose answer differs between the two maps: rounds (``other_label``'s too where
+    the maps' rounds differ: a map at the horizon), both clean accuracies, both answers, the move
+    and what broke the cell on each."""
     keys = cell_keys(cells)
     paired = _paired(cells, other)
     moved = paired[paired["answer"] != paired["answer_other"]]
-    out = moved[keys + ["rounds"]].copy()
+    out = moved[keys].copy()
+    if (paired["rounds"] != paired["rounds_other"]).any():
+        out[f"rounds {other_label}"] = moved["rounds_other"]
+    out["rounds"] = moved["rounds"]
     out[f"clean {other_label}"] = moved["clean_accuracy_other"]
     out[f"clean {label}"] = moved["clean_accuracy"]
     out[other_label] = moved["answer_other"]
@@ -362,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a map of the same cells under another adversary (e.g. the ladders "
                              "only): the cells whose breakdown moved, old beside new")
     parser.add_argument("--dataset-from", type=Path, default=None,
-                        help="a map of the same cells on another dataset: every cell's answer on "
-                             "both, and the cells whose answer depends on the dataset")
+                        help="a map of the same cells on another dataset or at other rounds: every "
+                             "cell's answer on both, and the cells whose answer differs")
     args = parser.parse_args(argv)
     needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
     others = [folder for folder in (args.moved_from, args.dataset_from) if folder is not None]
