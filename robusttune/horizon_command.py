@@ -5,8 +5,8 @@
         [--cpus-per-trial C] [--max-concurrent K] [--local]
 
 The options mean what they mean to ``robusttune breakdown``. Results in STORAGE/NAME (default
-NAME: the map's name + ``_horizon``): horizon.csv, horizon.md, at_plateau.yaml (the map with
-each cell at its plateau round), plan.yaml and runs.jsonl (``--resume`` runs only the missing
+NAME: the map's name + ``_horizon``): horizon.csv, curves.csv (every evaluated point of every
+clean curve), horizon.md, at_plateau.yaml (the map with each cell at its plateau round), plan.yaml and runs.jsonl (``--resume`` runs only the missing
 clean runs) and the runs' folders under trials/."""
 
 from __future__ import annotations
@@ -78,12 +78,12 @@ def horizon(
                f"{max_rounds} rounds", err=True)
     try:
         with ray_or_nothing(local, address):
-            rows = measure_horizon(measurement, stored)
+            rows, curves = measure_horizon(measurement, stored)
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):
             typer.echo(line, err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
-    path = write_horizon(measurement, rows, folder, command=command)
+    path = write_horizon(measurement, rows, curves, folder, command=command)
     found = [h for h in cell_horizons(rows).values() if h is not None]
     unreached = sorted({row["cell"] for row in rows if not row["plateau_reached"]})
     span = f"{min(found)} to {max(found)} rounds" if found else "none (every clean run diverged)"

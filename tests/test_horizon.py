@@ -91,6 +91,7 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
     # each horizon is the definition applied to the run's own evaluated validation accuracies
     runs = [json.loads(line) for line in (folder / "runs.jsonl").read_text().splitlines()]
     assert len(runs) == 2
+    kept_curves = list(csv.DictReader((folder / "curves.csv").open()))
     for row, run in zip(rows, runs):
         curve = list(csv.DictReader((Path(run["summary"]["run_dir"]) / "rounds.csv").open()))
         evaluated = [r for r in curve if r["validation_accuracy"] not in ("", "nan")]
@@ -99,6 +100,11 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
                                               [float(r["validation_accuracy"]) for r in evaluated], 3, 0.02)
         assert int(row["plateau_round"]) == expected
         assert float(row["plateau_level"]) == pytest.approx(level)
+        # curves.csv keeps exactly the points the plateau was read from
+        mine = [c for c in kept_curves if (c["cell"], c["seed"]) == (row["cell"], row["seed"])]
+        assert [(int(c["round"]), float(c["selection_accuracy"])) for c in mine] == \
+            [(int(r["round"]), float(r["validation_accuracy"])) for r in evaluated]
+    assert len(kept_curves) == 2 * 8
     # the map again, each cell at its horizon: a plan breakdown loads, same cells otherwise
     plan = load_plan(folder / "at_plateau.yaml")
     assert [c.as_dict() for c in plan.cells] == [
@@ -134,20 +140,50 @@ def test_bad_horizon_settings_are_one_line_and_start_nothing(tmp_path, flag, val
 KEPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "horizon_maps"
 
 
+@pytest.fixture(scope="module")
+def default_map():
+    return load_plan(Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml")
+
+
 @pytest.mark.parametrize("kept", sorted(p.name for p in KEPT.glob("*_horizon")))
-def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_plateau(kept):
+def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_plateau(kept, default_map):
     """analysis/findings/horizon_maps/*_horizon: at_plateau.yaml holds breakdown.yaml's cells, in
     its order, each at the plateau round horizon.csv measured for it, everything else as
     breakdown.yaml (with the measurement's --set keys in its run)."""
     folder = KEPT / kept
     rows = list(csv.DictReader((folder / "horizon.csv").open()))
     plan = load_plan(folder / "at_plateau.yaml")
-    whole = load_plan(Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml")
+    whole = default_map
     assert len(rows) == len(plan.cells) == len(whole.cells) == 100
-    for row, cell, original in zip(rows, plan.cells, whole.cells):
-        assert int(row["cell"]) == whole.cells.index(original)
+    for index, (row, cell, original) in enumerate(zip(rows, plan.cells, whole.cells)):
+        assert int(row["cell"]) == index
         assert cell.as_dict() == {**original.as_dict(), "rounds": int(row["plateau_round"])}
         assert int(row["cell_rounds"]) == original.as_dict()["rounds"]
     assert plan.seeds == whole.seeds and plan.adversary == whole.adversary
     assert {k: v for k, v in plan.base.items() if k not in ("dataset", "train_samples")} == \
         {k: v for k, v in whole.base.items() if k not in ("dataset", "train_samples")}
+
+
+@pytest.mark.parametrize("kept", sorted(p.name for p in KEPT.glob("*_horizon")))
+def test_a_kept_horizon_is_the_plateau_rule_applied_to_its_kept_curves(kept):
+    """curves.csv.gz holds every evaluated point of the kept clean curves; the plateau rule
+    (independent_plateau, at the measurement's window 3 and tolerance 0.02) applied to them
+    gives horizon.csv's plateau round, and the curve's points give its accuracies."""
+    import gzip
+
+    folder = KEPT / kept
+    rows = list(csv.DictReader((folder / "horizon.csv").open()))
+    points: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for point in csv.DictReader(gzip.open(folder / "curves.csv.gz", "rt")):
+        points.setdefault((point["cell"], point["seed"]), []).append(
+            (int(point["round"]), float(point["selection_accuracy"])))
+    assert sorted(points) == sorted((row["cell"], row["seed"]) for row in rows)
+    for row in rows:
+        rounds, accuracies = zip(*points[row["cell"], row["seed"]])
+        # every 5 rounds to 400, or to the round a diverged run stopped at
+        assert list(rounds[:-1]) == list(range(5, 5 * len(rounds), 5)) and rounds[-2] < rounds[-1] <= 400
+        first, level = independent_plateau(rounds, accuracies, 3, 0.02)
+        assert int(row["plateau_round"]) == first, row["cell"]
+        assert float(row["plateau_level"]) == pytest.approx(level)
+        assert float(row["accuracy_at_plateau"]) == pytest.approx(dict(zip(rounds, accuracies))[first])
+        assert float(row["accuracy_at_max_rounds"]) == pytest.approx(accuracies[-1])

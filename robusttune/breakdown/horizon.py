@@ -9,6 +9,9 @@ point (the map's base run and cell values, no Byzantine client, the map's seeds)
 
     STORAGE/NAME/horizon.csv         per cell and seed: plateau round, accuracies along the way
     STORAGE/NAME/horizon.md          the same, per cell (the largest plateau round over seeds)
+    STORAGE/NAME/curves.csv          every evaluated point of every clean curve (cell, seed,
+                                     round, selection_accuracy): another plateau rule can be
+                                     tried on them without running anything
     STORAGE/NAME/at_plateau.yaml     the breakdown YAML, each cell at its plateau round
     STORAGE/NAME/plan.yaml, runs.jsonl, trials/   what ``--resume`` keeps (as for a map)
 
@@ -136,18 +139,21 @@ def curve_of(summary: RunSummary) -> tuple[list[int], list[float]]:
 
 
 def measure_horizon(horizon: HorizonPlan, runner: Callable[[Sequence[RunSpec]], list[RunSummary]]
-                    ) -> list[dict[str, Any]]:
-    """Run every cell's clean runs with ``runner`` (one call: on Ray they run side by side) and
-    return one row per cell and seed: the cell's values, seed, plateau round, level, whether it
-    was reached, and the accuracy at the cell's own rounds, at the plateau and at max_rounds."""
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run every cell's clean runs with ``runner`` (one call: on Ray they run side by side).
+    Returns one row per cell and seed (the cell's values, seed, plateau round, level, whether it
+    was reached, and the accuracy at the cell's own rounds, at the plateau and at max_rounds) and
+    the curves the plateaus were read from: one row per cell, seed and evaluated round."""
     jobs = horizon.clean_specs()
     summaries = runner([spec for _, _, spec in jobs])
-    rows = []
+    rows, curves = [], []
     for (index, seed, _), summary in zip(jobs, summaries):
         cell = horizon.plan.cells[index]
         if summary.error is not None:
             raise SpecError(f"the clean run of {cell.label}, seed {seed}, failed: {summary.error}")
         rounds, accuracies = curve_of(summary)
+        curves.extend({"cell": index, "seed": seed, "round": r, "selection_accuracy": a}
+                      for r, a in zip(rounds, accuracies))
         plateau = plateau_round(rounds, accuracies, window=horizon.window, tolerance=horizon.tolerance)
         at = dict(zip(rounds, accuracies))
         own = int(cell.as_dict().get("rounds", horizon.plan.base.get("rounds", 10)))
@@ -156,7 +162,7 @@ def measure_horizon(horizon: HorizonPlan, runner: Callable[[Sequence[RunSpec]], 
                      "accuracy_at_cell_rounds": _nearest(at, own), "cell_rounds": own,
                      "accuracy_at_plateau": at.get(plateau.round, math.nan) if plateau.round else math.nan,
                      "accuracy_at_max_rounds": accuracies[-1] if accuracies else math.nan})
-    return rows
+    return rows, curves
 
 
 def _nearest(at: dict[int, float], round_number: int) -> float:
@@ -194,9 +200,10 @@ def at_plateau(horizon: HorizonPlan, horizons: dict[int, int | None]) -> dict[st
     return raw
 
 
-def write_horizon(horizon: HorizonPlan, rows: list[dict[str, Any]], folder: Path,
-                  command: str = "") -> Path:
-    """horizon.csv, horizon.md and at_plateau.yaml in ``folder``; returns the YAML's path."""
+def write_horizon(horizon: HorizonPlan, rows: list[dict[str, Any]], curves: list[dict[str, Any]],
+                  folder: Path, command: str = "") -> Path:
+    """horizon.csv, curves.csv, horizon.md and at_plateau.yaml in ``folder`` (``rows`` and
+    ``curves`` as `measure_horizon` returns them); returns the YAML's path."""
     import pandas as pd
 
     from robusttune.markdown import markdown_table
@@ -204,6 +211,8 @@ def write_horizon(horizon: HorizonPlan, rows: list[dict[str, Any]], folder: Path
     folder.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows)
     write_text_atomic(folder / "horizon.csv", frame.to_csv(index=False))
+    write_text_atomic(folder / "curves.csv", pd.DataFrame(
+        curves, columns=["cell", "seed", "round", "selection_accuracy"]).to_csv(index=False))
     horizons = cell_horizons(rows)
     keys = list(dict.fromkeys(k for cell in horizon.plan.cells for k in cell.as_dict()))
     per_cell = []
