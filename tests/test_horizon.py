@@ -113,6 +113,7 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
         {"method": "median", "rounds": int(rows[1]["plateau_round"]), "participation": 0.5,
          "participation_mode": "fixed"}]
     assert plan.seeds == [3] and plan.adversary == {"attack": ["sign_flip"]}
+    assert plan.name == "tiny_at_plateau"
     assert "| horizon |" in (folder / "horizon.md").read_text()
     # a resume runs nothing again; a changed measurement is refused in one line
     again = runner.invoke(app, [*args, "--resume"])
@@ -120,6 +121,21 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
     changed = runner.invoke(app, [*args[:-1], "4", "--resume"])
     assert changed.exit_code == 2 and "different plan" in changed.output
     assert "horizon.eval_every: 2 there, 4 now" in changed.output
+
+
+@pytest.mark.parametrize("name, expected", [("tiny_horizon", "tiny_at_plateau"),
+                                             ("tiny_fashion_horizon", "tiny_fashion_at_plateau"),
+                                             ("my_measurement", "my_measurement_at_plateau")])
+def test_the_map_at_the_plateau_is_named_after_the_measurement(tmp_path, name, expected):
+    """Two measurements of one map (say --set dataset=...) give maps that can share a storage."""
+    from robusttune.breakdown.horizon import HorizonPlan, at_plateau
+
+    space = tmp_path / "tiny.yaml"
+    space.write_text(yaml.safe_dump(MAP))
+    measurement = HorizonPlan(load_plan(space), max_rounds=16, eval_every=2, name=name)
+    mapping = at_plateau(measurement, {0: 6, 1: 8})
+    assert mapping["name"] == expected
+    assert [entry["rounds"] for entry in mapping["space"]["cell"]["grid"]] == [6, 8]
 
 
 @pytest.mark.parametrize("flag, value, message", [

@@ -185,7 +185,8 @@ def cell_horizons(rows: list[dict[str, Any]]) -> dict[int, int | None]:
 
 def at_plateau(horizon: HorizonPlan, horizons: dict[int, int | None]) -> dict[str, Any]:
     """The map's YAML mapping with one joint grid axis ``cell`` listing every cell's values
-    and ``rounds`` = its plateau round (the cell's own rounds where its clean run diverged)."""
+    and ``rounds`` = its plateau round (the cell's own rounds where its clean run diverged),
+    named after the measurement: NAME_horizon gives NAME_at_plateau."""
     raw = {k: v for k, v in horizon.plan.raw.items()}
     entries = []
     for index, cell in enumerate(horizon.plan.cells):
@@ -196,7 +197,10 @@ def at_plateau(horizon: HorizonPlan, horizons: dict[int, int | None]) -> dict[st
     drawn = {k: v for k, v in (raw.get("space") or {}).items()
              if not (isinstance(v, dict) and "grid" in v)}
     raw["space"] = {"cell": {"grid": entries}, **drawn}
-    raw["name"] = f"{horizon.plan.name}_at_plateau"
+    # named after the measurement, so two measurements of one map (say on two datasets) give
+    # two maps that can share a storage
+    stem = horizon.name.removesuffix("_horizon") or horizon.name
+    raw["name"] = f"{stem}_at_plateau"
     return raw
 
 
