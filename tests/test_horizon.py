@@ -203,3 +203,24 @@ def test_a_kept_horizon_is_the_plateau_rule_applied_to_its_kept_curves(kept):
         assert float(row["plateau_level"]) == pytest.approx(level)
         assert float(row["accuracy_at_plateau"]) == pytest.approx(dict(zip(rounds, accuracies))[first])
         assert float(row["accuracy_at_max_rounds"]) == pytest.approx(accuracies[-1])
+
+
+def test_fashions_unreached_horizons_at_p_one_tenth_are_curves_still_climbing():
+    """horizon.md (session 15): every Fashion-MNIST cell at p = 0.1 not at a plateau within 400
+    rounds gains more than the rule's tolerance (0.02) from the middle third of its curve to the
+    last: still climbing, not a noisy flat curve whose best trailing mean fell late by chance."""
+    import gzip
+
+    folder = KEPT / "fashion_horizon"
+    rows = {row["cell"]: row for row in csv.DictReader((folder / "horizon.csv").open())}
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for point in csv.DictReader(gzip.open(folder / "curves.csv.gz", "rt")):
+        curves.setdefault(point["cell"], []).append((int(point["round"]), float(point["selection_accuracy"])))
+    unreached = [cell for cell, row in rows.items()
+                 if row["plateau_reached"] == "False" and float(row["participation"]) == 0.1]
+    assert len(unreached) == 26
+    for cell in unreached:
+        rounds, accuracies = map(np.asarray, zip(*curves[cell]))
+        middle = accuracies[(rounds > 400 / 3) & (rounds <= 800 / 3)].mean()
+        last = accuracies[rounds > 800 / 3].mean()
+        assert last - middle > 0.02, (cell, rows[cell]["method"], last - middle)
