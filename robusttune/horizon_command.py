@@ -6,8 +6,9 @@
 
 The options mean what they mean to ``robusttune breakdown``. Results in STORAGE/NAME (default
 NAME: the map's name + ``_horizon``): horizon.csv, curves.csv (every evaluated point of every
-clean curve), horizon.md, at_plateau.yaml (the map with each cell at its plateau round), plan.yaml and runs.jsonl (``--resume`` runs only the missing
-clean runs) and the runs' folders under trials/."""
+clean curve), horizon.md, at_plateau.yaml (the map with each cell at its plateau round),
+plan.yaml and runs.jsonl (``--resume`` runs only the missing clean runs) and the runs' folders
+under trials/."""
 
 from __future__ import annotations
 
