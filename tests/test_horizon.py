@@ -4,6 +4,7 @@ written again at those rounds."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 from pathlib import Path
@@ -156,6 +157,15 @@ def test_bad_horizon_settings_are_one_line_and_start_nothing(tmp_path, flag, val
 KEPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "horizon_maps"
 
 
+def kept_curves(folder: Path) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """A kept measurement's curves.csv.gz: (cell, seed) -> (evaluated rounds, accuracies)."""
+    points: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for point in csv.DictReader(gzip.open(folder / "curves.csv.gz", "rt")):
+        points.setdefault((point["cell"], point["seed"]), []).append(
+            (int(point["round"]), float(point["selection_accuracy"])))
+    return {key: tuple(map(np.asarray, zip(*curve))) for key, curve in points.items()}
+
+
 @pytest.fixture(scope="module")
 def default_map():
     return load_plan(Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml")
@@ -185,17 +195,12 @@ def test_a_kept_horizon_is_the_plateau_rule_applied_to_its_kept_curves(kept):
     """curves.csv.gz holds every evaluated point of the kept clean curves; the plateau rule
     (independent_plateau, at the measurement's window 3 and tolerance 0.02) applied to them
     gives horizon.csv's plateau round, and the curve's points give its accuracies."""
-    import gzip
-
     folder = KEPT / kept
     rows = list(csv.DictReader((folder / "horizon.csv").open()))
-    points: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for point in csv.DictReader(gzip.open(folder / "curves.csv.gz", "rt")):
-        points.setdefault((point["cell"], point["seed"]), []).append(
-            (int(point["round"]), float(point["selection_accuracy"])))
-    assert sorted(points) == sorted((row["cell"], row["seed"]) for row in rows)
+    curves = kept_curves(folder)
+    assert sorted(curves) == sorted((row["cell"], row["seed"]) for row in rows)
     for row in rows:
-        rounds, accuracies = zip(*points[row["cell"], row["seed"]])
+        rounds, accuracies = curves[row["cell"], row["seed"]]
         # every 5 rounds to 400, or to the round a diverged run stopped at
         assert list(rounds[:-1]) == list(range(5, 5 * len(rounds), 5)) and rounds[-2] < rounds[-1] <= 400
         first, level = independent_plateau(rounds, accuracies, 3, 0.02)
@@ -209,18 +214,14 @@ def test_fashions_unreached_horizons_at_p_one_tenth_are_curves_still_climbing():
     """horizon.md (session 15): every Fashion-MNIST cell at p = 0.1 not at a plateau within 400
     rounds gains more than the rule's tolerance (0.02) from the middle third of its curve to the
     last: still climbing, not a noisy flat curve whose best trailing mean fell late by chance."""
-    import gzip
-
     folder = KEPT / "fashion_horizon"
-    rows = {row["cell"]: row for row in csv.DictReader((folder / "horizon.csv").open())}
-    curves: dict[str, list[tuple[int, float]]] = {}
-    for point in csv.DictReader(gzip.open(folder / "curves.csv.gz", "rt")):
-        curves.setdefault(point["cell"], []).append((int(point["round"]), float(point["selection_accuracy"])))
-    unreached = [cell for cell, row in rows.items()
+    rows = list(csv.DictReader((folder / "horizon.csv").open()))
+    curves = kept_curves(folder)
+    unreached = [row for row in rows
                  if row["plateau_reached"] == "False" and float(row["participation"]) == 0.1]
     assert len(unreached) == 26
-    for cell in unreached:
-        rounds, accuracies = map(np.asarray, zip(*curves[cell]))
+    for row in unreached:
+        rounds, accuracies = curves[row["cell"], row["seed"]]
         middle = accuracies[(rounds > 400 / 3) & (rounds <= 800 / 3)].mean()
         last = accuracies[rounds > 800 / 3].mean()
-        assert last - middle > 0.02, (cell, rows[cell]["method"], last - middle)
+        assert last - middle > 0.02, (row["cell"], row["method"], last - middle)
