@@ -5,9 +5,11 @@ Honest rows are N(0.3, 0.5^2) updates of the map's MLP size, h = 16 honest and c
 rows (the map's N = 20 at beta = 0.2). For each rule the script prints, per attack, seconds per
 round and the ratios attack / ALIE and attack / one rule call. By construction optimal ALIE and
 IPM cost about 20 rule calls (their line search) and MinMax / MinSum / Fang one pairwise-distance
-product, whatever the rule; against SWB the line search rotates the honest rows once
-(`SWB.with_fixed_rows`), so there it costs fewer: the last line compares it with the same search
-through the plain rule (`aggregators.base.appended_rows`), in the same run.
+product, whatever the rule; against SWB the line search does the honest rows' work once
+(`SWB.with_fixed_rows`: rotations drawn once, the honest rows rotated and sorted once, the
+message's copies merged into their per-rank order), so there it costs fewer: the last line
+compares it with the same search through the plain rule (`aggregators.base.appended_rows`), in
+the same run.
 
     python bench/rule_aware_attacks.py            # d = 55,210, 3 repeats
     python bench/rule_aware_attacks.py --quick    # d = 5,000, 1 repeat
@@ -72,7 +74,7 @@ def main() -> None:
                                                   rule_f=f, generator=torch.Generator().manual_seed(1)),
                                     repeats)
             print(f"  optimal_alie through the plain rule {through_plain:.4f} s/round: the honest "
-                  f"rows rotated once are x{through_plain / times['optimal_alie']:.2f} faster")
+                  f"rows' work done once is x{through_plain / times['optimal_alie']:.2f} faster")
 
 
 if __name__ == "__main__":

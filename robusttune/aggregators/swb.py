@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, get_args
+from typing import Callable, Iterable, Iterator, get_args
 
 import torch
 from torch import Tensor
@@ -25,8 +25,9 @@ ROTATIONS = tuple(get_args(RunSchema.model_fields["swb_rotation"].annotation))
 # and are reused across blocks (fresh pages cost ~0.6 s per GB here).
 BLOCK_ELEMENTS = 1 << 23
 MAX_BLOCK_CHUNKS = 128
-# `SWB.with_fixed_rows` keeps the fixed rows rotated (h x d per view) up to this many elements
-# (512 MB in float32); more falls back to rotating every row at every call
+# `SWB.with_fixed_rows` keeps the fixed rows' work (about 5 (h + 2) x d per view) and the plan's
+# rotations up to this many float32-sized elements (512 MB); rows beyond it fall back to the
+# plain call, rotations beyond what is left are drawn again at every call
 FIXED_ROWS_ELEMENTS = 1 << 27
 
 
@@ -287,58 +288,42 @@ class SWB(Aggregator):
     def aggregate(self, x: Tensor, *, generator: torch.Generator | None, **context) -> Tensor:
         n, d = x.shape
         gen = generator_for(generator, self._generators, self.seed, x.device)
-        return self._combine(n, d, gen, x,
-                             lambda index, block, start, stop: block.rotation.forward(
-                                 _chunks(x, block, start, stop)))
+        k = trim_count(self.trim_ratio, n)
+        return self.combine(d, self.plan(n, d, gen, x.device, x.dtype), x,
+                            lambda index, block, start, stop: barycenter_rows(
+                                block.rotation.forward(chunks_of(x, block, start, stop)), k))
 
     def with_fixed_rows(self, fixed: Tensor, *, f: int, seed: int = 0) -> Callable[[Tensor, int], Tensor]:
-        """`Aggregator.with_fixed_rows` with the fixed rows rotated once: every call draws the
-        same rotations (a generator seeded ``seed``), so step 1 on the h fixed rows is kept from
-        the first call and each call rotates the one appended message, not n rows (the rotation
-        is most of a call: measured 0.42 of 0.75 s at n = 20, d = 199,210). The result is the
-        plain call's to the rounding of the appended row: rotated alone, a GEMM may round it
-        differently from the same row inside the batch (measured here: in its last bit; the
-        tests hold the two together). Fixed rows beyond FIXED_ROWS_ELEMENTS (h x d x views)
-        take the plain call instead of the memory."""
+        """`Aggregator.with_fixed_rows` with the fixed rows' work done once
+        (robusttune.aggregators.swb_fixed_rows: their rotations, sorts and per-rank order, and
+        the rotations themselves), so each call rotates and sorts the one appended message.
+        Fixed rows beyond FIXED_ROWS_ELEMENTS take the plain call instead of the memory, and
+        rotations beyond what is left of it are drawn again at every call."""
+        from robusttune.aggregators.swb_fixed_rows import FixedRowsSWB
+
         h, d = fixed.shape
-        if h * d * self.swb_views > FIXED_ROWS_ELEMENTS:
+        rows = FixedRowsSWB.kept_elements(self, h, d)
+        if rows > FIXED_ROWS_ELEMENTS:
             return super().with_fixed_rows(fixed, f=f, seed=seed)
-        x = fixed.detach().to(compute_dtype(fixed.dtype))
-        rotated: dict[int, list[Tensor]] = {}   # per n: the fixed rows' Y of every block
+        rotations = FixedRowsSWB.rotation_elements(self, d)
+        return FixedRowsSWB(self, fixed, seed=seed,
+                            keep_rotations=rows + rotations <= FIXED_ROWS_ELEMENTS)
 
-        def evaluate(message: Tensor, copies: int) -> Tensor:
-            n = h + copies
-            kept = rotated.setdefault(n, [])
-            one = message.detach().to(x.dtype).reshape(1, d)
-
-            def rotate(index: int, block: Block, start: int, stop: int) -> Tensor:
-                if index == len(kept):
-                    kept.append(block.rotation.forward(_chunks(x, block, start, stop)))
-                appended = block.rotation.forward(_chunks(one, block, start, stop))
-                return torch.cat([kept[index], appended.expand(-1, copies, -1)], dim=1)
-
-            with torch.no_grad():
-                out = self._combine(n, d, torch.Generator(device=x.device).manual_seed(seed), x,
-                                    rotate)
-            return out.to(fixed.dtype)
-
-        return evaluate
-
-    def _combine(self, n: int, d: int, gen: torch.Generator, like: Tensor,
-                 rotated: Callable[[int, Block, int, int], Tensor]) -> Tensor:
-        """Steps 2-5 and the average over views, block by block of ``self.plan``, with Y of each
-        block (its index, the block, its coordinate range) from ``rotated``."""
-        k = trim_count(self.trim_ratio, n)
+    def combine(self, d: int, blocks: Iterable[Block], like: Tensor,
+                barycenter: Callable[[int, Block, int, int], Tensor]) -> Tensor:
+        """Steps 1-5 and the average over views, block by block: ``barycenter`` (the block's
+        index in the plan, the block, its coordinate range) gives the block's z, in rotated
+        coordinates; each is rotated back (step 5) and summed into its chunks."""
         out = torch.zeros(d, device=like.device, dtype=like.dtype)
-        for index, block in enumerate(self.plan(n, d, gen, like.device, like.dtype)):
+        for index, block in enumerate(blocks):
             start = block.first * self.swb_chunk
             stop = start + block.count * block.length
-            z = barycenter_rows(rotated(index, block, start, stop), k)
+            z = barycenter(index, block, start, stop)
             out[start:stop] += block.rotation.backward(z).reshape(-1)
         return out.div_(self.swb_views)
 
 
-def _chunks(x: Tensor, block: Block, start: int, stop: int) -> Tensor:
+def chunks_of(x: Tensor, block: Block, start: int, stop: int) -> Tensor:
     """Rows x (r, d) cut to the block's chunks: (count, r, length), one contiguous r x length
     matrix per chunk."""
     return x[:, start:stop].reshape(x.shape[0], block.count, block.length).transpose(0, 1).contiguous()
@@ -346,20 +331,38 @@ def _chunks(x: Tensor, block: Block, start: int, stop: int) -> Tensor:
 
 def barycenter_rows(y: Tensor, k: int) -> Tensor:
     """Steps 2-4 of SWB for a batch of rotated chunks y: (nb, n, c) -> z: (nb, c)."""
-    nb, n, c = y.shape
     ranked = sort_values(y, dim=-1)  # s_i = sort(Y_i)
-    if k:
-        # Per rank, drop k values on each side across clients: a sort along the clients (numpy's
-        # vectorised sort, ~0.1 s per view at n=50; a masked top-k in torch took ~1 s), never a
-        # "total minus top-k sums" difference, which cancels the honest digits next to 1e6
-        # outliers and turns inf into NaN. Both sort paths (numpy on CPU float32/64, torch.sort
-        # elsewhere) put -inf first and NaN after +inf (pinned by
-        # tests/test_extreme_messages.py), so at each rank the at most f <= k values of corrupted
-        # rows (a rotated inf or float-max row is +-inf or NaN) sit at the ends and are dropped.
-        b = sort_values(ranked, dim=1)[:, k:n - k].mean(dim=1)
-    else:
-        b = ranked.mean(dim=1)
-    dist = (ranked - b[:, None, :]).square_().sum(dim=-1)  # (nb, n)
+    return placed_at_medoid(y, ranked, trimmed_rank_mean(ranked, k))
+
+
+def trimmed_rank_mean(ranked: Tensor, k: int) -> Tensor:
+    """Step 3: b_r = mean over clients of s_ir without the k lowest and k highest, for rows
+    sorted ``ranked``: (nb, n, c) -> (nb, c)."""
+    n = ranked.shape[1]
+    if not k:
+        return ranked.mean(dim=1)
+    # Per rank, drop k values on each side across clients: a sort along the clients (numpy's
+    # vectorised sort, ~0.1 s per view at n=50; a masked top-k in torch took ~1 s), never a
+    # "total minus top-k sums" difference, which cancels the honest digits next to 1e6
+    # outliers and turns inf into NaN. Both sort paths (numpy on CPU float32/64, torch.sort
+    # elsewhere) put -inf first and NaN after +inf (pinned by
+    # tests/test_extreme_messages.py), so at each rank the at most f <= k values of corrupted
+    # rows (a rotated inf or float-max row is +-inf or NaN) sit at the ends and are dropped.
+    return sort_values(ranked, dim=1)[:, k:n - k].mean(dim=1)
+
+
+def placed_at_medoid(y: Tensor, ranked: Tensor, b: Tensor) -> Tensor:
+    """Step 4: b placed back in the order of the medoid m (`medoid_rows`), z[argsort(Y_m)] = b:
+    (nb, c)."""
+    medoid = medoid_rows(y, ranked, b)
+    rank_to_coordinate = argsort_last(y[torch.arange(y.shape[0], device=y.device), medoid])
+    return torch.empty_like(b).scatter_(1, rank_to_coordinate.to(y.device), b)
+
+
+def medoid_rows(y: Tensor, ranked: Tensor, b: Tensor) -> Tensor:
+    """The medoid of step 4 in every chunk, m = argmin_i ||s_i - b||_2 over the rows (y:
+    (nb, r, c) rotated, ``ranked`` their sorted rows; equal rows may be given once): (nb,)."""
+    dist = (ranked - b[:, None, :]).square_().sum(dim=-1)  # (nb, r)
     # A corrupted row's distance can be NaN (a NaN message, or inf - inf once a rotation mixes
     # +-inf or float-max coordinates), and argmin returns a NaN's index: count it as +inf so the
     # medoid is the nearest row with a defined distance. (A NaN medoid gave a finite but wrong z:
@@ -378,8 +381,7 @@ def barycenter_rows(y: Tensor, k: int) -> Tensor:
     if not on_host(y) or bool(tied.any()):
         keys = torch.where(at_lowest, tie_keys(y), torch.inf)
         medoid = torch.where(tied, keys.argmin(dim=1), medoid)
-    rank_to_coordinate = argsort_last(y[torch.arange(nb, device=y.device), medoid])
-    return torch.empty_like(b).scatter_(1, rank_to_coordinate.to(y.device), b)
+    return medoid
 
 
 def published_chunk_step(chunk: Tensor, q: Tensor, k: int) -> Tensor:

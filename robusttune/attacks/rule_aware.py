@@ -224,7 +224,8 @@ class _LineSearched(Attack):
     """An attack vector scaled by tau, tau chosen every round by ``line_maximise`` of
     ``rule_error``. Cost per round: 20 evaluations of the deployed rule on n rows (one
     read-back each), less where the rule does its work on the honest rows once
-    (`rule_objective`: SWB rotates them once, not 20 times). Strength is accepted and unused
+    (`rule_objective`: SWB rotates and sorts them once, not 20 times, and merges the
+    message's copies into their per-rank order). Strength is accepted and unused
     (tau is searched); no ladder."""
 
     needs_rule = True
