@@ -405,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                           markdown_table(dataset_grid(cells, other, label, other_label)), "",
                           f"## Per method: {label} against {other_label}", "",
                           markdown_table(dataset_summary(cells, other), floatfmt=".3g", index=False), "",
-                          f"## The cells whose answer depends on the dataset ({len(changed)} of "
-                          f"{len(cells)})", "",
+                          f"## The cells whose answer differs: {other_label} -> {label} "
+                          f"({len(changed)} of {len(cells)})", "",
                           markdown_table(changed, floatfmt=".3g", index=False), ""]))
     if args.also:
         maps = {folder.name: read_map_csv(folder / "breakdown.csv")
