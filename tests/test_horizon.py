@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from robusttune.breakdown.horizon import plateau_round
 from robusttune.breakdown.plan import load_plan
 from robusttune.cli import app
+from tests.scripts import loaded_script
 
 
 def independent_plateau(rounds, accuracies, window, tolerance):
@@ -225,3 +226,28 @@ def test_fashions_unreached_horizons_at_p_one_tenth_are_curves_still_climbing():
         middle = accuracies[(rounds > 400 / 3) & (rounds <= 800 / 3)].mean()
         last = accuracies[rounds > 800 / 3].mean()
         assert last - middle > 0.02, (row["cell"], row["method"], last - middle)
+
+
+def test_the_kept_digits_map_at_the_horizon_is_at_plateau_yaml_and_its_moves_are_horizon_md_s():
+    """horizon_maps/breakdown_at_plateau (the finished digits map at the horizon): one row per cell
+    of at_plateau.yaml at its plateau round; set beside the map at the map's rounds
+    (claim10_map's per-method summary), the cells that move up and down are the counts
+    horizon.md states."""
+    root = Path(__file__).resolve().parents[1]
+    folder = KEPT / "breakdown_at_plateau"
+    plan = load_plan(KEPT / "digits_horizon" / "at_plateau.yaml")
+    cells = list(csv.DictReader((folder / "breakdown.csv").open()))
+    assert len(cells) == len(plan.cells) == 100
+    planned = sorted((c.as_dict()["method"], float(c.as_dict()["participation"]),
+                      c.as_dict()["participation_mode"], c.as_dict().get("pre_aggregator", "none"),
+                      int(c.as_dict()["rounds"])) for c in plan.cells)
+    kept = sorted((c["method"], float(c["participation"]), c["participation_mode"],
+                   c["pre_aggregator"] or "none", int(c["rounds"])) for c in cells)
+    assert kept == planned
+    with loaded_script(root / "analysis" / "findings" / "claim10_map.py", "claim10_map_horizon") as tool:
+        short = root / "analysis" / "findings" / "claim10_fashion" / "breakdown_digits"
+        summary = tool.dataset_summary(tool.read_map_csv(folder / "breakdown.csv"),
+                                       tool.read_map_csv(short / "breakdown.csv"))
+    up, down = int(summary["higher"].sum()), int(summary["lower"].sum())
+    text = " ".join((root / "analysis" / "findings" / "horizon.md").read_text().split())
+    assert f"{up + down} of the 100 answers move with the horizon: {up} up, {down} down" in text
