@@ -25,7 +25,7 @@ ROTATIONS = tuple(get_args(RunSchema.model_fields["swb_rotation"].annotation))
 # and are reused across blocks (fresh pages cost ~0.6 s per GB here).
 BLOCK_ELEMENTS = 1 << 23
 MAX_BLOCK_CHUNKS = 128
-# `SWB.with_fixed_rows` keeps the fixed rows' work (about 5 (h + 2) x d per view) and the plan's
+# `SWB.with_fixed_rows` keeps the fixed rows' work (7 (h + 1) x d a view) and the plan's
 # rotations up to this many float32-sized elements (512 MB); rows beyond it fall back to the
 # plain call, rotations beyond what is left are drawn again at every call
 FIXED_ROWS_ELEMENTS = 1 << 27

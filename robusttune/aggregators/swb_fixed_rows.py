@@ -10,8 +10,10 @@ sorting n values per rank; the medoid is the rule's own (`swb.medoid_rows`).
 
 The result is the plain call's (`Aggregator.with_fixed_rows`: the rule on
 cat[fixed, c x message] with a generator seeded ``seed``) to the rounding of the message's
-rotation: rotated alone, a GEMM may round its row differently from the same row in the batch,
-and the trimmed mean sums the same values in the same order.
+rotation: rotated alone, a GEMM may round its row differently from the same row in the batch.
+The merge picks the values the sort picks, in the same order, so with k >= 1 step 3 gives the
+same float (tests/test_swb_fixed_rows.py); with k = 0 it averages the sorted column where the
+rule averages the rows as given, which may differ in the last bit.
 """
 
 from __future__ import annotations
@@ -86,10 +88,11 @@ class FixedRowsSWB:
 
     @staticmethod
     def kept_elements(rule: SWB, h: int, d: int) -> int:
-        """Float32-sized elements kept for the fixed rows and the message: Y, sort(Y), the
-        per-rank sorted columns and argsort(Y) (int64, two), (h + 1) x d each, a view (the
-        columns' padding of 2c rows counted as one more row)."""
-        return 5 * (h + 2) * d * rule.swb_views
+        """Float32-sized elements kept for the fixed rows and the message, a view: Y and sort(Y),
+        (h + 1) x d each; argsort(Y), (h + 1) x d int64 (two each); the per-rank sorted
+        columns with their padding, (h + 2c) x d, at most 3h x d since c < h within the rule's
+        precondition (2f < n): 7 (h + 1) x d in all."""
+        return 7 * (h + 1) * d * rule.swb_views
 
     @staticmethod
     def rotation_elements(rule: SWB, d: int) -> int:
