@@ -6,11 +6,11 @@ peak GPU memory of each.
     PYTHONPATH=. bash bench/gpu.sh --cpu --tiny    # every figure at toy sizes on the CPU (the
                                                    # test suite runs this, so it cannot rot)
 
-Runs on a bare CUDA machine with only torch, numpy and scipy: it reaches ``robusttune.models``,
-``training``, ``aggregators``, ``attacks``, ``algorithms``, ``caches``, ``data`` and
-``simulation`` (none imports Ray or Optuna) and the helpers of ``bench/training.py`` and
-``bench/aggregators.py``. PyYAML is only needed to read files, so when it is missing a stand-in
-module lets ``robusttune.config`` import. Every API it calls exists in torch 2.11 as in 2.14.
+Runs on a CUDA machine with torch, numpy, scipy and pydantic (``robusttune.config``'s schema):
+it reaches ``robusttune.models``, ``training``, ``aggregators``, ``attacks``, ``algorithms``,
+``caches``, ``data`` and ``simulation`` (none imports Ray, Optuna or PyYAML) and the helpers of
+``bench/training.py`` and ``bench/aggregators.py``. It ran on an H200 with torch 2.11.0 on
+2026-12-04 (bench/results/), pydantic carried there as wheels (README.md, "On a GPU").
 
 Output: lines starting with ``#`` are notes; every other line is ``<figure>: <number>``, and the
 last one is the headline, ``batched_vs_sequential_cnn2_50_clients``. Figure names are those of
@@ -310,11 +310,15 @@ def aggregation_figures(bench: Bench, sizes: Sizes) -> None:
 
 def round_spec(sizes: Sizes, device: torch.device, **keys: Any) -> RunSpec:
     """A run on the synthetic CIFAR-shaped set (no files needed), never evaluated or
-    checkpointed, so a step is one round's training, attack and aggregation."""
+    checkpointed, so a step is one round's training, attack and aggregation.
+
+    In native numerics, as every other figure here: by then this process has computed, which
+    the portable mode refuses (robusttune.numerics.pin), and on CUDA the portable mode's cost is
+    what the ``deterministic_*`` figures measure."""
     return RunSpec(dataset="synthetic", synthetic_shape=sizes.shape_text, synthetic_classes=10,
                    synthetic_samples=sizes.samples, model="cnn2", byzantine_fraction=0.2,
                    rounds=10**6, eval_every=10**6, checkpoint_every=0, device=str(device), seed=0,
-                   **keys)
+                   numerics="native", **keys)
 
 
 def round_figures(bench: Bench, sizes: Sizes) -> None:

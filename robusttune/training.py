@@ -105,10 +105,9 @@ def resolve_trainer(trainer: str, device: torch.device | str) -> str:
       the 2-core development machine; README, Performance): sequential is the faster strategy,
       1.00 against 0.73 for batched at 2 threads and 0.59 against 0.45 at 1 thread (under vmap a
       convolution with per-client weights becomes a grouped convolution, slower on the CPU).
-    - CUDA: batched, on the expectation that stacking the clients fills a GPU that one client's
-      batch of 32 leaves mostly idle (the issue's target is at least 5x over sequential). This
-      is not measured yet: ``bench/gpu.sh`` prints ``batched_vs_sequential_cnn2_10_clients`` and
-      ``..._50_clients``; if either is below 1, this rule is wrong there and must change.
+    - CUDA (``bench/gpu.sh`` on one H200, torch 2.11, 2026-12-04; README, "On a GPU"): batched,
+      which stacks the clients into a GPU that one client's batch of 32 leaves mostly idle:
+      1.95-2.07x sequential at 10 clients and 9.4-11.0x at 50 (two runs).
     - Anything else (e.g. ``mps``): sequential, since nothing was measured there.
     """
     if trainer == "auto":

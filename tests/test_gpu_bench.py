@@ -1,6 +1,7 @@
 """bench/gpu.sh, the one command a GPU machine runs, kept working between the rare times one is
-at hand: its tiny CPU mode prints every figure once with a number, and what it imports runs on a
-machine without Ray, Optuna or PyYAML (the GPU machine's python3 has none of them)."""
+at hand: its tiny CPU mode prints every figure once with a number, in a process that starts
+without the portable mode's variables (as on a GPU machine), and what it imports runs on a
+machine without Ray, Optuna or PyYAML (the GPU machine's python3 has no Ray or Optuna)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from robusttune.numerics import environment
+from robusttune.schema import NUMERICS_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
+PORTABLE_VARIABLES = {*environment("portable"), NUMERICS_ENV}
 
 # What the issue asks the GPU run to show, by name; bench/gpu.py's own list must contain these.
 PROMISED = [
@@ -53,8 +58,10 @@ def test_gpu_bench_imports_without_ray_optuna_or_yaml(declared):
 
 
 def test_tiny_cpu_mode_prints_every_figure_once(declared):
+    # as on a bare machine: none of the portable mode's variables that this session exported
+    bare = {key: value for key, value in os.environ.items() if key not in PORTABLE_VARIABLES}
     out = subprocess.run(["bash", "bench/gpu.sh", "--cpu", "--tiny"], cwd=ROOT, capture_output=True,
-                         text=True, env={**os.environ, "PYTHON": sys.executable}, timeout=180)
+                         text=True, env={**bare, "PYTHON": sys.executable}, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     lines = [line for line in out.stdout.splitlines() if line and not line.startswith("#")]
     figures = [line.split(": ", 1) for line in lines]
@@ -68,3 +75,30 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared):
     assert values["batched_vs_sequential_max_abs_diff_cnn2_10_clients"] < 1e-5
     assert values["batched_repeat_max_abs_diff_cnn2_10_clients"] == 0
     assert values["swb_dm_cache_n500_bfloat16_mib"] * 2 == values["swb_dm_cache_n500_float32_mib"]
+
+
+def _logged_runs() -> list[dict[str, float]]:
+    """The figure lines of each run in the kept H200 log, one dict per run."""
+    runs: list[dict[str, float]] = []
+    for line in (ROOT / "bench/results/gpu_h200_2026-12-04.txt").read_text().splitlines():
+        if line.startswith("# torch "):  # each run's header line
+            runs.append({})
+        elif line and not line.startswith("#"):
+            name, value = line.split(": ", 1)
+            runs[-1][name] = float(value)
+    return runs
+
+
+def test_kept_h200_log_holds_every_figure_and_the_readme_quotes_it(declared):
+    runs = _logged_runs()
+    assert len(runs) == 2
+    for run in runs:
+        assert list(run) == declared["names"]
+        assert all(math.isfinite(v) for v in run.values())
+    readme = (ROOT / "README.md").read_text()
+    headline = " / ".join(f"{run['batched_vs_sequential_cnn2_50_clients']:.2f}x" for run in runs)
+    assert f"batched {headline}" in readme
+    ten = " / ".join(f"{run['batched_vs_sequential_cnn2_10_clients']:.2f}x" for run in runs)
+    assert f"batched {ten}" in readme
+    paper = " / ".join(f"{run['swb_paper_n500_over_haar']:.1f}x" for run in runs)
+    assert f"paper's n = 500 over ours {paper}" in readme
