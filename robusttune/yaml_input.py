@@ -1,7 +1,7 @@
 """What the user writes, read into Python: YAML files (run files, search spaces, breakdown spaces,
 stored sweeps) and ``--set key=value`` assignments, each failure one SpecError line. PyYAML is
 only needed here and by the sweep layer, so the simulation imports without it (bench/gpu.sh
-needs no YAML; tests/test_gpu_bench.py imports it with PyYAML blocked).
+needs no YAML; tests/test_gpu_bench.py imports bench/gpu.py with PyYAML blocked).
 
 YAML is read with ``yaml.safe_load``: a file from a shared folder cannot build Python objects.
 """
