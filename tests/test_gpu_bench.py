@@ -41,6 +41,12 @@ print(json.dumps({"loaded": loaded, "names": gpu.figure_names(), "rules": gpu.ru
 """
 
 
+def figure_lines(output: str) -> list[list[str]]:
+    """bench/gpu.py's ``<figure>: <number>`` lines of ``output`` split at ": ", in order (notes,
+    the lines starting with ``#``, left out)."""
+    return [line.split(": ", 1) for line in output.splitlines() if line and not line.startswith("#")]
+
+
 @pytest.fixture(scope="module")
 def declared():
     out = subprocess.run([sys.executable, "-c", ISOLATED_IMPORT], cwd=ROOT, capture_output=True,
@@ -63,9 +69,8 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared):
     out = subprocess.run(["bash", "bench/gpu.sh", "--cpu", "--tiny"], cwd=ROOT, capture_output=True,
                          text=True, env={**bare, "PYTHON": sys.executable}, timeout=180)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    lines = [line for line in out.stdout.splitlines() if line and not line.startswith("#")]
-    figures = [line.split(": ", 1) for line in lines]
-    assert all(len(f) == 2 for f in figures), lines
+    figures = figure_lines(out.stdout)
+    assert all(len(f) == 2 for f in figures), figures
     names = [name for name, _ in figures]
     assert names == declared["names"]  # each once, in the declared order, the headline last
     values = {name: float(value) for name, value in figures}
@@ -79,14 +84,10 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared):
 
 def _logged_runs() -> list[dict[str, float]]:
     """The figure lines of each run in the kept H200 log, one dict per run."""
-    runs: list[dict[str, float]] = []
-    for line in (ROOT / "bench/results/gpu_h200_2026-12-04.txt").read_text().splitlines():
-        if line.startswith("# torch "):  # each run's header line
-            runs.append({})
-        elif line and not line.startswith("#"):
-            name, value = line.split(": ", 1)
-            runs[-1][name] = float(value)
-    return runs
+    log = (ROOT / "bench/results/gpu_h200_2026-12-04.txt").read_text()
+    # each run's output begins with the script's own "# torch ..." header line
+    runs = [run.split("\n", 1)[1] for run in log.split("\n# torch ")[1:]]
+    return [{name: float(value) for name, value in figure_lines(run)} for run in runs]
 
 
 def test_kept_h200_log_holds_every_figure_and_the_readme_quotes_it(declared):
