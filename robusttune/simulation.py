@@ -297,11 +297,14 @@ class Simulation:
         error = None if aggregate is None or honest is None else error_from(aggregate, honest)
         spread = None if honest is None else spread_from(honest)
 
-        # the round's one read-back (beside evaluation): counts, norm, error and spread together
+        # the round's one read-back (beside evaluation): counts, norm, error and spread together.
+        # The norm accumulates in float64: a diverging run's finite float32 parameters pass 1.8e19
+        # long before they overflow, and a float32 norm would record inf beside 0 non-finite
+        # parameters (seed 42's claim-2 mlp run on an AVX-512 Xeon under ATen's default kernels).
         undefined = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)
         figures = torch.stack([bad_messages.double(),
                                (~torch.isfinite(self.params)).sum().double(),
-                               torch.linalg.vector_norm(self.params).double(),
+                               torch.linalg.vector_norm(self.params, dtype=torch.float64),
                                undefined if error is None else error,
                                undefined if spread is None else spread]).tolist()
         nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]

@@ -88,6 +88,17 @@ def test_divergence_is_a_collapsed_result_not_a_crash():
     assert len(records) <= 5
 
 
+def test_finite_parameters_past_float32s_norm_range_get_a_finite_norm():
+    # Gaussian messages of std 1e25 move every parameter to ~1e24: each one finite in float32,
+    # their sum of squares (~1e51 in all) far past float32's 3.4e38. The recorded norm is the
+    # float64 one; a float32 norm would read inf beside 0 non-finite parameters (issue 27).
+    spec = RunSpec(**{**FAST, "rounds": 1}, attack="gaussian", attack_strength=1e25,
+                   byzantine_fraction=0.5)
+    record = _records(spec)[-1]
+    assert record["nonfinite_params"] == 0
+    assert math.isfinite(record["param_norm"]) and record["param_norm"] > 1e20
+
+
 def test_record_fields_describe_the_round():
     spec = RunSpec(**FAST, byzantine_fraction=0.25, attack="ipm", eval_every=2)
     records = _records(spec)
