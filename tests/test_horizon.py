@@ -228,14 +228,36 @@ def test_fashions_unreached_horizons_at_p_one_tenth_are_curves_still_climbing():
         assert last - middle > 0.02, (row["cell"], row["method"], last - middle)
 
 
-def test_the_kept_digits_map_at_the_horizon_is_at_plateau_yaml_and_its_moves_are_horizon_md_s():
-    """horizon_maps/breakdown_at_plateau (the finished digits map at the horizon): one row per cell
-    of at_plateau.yaml at its plateau round; set beside the map at the map's rounds
-    (claim10_map's per-method summary), the cells that move up and down are the counts
-    horizon.md states."""
-    root = Path(__file__).resolve().parents[1]
-    folder = KEPT / "breakdown_at_plateau"
-    plan = load_plan(KEPT / "digits_horizon" / "at_plateau.yaml")
+ROOT = Path(__file__).resolve().parents[1]
+SHORT_MAPS = ROOT / "analysis" / "findings" / "claim10_fashion"
+
+# (the finished map at the horizon, the plan it ran, the same cells at the map's rounds)
+KEPT_HORIZON_MAPS = {
+    "digits": ("breakdown_at_plateau", "digits_horizon", "breakdown_digits"),
+    "fashion_mnist": ("breakdown_fashion_at_plateau", "fashion_horizon", "breakdown_fashion"),
+}
+
+
+def _map_summary(folder: Path, other: Path):
+    """claim10_map's per-method summary of map ``folder`` against map ``other``, cell by cell."""
+    with loaded_script(ROOT / "analysis" / "findings" / "claim10_map.py", "claim10_map_horizon") as tool:
+        return tool.dataset_summary(tool.read_map_csv(folder / "breakdown.csv"),
+                                    tool.read_map_csv(other / "breakdown.csv"))
+
+
+def _horizon_md() -> str:
+    return " ".join((ROOT / "analysis" / "findings" / "horizon.md").read_text().split())
+
+
+@pytest.mark.parametrize("dataset", list(KEPT_HORIZON_MAPS))
+def test_a_kept_map_at_the_horizon_is_its_at_plateau_yaml_and_its_moves_are_horizon_md_s(dataset):
+    """horizon_maps/<map> (a finished map at the horizon): one row per cell of its at_plateau.yaml
+    at its plateau round, as many runs kept as its cells' trials; set beside the map at the map's
+    rounds (claim10_map's per-method summary), the cells that move up and down, and the runs and
+    lattice points, are what horizon.md states."""
+    kept_map, horizon, short = KEPT_HORIZON_MAPS[dataset]
+    folder = KEPT / kept_map
+    plan = load_plan(KEPT / horizon / "at_plateau.yaml")
     cells = list(csv.DictReader((folder / "breakdown.csv").open()))
     assert len(cells) == len(plan.cells) == 100
     planned = sorted((c.as_dict()["method"], float(c.as_dict()["participation"]),
@@ -244,10 +266,25 @@ def test_the_kept_digits_map_at_the_horizon_is_at_plateau_yaml_and_its_moves_are
     kept = sorted((c["method"], float(c["participation"]), c["participation_mode"],
                    c["pre_aggregator"] or "none", int(c["rounds"])) for c in cells)
     assert kept == planned
-    with loaded_script(root / "analysis" / "findings" / "claim10_map.py", "claim10_map_horizon") as tool:
-        short = root / "analysis" / "findings" / "claim10_fashion" / "breakdown_digits"
-        summary = tool.dataset_summary(tool.read_map_csv(folder / "breakdown.csv"),
-                                       tool.read_map_csv(short / "breakdown.csv"))
+    with gzip.open(folder / "runs.jsonl.gz", "rt") as lines:
+        runs = sum(1 for _ in lines)
+    assert runs == sum(int(c["trials"]) for c in cells)
+    points = sum(int(c["points_evaluated"]) for c in cells)
+    summary = _map_summary(folder, SHORT_MAPS / short)
     up, down = int(summary["higher"].sum()), int(summary["lower"].sum())
-    text = " ".join((root / "analysis" / "findings" / "horizon.md").read_text().split())
+    text = _horizon_md()
     assert f"{up + down} of the 100 answers move with the horizon: {up} up, {down} down" in text
+    assert f"{runs:,} runs ({points} lattice points in" in text
+
+
+def test_fashion_mnist_against_digits_at_the_horizon_is_what_horizon_md_states():
+    """The two kept maps at the horizon, cell by cell: the answers higher and lower on
+    Fashion-MNIST are horizon.md's counts, and fewer than between the maps at the map's rounds
+    (the short maps' rise on Fashion-MNIST was in part the lower survival bar)."""
+    fashion, digits = KEPT / "breakdown_fashion_at_plateau", KEPT / "breakdown_at_plateau"
+    summary = _map_summary(fashion, digits)
+    up, down = int(summary["higher"].sum()), int(summary["lower"].sum())
+    assert (f"{up + down} of the 100 answers differ with the data at the horizon: {up} higher on "
+            f"Fashion-MNIST, {down} lower") in _horizon_md()
+    short = _map_summary(SHORT_MAPS / "breakdown_fashion", SHORT_MAPS / "breakdown_digits")
+    assert up < int(short["higher"].sum()) and up + down < int((short["higher"] + short["lower"]).sum())
