@@ -288,3 +288,34 @@ def test_fashion_mnist_against_digits_at_the_horizon_is_what_horizon_md_states()
             f"Fashion-MNIST, {down} lower") in _horizon_md()
     short = _map_summary(SHORT_MAPS / "breakdown_fashion", SHORT_MAPS / "breakdown_digits")
     assert up < int(short["higher"].sum()) and up + down < int((short["higher"] + short["lower"]).sum())
+
+
+def test_fashions_slow_cells_at_1200_rounds_repeat_the_400_round_curves_and_plateau():
+    """horizon_maps/fashion_p01_at_1200 (session 20): the 26 climbing cells' clean runs again, to
+    1200 rounds. Their first 400 rounds are the 400-round curves exactly (same RunSpec but the
+    rounds, portable numerics); the plateau rule on the kept curves gives horizon.csv, every cell
+    reaches it; fashion_p01_at_plateau.yaml re-runs exactly the cells whose plateau moved, at it."""
+    slow = KEPT / "fashion_p01_at_1200"
+    rows = list(csv.DictReader((slow / "horizon.csv").open()))
+    earlier = {(r["method"], r["pre_aggregator"], r["participation_mode"]): r
+               for r in csv.DictReader((KEPT / "fashion_horizon" / "horizon.csv").open())
+               if float(r["participation"]) == 0.1}
+    long_curves, short_curves = kept_curves(slow), kept_curves(KEPT / "fashion_horizon")
+    assert len(rows) == 26
+    moved = {}
+    for row in rows:
+        before = earlier[row["method"], row["pre_aggregator"], row["participation_mode"]]
+        assert before["plateau_reached"] == "False"
+        rounds, accuracies = long_curves[row["cell"], row["seed"]]
+        short_rounds, short_accuracies = short_curves[before["cell"], before["seed"]]
+        assert list(rounds[:len(short_rounds)]) == list(short_rounds)
+        assert list(accuracies[:len(short_rounds)]) == list(short_accuracies)
+        first, _ = independent_plateau(rounds, accuracies, 3, 0.02)
+        assert int(row["plateau_round"]) == first and row["plateau_reached"] == "True"
+        if first != int(before["plateau_round"]):
+            moved[row["method"], row["pre_aggregator"] or "none", row["participation_mode"]] = first
+    rerun = load_plan(KEPT / "fashion_p01_at_plateau.yaml")
+    assert {(c.as_dict()["method"], c.as_dict().get("pre_aggregator", "none"),
+             c.as_dict()["participation_mode"]): int(c.as_dict()["rounds"])
+            for c in rerun.cells} == moved
+    assert len(moved) == 15
