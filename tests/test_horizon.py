@@ -233,8 +233,9 @@ SHORT_MAPS = ROOT / "analysis" / "findings" / "claim10_fashion"
 
 # (the finished map at the horizon, the plan it ran, the same cells at the map's rounds)
 KEPT_HORIZON_MAPS = {
-    "digits": ("breakdown_at_plateau", "digits_horizon", "breakdown_digits"),
-    "fashion_mnist": ("breakdown_fashion_at_plateau", "fashion_horizon", "breakdown_fashion"),
+    "digits": ("breakdown_at_plateau", "digits_horizon/at_plateau.yaml", "breakdown_digits"),
+    "fashion_mnist": ("breakdown_fashion_at_plateau", "fashion_at_plateau_1200.yaml",
+                      "breakdown_fashion"),
 }
 
 
@@ -251,13 +252,13 @@ def _horizon_md() -> str:
 
 @pytest.mark.parametrize("dataset", list(KEPT_HORIZON_MAPS))
 def test_a_kept_map_at_the_horizon_is_its_at_plateau_yaml_and_its_moves_are_horizon_md_s(dataset):
-    """horizon_maps/<map> (a finished map at the horizon): one row per cell of its at_plateau.yaml
+    """horizon_maps/<map> (a finished map at the horizon): one row per cell of the plan it ran
     at its plateau round, as many runs kept as its cells' trials; set beside the map at the map's
     rounds (claim10_map's per-method summary), the cells that move up and down, and the runs and
     lattice points, are what horizon.md states."""
     kept_map, horizon, short = KEPT_HORIZON_MAPS[dataset]
     folder = KEPT / kept_map
-    plan = load_plan(KEPT / horizon / "at_plateau.yaml")
+    plan = load_plan(KEPT / horizon)
     cells = list(csv.DictReader((folder / "breakdown.csv").open()))
     assert len(cells) == len(plan.cells) == 100
     planned = sorted((c.as_dict()["method"], float(c.as_dict()["participation"]),
@@ -319,3 +320,39 @@ def test_fashions_slow_cells_at_1200_rounds_repeat_the_400_round_curves_and_plat
              c.as_dict()["participation_mode"]): int(c.as_dict()["rounds"])
             for c in rerun.cells} == moved
     assert len(moved) == 15
+
+
+def _cell_key(cell: dict) -> tuple:
+    pre = cell.get("pre_aggregator")
+    return (cell["method"], float(cell["participation"]), cell["participation_mode"],
+            "none" if pre in (None, "") or pre != pre else pre)
+
+
+def test_fashions_map_at_the_horizon_takes_the_slow_cells_at_their_1200_round_plateau():
+    """fashion_at_plateau_1200.yaml (the plan the kept Fashion-MNIST map ran): fashion_horizon's
+    cells at their 400-round plateau, but the 15 whose plateau moved at fashion_p01_at_plateau.yaml's
+    round. Its start (fashion_at_plateau_1200_start.csv) is the map at the map's rounds, row for
+    row, but for those 15 cells' answers (the map at the 400-round plateau they were re-run from):
+    each cell starts where its kept runs were searched from, so the joined runs are the map."""
+    cells = lambda name: {_cell_key(c.as_dict()): int(c.as_dict()["rounds"])
+                          for c in load_plan(KEPT / name).cells}
+    at_400, final = cells("fashion_horizon/at_plateau.yaml"), cells("fashion_at_plateau_1200.yaml")
+    slow = cells("fashion_p01_at_plateau.yaml")
+    assert len(final) == len(at_400) == 100 and len(slow) == 15
+    assert final == {**at_400, **slow}
+    assert all(slow[key] > at_400[key] for key in slow)
+
+    short = list(csv.DictReader((SHORT_MAPS / "breakdown_fashion" / "breakdown.csv").open()))
+    start = list(csv.DictReader((KEPT / "fashion_at_plateau_1200_start.csv").open()))
+    assert len(start) == len(short) == 100
+    answers = ("status", "breakdown_fraction")
+    moved = set()
+    for mapped, started in zip(short, start):
+        assert {k: v for k, v in mapped.items() if k not in answers} == \
+            {k: v for k, v in started.items() if k not in answers}
+        if any(float(mapped[k]) != float(started[k]) if k == "breakdown_fraction"
+               else mapped[k] != started[k] for k in answers):
+            moved.add(_cell_key(started))
+    assert moved and moved <= set(slow)
+    plan = load_plan(KEPT / "breakdown_fashion_at_plateau" / "plan.yaml")
+    assert plan.start_from == "analysis/findings/horizon_maps/fashion_at_plateau_1200_start.csv"
