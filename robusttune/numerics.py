@@ -29,6 +29,23 @@ Which machines were checked is stated in README.md ("Numerics"). On aarch64 the 
 ``default`` capability, one thread, oneDNN and NNPACK off; its BLAS (OpenBLAS) chooses kernels by
 core type, which this mode does not pin, so no cross-machine claim is made there.
 
+One kernel family no setting pins: MKL's vector math (VML). ATen hands some elementwise
+operations on contiguous float32 / float64 CPU tensors to it, and in the ``COMPATIBLE`` branch
+several of those kernels start from ``rsqrtps`` or ``rcpps``, approximate instructions that Intel,
+AMD and QEMU implement with different tables, so their last bit depends on the CPU (issue 44: ALIE's
+sigma was one ulp off in 8,879 of 53,002 coordinates on an Intel Xeon, and a quickstart cell moved
+from 0.61 to 0.87). Which operations those are was found, for torch 2.14.1, in two steps that
+``analysis/vml_audit.py`` repeats: (1) under gdb, with a breakpoint on every exported
+``mkl_vml_kernel_*`` symbol of libtorch_cpu.so, each ATen operation was run once on float32 and
+float64 in portable mode; the ones that reach VML are :data:`MKL_VML_OPERATIONS` (cross-entropy,
+(log-)softmax, sigmoid, GELU, norms, ``rsqrt``, ``reciprocal``, ``pow`` other than 0.5, ``std`` and
+``var`` do not: they are ATen's own vectorised code, pinned by its capability); (2) objdump of each
+reached ``*_EXHAynn`` kernel, searched for ``rsqrt*`` / ``rcp*`` instructions: the approximate ones
+are :data:`MKL_APPROXIMATE_OPERATIONS`. Tracing the attack, aggregation, training and evaluation
+tests the same way finds only ``sqrt`` (float32 and float64) on the tool's paths: every call goes
+through :func:`sqrt` below, which is correctly rounded in portable mode, and
+tests/test_numerics.py keeps the package free of direct calls to the others.
+
 ``native`` pins nothing: the float path this process's environment gives (the machine's own
 dispatch, or what the user exported). A process has one mode: once it trained in one, a run of the
 other is refused in one line, since neither MKL nor ATen can change their dispatch after their
@@ -46,11 +63,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
+from torch import Tensor
 
 from robusttune.registry import SpecError
 
-__all__ = ["NUMERICS_MODES", "FloatPath", "environment", "pin", "float_path", "pinned_mode"]
+__all__ = ["NUMERICS_MODES", "MKL_VML_OPERATIONS", "MKL_APPROXIMATE_OPERATIONS", "FloatPath",
+           "environment", "pin", "float_path", "pinned_mode", "sqrt"]
 
 NUMERICS_MODES = ("native", "portable")
 
@@ -61,6 +81,21 @@ _MKL_CBWR_BRANCH = 1
 _MKL_COMPATIBLE = 3
 
 _pinned: str | None = None
+
+# ATen operations that reach MKL's vector math on contiguous float32 / float64 CPU tensors (torch
+# 2.14.1, found with gdb: module docstring), each with the MKL functions it calls.
+MKL_VML_OPERATIONS = {
+    "acos": ("Acos",), "asin": ("Asin",), "atan": ("Atan",), "cos": ("Cos",), "erf": ("Erf",),
+    "erfc": ("Erfc",), "erfinv": ("ErfInv",), "exp": ("Exp",), "log": ("Ln",),
+    "log10": ("Log10",), "log2": ("Log2",), "sin": ("Sin",), "sqrt": ("Sqrt",), "tan": ("Tan",),
+    "tanh": ("Tanh",), "trunc": ("Trunc",), "pow(x, 0.5)": ("Sqrt",), "cdist": ("Sqrt",),
+    "logsumexp": ("Exp", "Ln"),
+}
+MKL_APPROXIMATE_OPERATIONS = {
+    "float32": ("acos", "asin", "atan", "cdist", "log10", "log2", "pow(x, 0.5)", "sqrt", "tan"),
+    "float64": ("acos", "asin", "atan", "cdist", "log", "log10", "log2", "logsumexp",
+                "pow(x, 0.5)", "sqrt", "tan"),
+}
 
 
 def _x86_64() -> bool:
@@ -183,3 +218,30 @@ def pin(mode: str) -> None:
         raise SpecError(f"numerics portable: {'; '.join(problems)} ({cause}); allowed: portable in a "
                         f"fresh process on an AVX2 x86-64 CPU, or numerics: native")
     _pinned = mode
+
+
+def sqrt(x: Tensor) -> Tensor:
+    """Elementwise square root, correctly rounded (IEEE 754's sqrt) in portable numerics on CPU.
+
+    ``torch.sqrt`` of a contiguous float32 / float64 CPU tensor is MKL's ``vsSqrt`` / ``vdSqrt``,
+    whose COMPATIBLE-branch kernel refines an ``rsqrtps`` estimate and lands one ulp off the
+    correctly rounded root on some inputs, differently on Intel, AMD and QEMU (module docstring).
+    In portable mode the root is taken by numpy's ufunc instead, which runs the hardware's square
+    root instruction (``sqrtps`` / ``vsqrtps`` and the scalar ``sqrtss``): IEEE 754 requires it to
+    be correctly rounded, so every x86-64 and aarch64 CPU gives the same bits. CUDA tensors, other
+    dtypes and native mode keep ``torch.sqrt``. Gradients still flow: the value is the correctly
+    rounded one, the derivative torch's, 1 / (2 sqrt(x)).
+    Verified bit for bit against Python's correctly rounded ``math.sqrt`` (tests/test_numerics.py).
+    """
+    if _pinned != "portable" or x.device.type != "cpu" or x.dtype not in (torch.float32,
+                                                                           torch.float64):
+        return torch.sqrt(x)
+    out = torch.empty(x.shape, dtype=x.dtype)
+    with np.errstate(invalid="ignore"):  # sqrt of a negative is NaN, silently, as in torch
+        np.sqrt(x.detach().numpy(), out=out.numpy())
+    if x.requires_grad and torch.is_grad_enabled():
+        # out and torch's root are at most an ulp apart, so out - root is exact (Sterbenz) and
+        # root + (out - root) is out; where they agree (inf included) root is kept as it is
+        root = torch.sqrt(x)
+        return torch.where(out == root, root, root + (out - root).detach())
+    return out

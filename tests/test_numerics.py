@@ -14,14 +14,19 @@ Each run goes in a fresh process: a process trains in one mode, fixed before tor
 
 from __future__ import annotations
 
+import ast
 import json
+import math
 import os
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from robusttune import numerics
 from robusttune.numerics import environment, float_path, pin, pinned_mode
 from robusttune.registry import SpecError
 from robusttune.schema import NUMERICS_ENV, default_numerics
@@ -35,6 +40,9 @@ GOLDEN_RUNS = {
                         "byzantine_fraction": 0.2, "rounds": 2, "local_epochs": 1},
     "demoa+cclip mlp, alie": {"model": "mlp", "method": "demoa", "attack": "alie",
                               "byzantine_fraction": 0.2, "rounds": 25},
+    # ALIE with z != 0 (5 sampled of 10, 2 Byzantine): sigma's last bits reach the model (issue 44)
+    "median mlp, alie": {"model": "mlp", "method": "median", "attack": "alie",
+                         "byzantine_fraction": 0.2, "rounds": 3, "local_epochs": 1},
 }
 BASE = {"dataset": "digits", "clients": 10, "participation": 0.5, "seed": 42,
         "checkpoint_every": 0, "device": "cpu"}
@@ -48,6 +56,9 @@ GOLDEN = {
     "median mlp, ipm": (2.0368916829427084, 11.887326238611118),
     # re-recorded when CCLIP's default tau went 1 -> 2 (issue 24: tau 1 starved DeMoA at p = 0.1)
     "demoa+cclip mlp, alie": (2.1363343980577256, 11.775122437727891),
+    # recorded on an AVX-512 Intel Xeon, where MKL's sqrt had moved it (issue 44), and reproduced
+    # under QEMU's emulated AMD EPYC-Rome and Intel Haswell
+    "median mlp, alie": (1.4321840074327257, 12.185337404505162),
 }
 
 # What another machine's defaults, or a user's shell, may put in front of a run.
@@ -121,6 +132,123 @@ def test_the_golden_runs_see_the_float_path(portable_here):
     assert native.keys() == GOLDEN.keys()
     assert (native != GOLDEN) if X86_64 else (native == _golden_in_fresh_process(
         "native", _clean_environment(ATEN_CPU_CAPABILITY="default")))
+
+
+def test_the_alie_golden_run_sees_sigmas_last_bit(monkeypatch):
+    # one ulp more in every sigma moves the recorded bits: the golden pins sigma's rounding
+    import robusttune.attacks.base as attack_base
+
+    keys = {**BASE, **GOLDEN_RUNS["median mlp, alie"], "numerics": pinned_mode()}
+    monkeypatch.setattr(attack_base, "sqrt", lambda t: torch.nextafter(
+        numerics.sqrt(t), torch.tensor(math.inf, dtype=t.dtype)))
+    from robusttune.config import RunSpec
+    from robusttune.simulation import simulate
+
+    for record in simulate(RunSpec.from_dict(keys)):
+        last = record
+    assert [last.loss, last.param_norm] != list(GOLDEN["median mlp, alie"])
+
+
+def _float32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _correctly_rounded_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """Python's math.sqrt (IEEE double, correctly rounded); for float32 rounded once more, which is
+    exact for sqrt (53 >= 2 * 24 + 2 bits: double rounding is innocuous, Figueroa 1995)."""
+    def root(v: float) -> float:
+        if math.isnan(v) or v < 0:
+            return math.nan
+        return math.sqrt(v)
+    values = [root(v) for v in x.tolist()]
+    if x.dtype == torch.float32:
+        values = [_float32(v) for v in values]
+    return torch.tensor(values, dtype=x.dtype)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    nan = torch.isnan(a)
+    return bool(torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_portable_sqrt_is_correctly_rounded_on_random_and_tie_heavy_inputs(dtype):
+    assert pinned_mode() == "portable"  # the suite's mode (tests/conftest.py)
+    g = torch.Generator().manual_seed(44)
+    wide = torch.rand(20_000, generator=g, dtype=dtype) * torch.pow(
+        10.0, torch.randint(-30, 30, (20_000,), generator=g)).to(dtype)
+    exact_squares = torch.arange(1, 2_000, dtype=dtype).square()
+    info = torch.finfo(dtype)
+    specials = torch.tensor([0.0, -0.0, info.tiny, info.tiny / 4, info.max, math.inf, -1.0,
+                             math.nan, 2.0, 0.5], dtype=dtype)
+    for x in (wide, exact_squares, specials, wide.view(100, 200).t()):  # the last non-contiguous
+        assert _same_bits(numerics.sqrt(x).flatten(), _correctly_rounded_sqrt(x.flatten()))
+    # ALIE's statistics over rows many of which are identical (sign-flipped or cached copies):
+    # sums of equal terms, near-zero variances and exact zeros
+    from robusttune.attacks.base import mean_std
+
+    row = torch.randn(5_000, generator=g, dtype=dtype)
+    rows = torch.cat([row.repeat(7, 1), (row + 1e-3).repeat(2, 1), -row[None]])
+    mu, sigma = mean_std(rows)
+    variance = (rows - mu).square().sum(dim=0) / (rows.shape[0] - 1)
+    assert _same_bits(sigma, _correctly_rounded_sqrt(variance))
+    assert torch.equal(mean_std(row.repeat(4, 1))[1], torch.zeros_like(row))
+
+
+def test_portable_sqrt_keeps_gradients_shapes_and_cuda():
+    x = torch.tensor([[4.0, 2.0], [9.0, 0.25]], requires_grad=True)
+    root = numerics.sqrt(x)
+    assert root.shape == x.shape and root.dtype == x.dtype
+    root.sum().backward()
+    assert torch.allclose(x.grad, 0.5 / root.detach())
+    assert torch.equal(numerics.sqrt(torch.tensor([4.0], dtype=torch.float16)),
+                       torch.tensor([2.0], dtype=torch.float16))
+
+
+# Calls that would reach an approximate MKL kernel (numerics.MKL_APPROXIMATE_OPERATIONS); `log`
+# is approximate for float64 only, but no package code may guess a tensor's dtype.
+_APPROXIMATE_CALLS = {"sqrt", "sqrt_", "acos", "acos_", "arccos", "asin", "asin_", "arcsin", "atan",
+                      "atan_", "arctan", "tan", "tan_", "log", "log_", "log10", "log10_", "log2",
+                      "log2_", "logsumexp", "cdist"}
+_SCALAR_MODULES = {"math", "np", "numpy", "cmath"}
+
+
+def test_the_package_calls_no_approximate_mkl_operation_but_through_numerics():
+    package = Path(numerics.__file__).parent
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "numerics.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            base = node.func.value
+            if isinstance(base, ast.Name) and base.id in _SCALAR_MODULES:
+                continue
+            power_half = (node.func.attr in ("pow", "pow_") and node.args
+                          and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0.5)
+            if node.func.attr in _APPROXIMATE_CALLS or power_half:
+                offenders.append(f"{path.relative_to(package)}:{node.lineno} .{node.func.attr}(")
+    assert offenders == [], "use robusttune.numerics.sqrt (MKL's kernel is CPU-dependent): " + \
+        ", ".join(offenders)
+
+
+def test_the_vml_audit_finds_what_numerics_states(tmp_path):
+    # analysis/vml_audit.py under gdb and objdump (make tools): which operations reach VML, which
+    # kernels are approximate, and that a portable ALIE run reaches none of those
+    findings = tmp_path / "audit.json"
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "analysis" / "vml_audit.py"),
+                           "--quick", "--json", str(findings)], capture_output=True, text=True,
+                          timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "approximate_vml_kernels_reached_by_runs: 0"
+    audit = json.loads(findings.read_text())
+    reached = {op for op, entry in audit["operations"].items() if entry["reached"]}
+    assert reached == set(numerics.MKL_VML_OPERATIONS)
+    for dtype, ops in numerics.MKL_APPROXIMATE_OPERATIONS.items():
+        found = {op for op, entry in audit["operations"].items() if dtype in entry["approximate"]}
+        assert found == set(ops), dtype
+    assert audit["runs"] == {"median under alie": []}
 
 
 def test_portable_environment_pins_mkl_aten_onednn_and_threads():

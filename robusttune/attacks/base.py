@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from robusttune.numerics import sqrt
 from robusttune.registry import Registry, SpecError
 from robusttune.schema import RUNSPEC_KEYS
 
@@ -172,7 +173,8 @@ def mean_std(x: Tensor, correction: int = 1) -> tuple[Tensor, Tensor]:
     mu = x.mean(dim=0)
     if h - correction < 1:
         return mu, torch.zeros_like(mu)
-    return mu, (x - mu).square_().sum(dim=0).div_(h - correction).sqrt_()
+    # the root correctly rounded (numerics.sqrt): MKL's would give sigma CPU-dependent last bits
+    return mu, sqrt((x - mu).square_().sum(dim=0).div_(h - correction))
 
 
 

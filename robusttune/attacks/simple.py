@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from robusttune.attacks.base import ATTACKS, Attack, AttackRound, standard_normal
+from robusttune.numerics import sqrt
 
 
 @ATTACKS.register("none")
@@ -105,6 +106,6 @@ class GaussianNoise(Attack):
     def craft(self, rnd: AttackRound) -> Tensor:
         mu = rnd.reference(self.name).mean(dim=0)
         base = rnd.own if rnd.own is not None else rnd.repeat(mu)
-        rms = mu.square().mean().sqrt()
+        rms = sqrt(mu.square().mean())
         noise = standard_normal((rnd.n_byzantine, rnd.d), base, rnd.generator)
         return base + (self.strength * rms) * noise
