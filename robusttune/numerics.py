@@ -70,7 +70,8 @@ from torch import Tensor
 from robusttune.registry import SpecError
 
 __all__ = ["NUMERICS_MODES", "MKL_VML_OPERATIONS", "MKL_APPROXIMATE_OPERATIONS", "FloatPath",
-           "environment", "pin", "float_path", "pinned_mode", "sqrt"]
+           "environment", "pin", "float_path", "pinned_mode", "try_pin",
+           "fresh_process_environment", "sqrt"]
 
 NUMERICS_MODES = ("native", "portable")
 
@@ -81,6 +82,8 @@ _MKL_CBWR_BRANCH = 1
 _MKL_COMPATIBLE = 3
 
 _pinned: str | None = None
+# the values pin() replaced in os.environ, so a fresh process of another mode can start without them
+_environment_before_pin: dict[str, str | None] = {}
 
 # ATen operations that reach MKL's vector math on contiguous float32 / float64 CPU tensors (torch
 # 2.14.1, found with gdb: module docstring), each with the MKL functions it calls.
@@ -198,6 +201,8 @@ def pin(mode: str) -> None:
         return
     wanted = environment(mode)
     if _pinned is None:
+        for key in wanted:
+            _environment_before_pin.setdefault(key, os.environ.get(key))
         os.environ.update(wanted)
         torch.backends.mkldnn.enabled = False
         torch.backends.nnpack.set_flags(False)
@@ -215,9 +220,38 @@ def pin(mode: str) -> None:
         cause = ("this CPU lacks AVX2" if capability.lower() in ("default", "") and _x86_64()
                  and branch in (None, "compatible") else
                  "torch computed in this process before numerics were pinned")
-        raise SpecError(f"numerics portable: {'; '.join(problems)} ({cause}); allowed: portable in a "
-                        f"fresh process on an AVX2 x86-64 CPU, or numerics: native")
+        remedy = ("numerics: native" if cause == "this CPU lacks AVX2" else
+                  "run it through robusttune.runners.InProcessRunner or a command (they start a "
+                  "fresh worker process), import robusttune and run before computing with torch, "
+                  "or numerics: native")
+        raise SpecError(f"numerics portable: {'; '.join(problems)} ({cause}); allowed: {remedy}")
     _pinned = mode
+
+
+def try_pin(mode: str) -> bool:
+    """Pin this process to ``mode`` (:func:`pin`) if it still can be; False when it cannot (it
+    trains in the other mode, or torch computed before it was pinned): then runs of ``mode`` need a
+    fresh process started with :func:`fresh_process_environment`."""
+    if _pinned is not None and _pinned != mode:
+        return False
+    try:
+        pin(mode)
+    except SpecError:
+        return False
+    return True
+
+
+def fresh_process_environment(mode: str) -> dict[str, str]:
+    """The environment a new process needs to train in ``mode``: this process's own, without the
+    values a pin of another mode put there, plus :func:`environment` (``mode``)."""
+    env = dict(os.environ)
+    for key, before in _environment_before_pin.items():
+        if before is None:
+            env.pop(key, None)
+        else:
+            env[key] = before
+    env.update(environment(mode))
+    return env
 
 
 def sqrt(x: Tensor) -> Tensor:

@@ -4,12 +4,16 @@ runner (`robusttune.sweep.batch.TuneBatchRunner`) stand behind it."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import torch
 
 from robusttune.config import RunSpec
+from robusttune.numerics import fresh_process_environment, pin, try_pin
 from robusttune.records import RunSummary
 from robusttune.recording import run_to_folder
 
@@ -26,7 +30,12 @@ class Runner(Protocol):
 class InProcessRunner:
     """Runs RunSpecs one after another in this process (no Ray): the fallback runner, and what
     the tests use. With ``out_dir`` each run writes a run folder ``out_dir/trials/NNNNN-...``
-    (rounds.csv, summary.json) that its summary's ``run_dir`` names."""
+    (rounds.csv, summary.json) that its summary's ``run_dir`` names.
+
+    A run whose numerics this process cannot train in (a script or notebook that computed with
+    torch before its first portable run, or one already pinned to the other mode) goes to a fresh
+    worker process started in that mode, kept for the runner's next runs: the same bits as a run
+    in a fresh process, instead of a refusal (robusttune.numerics)."""
 
     def __init__(self, out_dir: str | Path | None = None, tensorboard: bool = False,
                  threads: int | None = None) -> None:
@@ -38,6 +47,7 @@ class InProcessRunner:
         # a rerun into the same folder numbers on: RunWriter appends to an existing rounds.csv
         trials = self.out_dir / "trials" if self.out_dir is not None else None
         self.count = len(list(trials.iterdir())) if trials is not None and trials.is_dir() else 0
+        self._workers: dict[str, ProcessPoolExecutor] = {}
 
     def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]:
         saved = torch.get_num_threads()
@@ -55,4 +65,35 @@ class InProcessRunner:
                 f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
                 f"-p{spec.participation:g}-s{spec.seed}")
         self.count += 1
-        return run_to_folder(spec, folder, tensorboard=self.tensorboard)
+        if try_pin(spec.numerics):
+            return run_to_folder(spec, folder, tensorboard=self.tensorboard)
+        return self._worker(spec.numerics).submit(
+            _run_in_worker, spec, folder, self.tensorboard, self.threads).result()
+
+    def _worker(self, mode: str) -> ProcessPoolExecutor:
+        if mode not in self._workers:
+            self._workers[mode] = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker, initargs=(fresh_process_environment(mode), mode))
+        return self._workers[mode]
+
+    def close(self) -> None:
+        """Stop the fresh worker processes, if any were started."""
+        for worker in self._workers.values():
+            worker.shutdown()
+        self._workers.clear()
+
+
+def _start_worker(env: dict[str, str], mode: str) -> None:
+    # a spawned process has imported torch but not yet computed: set the mode's environment, pin
+    for key in set(os.environ) - set(env):
+        del os.environ[key]
+    os.environ.update(env)
+    pin(mode)
+
+
+def _run_in_worker(spec: RunSpec, folder: Path | None, tensorboard: bool,
+                   threads: int | None) -> RunSummary:
+    if threads and spec.numerics != "portable":  # portable runs one thread
+        torch.set_num_threads(threads)
+    return run_to_folder(spec, folder, tensorboard=tensorboard)

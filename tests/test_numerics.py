@@ -284,6 +284,31 @@ def test_a_process_that_computed_first_is_refused_portable_in_one_line():
         assert done.returncode == 0, done.stderr
 
 
+def _summary_via_in_process_runner(first: str) -> list:
+    code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); {first}; "
+            "import test_numerics as t; from robusttune.config import RunSpec; "
+            "from robusttune.numerics import pinned_mode; "
+            "from robusttune.runners import InProcessRunner; "
+            "spec = RunSpec.from_dict({**t.BASE, **t.GOLDEN_RUNS['median mlp, alie'], "
+            "'numerics': 'portable'}); s = InProcessRunner()([spec])[0]; "
+            "print(json.dumps([s.final_loss, s.final_accuracy, s.error, pinned_mode()]))")
+    done = _python(code, _clean_environment())
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_process_that_computed_first_still_gets_portable_runs_from_the_runner():
+    # a notebook or script that used torch before its first run (issue 44: bench/breakdown.py on
+    # an AVX-512 Xeon): the in-process runner trains in a fresh worker process, same bits
+    fresh = _summary_via_in_process_runner("pass")
+    computed_first = _summary_via_in_process_runner(
+        "import torch; torch.ones(64, 64) @ torch.ones(64, 64)")
+    assert fresh[-1] == "portable" and fresh[2] is None
+    if torch.backends.mkl.is_available():  # the matmul fixed MKL's branch: the run went elsewhere
+        assert computed_first[-1] is None
+    assert computed_first[:3] == fresh[:3]
+
+
 def test_a_process_keeps_its_mode():
     code = ("from robusttune.numerics import pin; pin('portable'); pin('portable'); "
             "pin('native')")
