@@ -352,11 +352,11 @@ def report(
     if not 1 <= gain_from < gain_to:
         raise SpecError(f"--gain-from must be >= 1 and below --gain-to; got {gain_from}, {gain_to}")
     path = write_report(results_dir, out=out, curve_runs=runs or None, gain_rounds=(gain_from, gain_to))
-    from robusttune.results import attack_table, load_runs
+    from robusttune.results import attack_spread_table, load_runs
     from robusttune.terminal import print_table
 
-    print_table(attack_table(load_runs(results_dir)).reset_index(), floatfmt=".1f",
-                title="mean final accuracy (%) by attack")
+    print_table(attack_spread_table(load_runs(results_dir)).reset_index(), floatfmt=".1f",
+                title="final accuracy (%) by attack: mean ± sd over seeds")
     typer.echo(f"report: {path}")
 # ============================================================================ end of issue 6 ==
 

@@ -151,6 +151,30 @@ def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
     return _sort_methods(table)
 
 
+def attack_spread_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """`attack_table` as text for reading, each cell ``mean ± sd`` (sample standard deviation over
+    the cell's seeds, in points) where it has several seeds, so a cell whose float path can swing
+    shows that it swings; ``worst`` is the worst attack's cell. The mean alone where one seed."""
+    table = attack_table(runs)
+    if table.empty:
+        return table
+    labelled = axes.labelled(runs).assign(accuracy=100 * runs["final_accuracy"])
+    spread, seeds = (labelled.pivot_table(index=axes.row_axes(runs), columns="threat",
+                                          values="accuracy", aggfunc=how, dropna=False)
+                     for how in ("std", "size"))
+    attacked = [c for c in table.columns if c != "worst"]
+    text = pd.DataFrame(index=table.index, columns=table.columns, dtype=object)
+    for row in table.index:
+        for column in attacked:
+            mean, sd = table.at[row, column], spread.at[row, column]
+            several = seeds.at[row, column] > 1
+            text.at[row, column] = f"{mean:.1f} ± {sd:.1f}" if several else f"{mean:.1f}"
+        if "worst" in table.columns:
+            text.at[row, "worst"] = text.at[row, table.loc[row, [c for c in attacked
+                                                                 if c != "none"]].idxmin()]
+    return text
+
+
 def collapse_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Table II: per method, ``collapsed`` runs out of ``runs``."""
     if runs.empty:

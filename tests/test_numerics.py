@@ -57,7 +57,7 @@ GOLDEN = {
     # re-recorded when CCLIP's default tau went 1 -> 2 (issue 24: tau 1 starved DeMoA at p = 0.1)
     "demoa+cclip mlp, alie": (2.1363343980577256, 11.775122437727891),
     # recorded on an AVX-512 Intel Xeon, where MKL's sqrt had moved it (issue 44), and reproduced
-    # under QEMU's emulated AMD EPYC-Rome and Intel Haswell
+    # under QEMU 7.2's emulated AMD EPYC-Rome
     "median mlp, alie": (1.4321840074327257, 12.185337404505162),
 }
 

@@ -195,11 +195,11 @@ def test_quickstart_fashion_asks_the_quickstarts_question_on_fashion_mnist():
     spaces = ROOT / "search_spaces"
     fashion, digits = (load_sweep(spaces / f"{name}.yaml") for name in ("quickstart_fashion", "quickstart"))
     runs = [[space.run_spec(point) for point in space.expand().points] for space in (fashion, digits)]
-    assert len(runs[0]) == len(runs[1]) == 20
+    assert len(runs[0]) == len(runs[1]) == 60
     assert {(r.dataset, r.model) for r in runs[0]} == {("fashion_mnist", "mlp")}
     # the same trials apart from the data, the model and the dataset's defaults
     same = ("method", "attack", "attack_strength", "byzantine_fraction", "clients", "rounds",
-            "participation")
+            "participation", "seed")
     assert [[getattr(r, k) for k in same] for r in runs[0]] == [[getattr(r, k) for k in same] for r in runs[1]]
 
 

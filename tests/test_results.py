@@ -263,6 +263,26 @@ def test_accuracy_by_attack_shows_where_each_rule_breaks():
     assert table.loc["median", "worst"] == pytest.approx(46.0)
 
 
+def test_accuracy_by_attack_text_shows_each_cells_spread_over_seeds():
+    # two seeds per cell: mean ± sample sd, the worst column the worst attack's own cell
+    runs = pd.DataFrame({
+        "run_id": list("abcdefgh"), "dataset": "digits", "participation": 0.5,
+        "seed": [1, 2] * 4, "method": ["fedavg"] * 4 + ["median"] * 4,
+        "attack": ["none", "none", "ipm", "ipm"] * 2,
+        "attack_strength": [None, None, 10.0, 10.0] * 2,
+        "byzantine_fraction": [0.0, 0.0, 0.2, 0.2] * 2,
+        "final_accuracy": [0.9, 0.9, 0.5, 0.7, 0.8, 0.6, 0.75, 0.75], "collapsed": False})
+    from robusttune.results import attack_spread_table
+
+    text = attack_spread_table(runs)
+    assert list(text.columns) == ["none", "ipm x10", "worst"]
+    # sd of 50 and 70: sqrt(((50 - 60)^2 + (70 - 60)^2) / 1) = 14.14
+    assert text.loc["fedavg"].tolist() == ["90.0 ± 0.0", "60.0 ± 14.1", "60.0 ± 14.1"]
+    assert text.loc["median"].tolist() == ["70.0 ± 14.1", "75.0 ± 0.0", "75.0 ± 0.0"]
+    one_seed = attack_spread_table(runs[runs["seed"] == 1])
+    assert one_seed.loc["fedavg"].tolist() == ["90.0", "50.0", "50.0"]
+
+
 def test_a_resumed_folder_from_before_a_column_keeps_its_rows_aligned(tmp_path):
     # rounds.csv written before `honest_input_spread` existed: the resumed run appends rows with
     # today's columns, so the old header must not stay (pandas would shift every new value)
@@ -304,3 +324,36 @@ def test_a_run_started_over_in_a_folder_a_killed_attempt_left_has_each_round_onc
     events = EventAccumulator(str(tmp_path))
     events.Reload()
     assert [e.step for e in events.Scalars("round/param_norm")] == [1, 2]
+
+
+# -- README's quickstart table (issue 44: a mean over seeds with its spread) ---------------------
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _readme_quickstart_table() -> list[list[str]]:
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| method | none | alie |"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return [rows[0]] + rows[2:]   # without the |---| line
+
+
+def test_readme_quickstart_table_is_what_the_sweep_report_prints_for_its_kept_runs():
+    from robusttune.results import attack_spread_table
+    from robusttune.sweep.space import load_sweep
+
+    runs = pd.read_csv(REPO / "analysis" / "findings" / "quickstart" / "runs.csv")
+    # the kept runs are the quickstart sweep's, every configuration once, in portable numerics
+    space = load_sweep(REPO / "search_spaces" / "quickstart.yaml")
+    asked = sorted((s.method, s.attack, s.attack_strength or 0.0, s.byzantine_fraction, s.seed)
+                   for s in (space.run_spec(p) for p in space.expand().points))
+    kept = sorted(zip(runs["method"], runs["attack"], runs["attack_strength"].fillna(0.0),
+                      runs["byzantine_fraction"], runs["seed"]))
+    assert kept == asked and len(asked) == 60 and set(runs["numerics"]) == {"portable"}
+    printed = attack_spread_table(runs).reset_index()
+    expected = [list(printed.columns)] + printed.astype(str).values.tolist()
+    assert _readme_quickstart_table() == expected
+    assert all("±" in cell for row in expected[1:] for cell in row[1:])  # every cell over seeds

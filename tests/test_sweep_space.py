@@ -279,7 +279,7 @@ def test_paper_grid_is_448_trials():
 
 
 # tune_defence.yaml is a robust-tuning study, not a sweep (tests/test_robust_tuning.py loads it)
-@pytest.mark.parametrize("name, trials", [("quickstart", 20), ("demoa", 420), ("demoa_ablations", 204)])
+@pytest.mark.parametrize("name, trials", [("quickstart", 60), ("demoa", 420), ("demoa_ablations", 204)])
 def test_shipped_spaces_load(name, trials):
     spec = load_sweep(SPACES / f"{name}.yaml")
     assert spec.name == name and spec.trial_count() == trials
