@@ -3,6 +3,7 @@ per-chunk loop.
 
     python bench/aggregators.py            # n in {20, 50, 500}, every rule, SWB comparisons
     python bench/aggregators.py --quick    # n in {20, 50}, one repetition
+    python bench/aggregators.py --tiny     # toy sizes (n = 20, d = 4,096, 1 thread): a smoke run
     python bench/aggregators.py --threads 1
 
 Prints seconds per aggregation for every rule and n, the published SWB loop (a Gaussian, a QR
@@ -82,21 +83,25 @@ def rule(name: str, f: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n in {20, 50}, one repetition")
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes: a smoke run, not a measurement (n = 20, d = 4,096, "
+                             "1 thread)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--reps", type=int, default=None, help="repetitions per small-n timing")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sizes = [20, 50] if args.quick else [20, 50, 500]
-    reps = args.reps or (1 if args.quick else 2)
-    print(f"d = {D:,}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+    if args.threads or args.tiny:
+        torch.set_num_threads(args.threads or 1)
+    sizes = [20] if args.tiny else [20, 50] if args.quick else [20, 50, 500]
+    reps = args.reps or (1 if args.quick or args.tiny else 2)
+    d = 4_096 if args.tiny else D
+    print(f"d = {d:,}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"sizes {sizes}, {reps} repetition(s) (1 at n = 500); f = floor(0.2 n)")
 
     # -- every rule ------------------------------------------------------------------------
     table: dict[str, dict[int, float]] = {name: {} for name in AGGREGATORS.names()}
     for n in sizes:
         f = n // 5
-        x, honest = messages(n, f, seed=n)
+        x, honest = messages(n, f, seed=n, d=d)
         reference = honest + 0.001
         for name in AGGREGATORS.names():
             agg = rule(name, f)
@@ -106,16 +111,16 @@ def main() -> None:
             table[name][n] = seconds
             print(f"  {name:<17} n={n:<4} {seconds:8.3f} s", flush=True)
         del x
-    print("\nseconds per aggregation (d = 545,098)")
+    print(f"\nseconds per aggregation (d = {d:,})")
     print("  rule              " + "".join(f"{'n=' + str(n):>10}" for n in sizes))
     for name, row in table.items():
         print(f"  {name:<17} " + "".join(f"{row[n]:10.3f}" for n in sizes))
 
     # -- SWB: published loop vs the rotations, same input, same run ------------------------
-    n, f = 50, 10
-    x, honest = messages(n, f, seed=7)
-    print(f"\nSWB at n = {n}, d = {D:,}, C = {CHUNK}, P = 2 views, r = 0.25 "
-          f"({math.ceil(D / CHUNK)} chunks per view)")
+    n, f = (20, 4) if args.tiny else (50, 10)
+    x, honest = messages(n, f, seed=7, d=d)
+    print(f"\nSWB at n = {n}, d = {d:,}, C = {CHUNK}, P = 2 views, r = 0.25 "
+          f"({math.ceil(d / CHUNK)} chunks per view)")
     loop_s, loop_out = timed(lambda: published_swb_loop(
         x, chunk=CHUNK, views=2, trim_ratio=0.25, generator=torch.Generator().manual_seed(1)), 1)
     print(f"  published per-chunk loop      {loop_s:8.2f} s", flush=True)

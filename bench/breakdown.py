@@ -19,6 +19,7 @@ does. Three trial counts, each exact:
 Ends with one line ``breakdown_trials_vs_full_lattice: <map / full lattice>``.
 
     python bench/breakdown.py [--methods fedavg median krum swb_dm demoa+cclip fedcm] [--all]
+    python bench/breakdown.py --tiny    # toy sizes: 2 FedAvg cells, N = 5, 2 rounds, one attack
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
                         help="keep the cells of these methods (the `method` cell values)")
     parser.add_argument("--all", action="store_true", help="every cell of the map")
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes: a smoke run, not a measurement (two FedAvg cells, "
+                             "5 clients, 2 rounds, sign flipping only)")
     args = parser.parse_args()
 
     import torch
@@ -47,8 +51,17 @@ def main() -> None:
 
     torch.set_num_threads(1)
     plan = load_plan(args.space)
+    if args.tiny:
+        # the map's own machinery on a toy map: few clients and rounds, one cheap attack, and
+        # the FedAvg cells of fixed-size sampling at p = 0.5 and 1 (two rounds either way)
+        plan = plan.with_overrides(run={"clients": 5, "rounds": 2}, min_client_rounds=1,
+                                   adversary={"attack": ["sign_flip"]})
+        args.methods = ["fedavg"]
     cells = plan.cells if args.all else [c for c in plan.cells
                                         if c.as_dict().get("method") in set(args.methods)]
+    if args.tiny:
+        cells = [c for c in cells if c.as_dict().get("participation_mode") == "fixed"
+                 and c.as_dict().get("participation") in (0.5, 1.0)]
     if not cells:
         raise SystemExit(f"no cell of {args.space} has a method among {args.methods}")
     print(f"{len(cells)} of the {len(plan.cells)} cells of {Path(args.space).name}"

@@ -17,6 +17,7 @@ before and after the cluster and their mean is the reference. Ends with one line
 ``<figure>: <number>``.
 
     python bench/cluster.py [--trials 8] [--rounds 5] [--cpus 2]
+    python bench/cluster.py --tiny    # toy sizes: 2 trials of 1 round, 1 local epoch, one node once
 """
 
 from __future__ import annotations
@@ -34,20 +35,20 @@ RUN = {"dataset": "digits", "clients": 10, "participation": 0.5, "device": "cpu"
 METHODS = ["fedavg", "median"]
 
 
-def make_sweep(trials: int, rounds: int):
+def make_sweep(trials: int, rounds: int, **run):
     from robusttune.sweep.space import parse_sweep
 
     seeds = list(range(1, max(1, trials // len(METHODS)) + 1))
-    return parse_sweep({"run": {**RUN, "rounds": rounds, "checkpoint_every": 1},
+    return parse_sweep({"run": {**RUN, "rounds": rounds, "checkpoint_every": 1, **run},
                         "space": {"method": {"grid": METHODS}, "seed": {"grid": seeds}},
                         "resources": {"cpu": 1}}, name="bench_cluster")
 
 
-def child(mode: str, trials: int, rounds: int, cpus: int) -> dict:
+def child(mode: str, trials: int, rounds: int, cpus: int, tiny: bool = False) -> dict:
     """Run the sweep on one node or on a 3-node cluster; return its figures."""
     from robusttune.sweep.runner import run_sweep
 
-    spec = make_sweep(trials, rounds)
+    spec = make_sweep(trials, rounds, **({"local_epochs": 1} if tiny else {}))
     started = time.perf_counter()
     cluster = None
     address = None
@@ -84,6 +85,8 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     env.pop("RAY_ADDRESS", None)
     command = [sys.executable, __file__, "--child", mode, "--trials", str(args.trials),
                "--rounds", str(args.rounds), "--cpus", str(args.cpus)]
+    if args.tiny:
+        command.append("--tiny")
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True)
     finally:
@@ -102,10 +105,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="trials in the sweep (even)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cpus", type=int, default=2, help="CPUs in all, either way")
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes: a smoke run, not a measurement (2 trials of 1 round of 1 "
+                             "local epoch; one node measured once, before the cluster)")
     parser.add_argument("--child", choices=["single", "cluster"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tiny:
+        args.trials, args.rounds = 2, 1
     if args.child:
-        print(json.dumps(child(args.child, args.trials, args.rounds, args.cpus)))
+        print(json.dumps(child(args.child, args.trials, args.rounds, args.cpus, args.tiny)))
         return
 
     print(f"{args.trials} trials: {' / '.join(METHODS)} x seeds on digits, {RUN['clients']} "
@@ -115,7 +123,7 @@ def main() -> None:
     labels = {"single": f"1 node, {args.cpus} CPUs",
               "cluster": f"3 nodes (head 0 CPUs + 2 workers x {max(1, args.cpus // 2)} CPUs)"}
     rates: dict[str, list[float]] = {"single": [], "cluster": []}
-    for mode in ("single", "cluster", "single"):
+    for mode in ("single", "cluster") if args.tiny else ("single", "cluster", "single"):
         figures = measure(mode, args)
         rates[mode].append(figures["finished"] / figures["window"] * 60)
         print(f"{labels[mode]}: {rates[mode][-1]:.1f} trials/min ({figures['finished']} trials in "

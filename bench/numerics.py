@@ -7,6 +7,7 @@ excluded. Prints each configuration's median time per mode and their ratio, then
 mean of the ratios over the configurations, the headline:
 
     python bench/numerics.py [--repeats 3] [--quick]
+    python bench/numerics.py --tiny    # toy sizes: DeMoA mlp under ALIE only, 10 rounds, one repeat
 
 The configurations are the project's normal jobs on the CPU: the quickstart's FedAvg-style runs
 (digits, mlp and cnn2, local epochs of SGD), a robust rule under attack, and a DeMoA run (one
@@ -62,14 +63,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer rounds")
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes: a smoke run, not a measurement (DeMoA mlp under ALIE "
+                             "only, 10 rounds, one repeat)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
-    repeats = 1 if args.quick else args.repeats
+    repeats = 1 if args.quick or args.tiny else args.repeats
+    configs = CONFIGS
+    if args.tiny:  # each run is a fresh process (imports ~3 s): one configuration, two runs
+        configs = {"demoa mlp, alie": {**CONFIGS["demoa mlp, alie"], "rounds": 10}}
     ratios = []
-    for label, config in CONFIGS.items():
+    for label, config in configs.items():
         values = {**BASE, **config}
         if args.quick:
             values["rounds"] = max(1, values["rounds"] // 2)

@@ -14,6 +14,7 @@ command's exit (Ray shut down). Target: ratio >= 0.9 (DESIGN.md: on CPU, speed c
 side by side with one thread each). Ends with one line ``<figure>: <number>``.
 
     python bench/sweep.py [--runs 8] [--rounds 5]
+    python bench/sweep.py --tiny    # toy sizes: 2 runs of 1 round, 1 local epoch, one baseline
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ def client_images(simulation) -> float:
     return spec.rounds * spec.expected_sample_size * spec.local_epochs * sum(sizes) / len(sizes)
 
 
-def make_sweep(runs: int, rounds: int):
+def make_sweep(runs: int, rounds: int, **run):
     from robusttune.sweep.space import parse_sweep
 
     methods = ["fedavg", "median"]
     seeds = list(range(1, max(1, runs // len(methods)) + 1))
-    return parse_sweep({"name": "bench_sweep", "run": {**RUN, "rounds": rounds},
+    return parse_sweep({"name": "bench_sweep", "run": {**RUN, "rounds": rounds, **run},
                         "space": {"method": {"grid": methods}, "seed": {"grid": seeds}},
                         "resources": {"cpu": 1}}, name="bench_sweep")
 
@@ -84,13 +85,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes: a smoke run, not a measurement (2 runs of 1 round of 1 "
+                             "local epoch; the baseline measured once, before the sweep)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
 
-    spec = make_sweep(args.runs, args.rounds)
+    if args.tiny:
+        args.runs, args.rounds = 2, 1
+    spec = make_sweep(args.runs, args.rounds, **({"local_epochs": 1} if args.tiny else {}))
     specs = [{**spec.resolve(point), "device": "cpu"} for point in spec.expand().points]
     print(f"{len(specs)} runs: {spec.describe(spec.expand().points[0])} ... "
           f"(digits, {RUN['clients']} clients, {args.rounds} rounds)")
@@ -105,8 +111,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as storage:
         outcome = run_sweep(spec, storage=storage, num_cpus=2, verbose=0)
-    _, after = baseline(specs)
-    print(f"two 1-thread processes again: {after:.1f} s = {images / after:,.0f} images/s")
+    if args.tiny:  # a smoke run: the baseline once
+        after = before
+    else:
+        _, after = baseline(specs)
+        print(f"two 1-thread processes again: {after:.1f} s = {images / after:,.0f} images/s")
     base_rate = images / ((before + after) / 2)
     marks = outcome.timeline
     window = marks["last_trial_end"] - marks["first_trial_start"]

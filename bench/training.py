@@ -2,6 +2,7 @@
 
     python bench/training.py            # cnn2, 10 clients of ~600 CIFAR-shaped images, 2 epochs
     python bench/training.py --quick    # 4 clients of ~150 images, 1 epoch, fewer DeMoA rounds
+    python bench/training.py --tiny     # toy sizes (2 clients of ~16 images, 1 thread): a smoke run
 
 Part 1 times ``train_clients`` on one workload with each strategy at 1 thread and at all threads
 (``torch.set_num_threads``) and reports client-images/s = sum_i n_i * E / seconds. Part 2 times
@@ -57,7 +58,10 @@ def demoa_rounds_simulation(rounds: int) -> float:
 
     spec = RunSpec(dataset="digits", model="cnn2", clients=25, participation=0.1,
                    participation_mode="bernoulli", method="demoa", rounds=rounds + 5,
-                   eval_every=10 ** 6, trainer="auto", device="cpu", checkpoint_every=0)
+                   eval_every=10 ** 6, trainer="auto", device="cpu", checkpoint_every=0,
+                   # thread counts are what this bench compares, and portable numerics pins one
+                   # thread (and refuses a process that computed before: this one did)
+                   numerics="native")
     sim = Simulation(spec)
     for _ in range(5):  # warm-up
         sim.step()
@@ -92,7 +96,10 @@ def demoa_rounds_gradients(rounds: int, strategy: str, seed: int = 0) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small workload (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="small workload")
+    parser.add_argument("--tiny", action="store_true",
+                        help="toy sizes: a smoke run, not a measurement (2 clients of ~16 images, "
+                             "1 epoch, 1 repeat, 3 DeMoA rounds, 1 thread)")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--samples", type=int, default=600, help="mean images per client")
     parser.add_argument("--epochs", type=int, default=2)
@@ -102,6 +109,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="'all threads'")
     if parser.parse_known_args()[0].quick:  # quick changes the defaults; explicit flags still win
         parser.set_defaults(clients=4, samples=150, epochs=1, demoa_rounds=60, repeats=3)
+    if parser.parse_known_args()[0].tiny:  # likewise
+        parser.set_defaults(clients=2, samples=16, epochs=1, demoa_rounds=3, repeats=1, threads=1)
     args = parser.parse_args()
 
     all_threads = max(1, args.threads)
