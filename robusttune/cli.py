@@ -193,6 +193,7 @@ def calibrate(
                                         no_survivor_line, trim_sweep)
     from robusttune.config import RunSpec
     from robusttune.numerics import pin
+    from robusttune.runners import drive
     from robusttune.trial_runner import choose_runner, ray_or_nothing
     from robusttune.yaml_input import parse_assignments
 
@@ -224,7 +225,8 @@ def calibrate(
         folder = out or Path("results") / f"calibrate-{method}-{label}-N{clients}-b{byzantine:g}"
         with ray_or_nothing(local, address):
             runner = choose_runner(folder, local, {"cpu": 1}, address)
-            sweep = trim_sweep(values, trims, fractions, runner, seeds=seeds, adversary=threat)
+            sweep = drive(runner, lambda: trim_sweep(values, trims, fractions, runner,
+                                                     seeds=seeds, adversary=threat))
         figures["recommended_trim_ratio"] = sweep.recommended
         figures["sweep"] = {"dataset": dataset, "method": method, "adversary": sweep.adversary,
                             "byzantine_fractions": fractions,
@@ -269,7 +271,7 @@ def breakdown(
                                              help="An earlier map of the same cells (folder or breakdown.csv): each cell "
                                                   "tries its answer b0 and b0+1 first (rounds and N may differ)."),
     local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
-    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output for every wave, besides the progress line."),
+    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the progress line."),
     out: Optional[Path] = typer.Option(None, "--out", hidden=True,
                                        help="The results folder itself (--storage OUT's parent, --name its name)."),
 ) -> None:

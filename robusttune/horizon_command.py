@@ -47,6 +47,7 @@ def horizon(
     from robusttune.breakdown.horizon import HorizonPlan, cell_horizons, measure_horizon, write_horizon
     from robusttune.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.numerics import pin
+    from robusttune.runners import drive
     from robusttune.trial_runner import choose_runner, ray_or_nothing
     from robusttune.schema import default_numerics
 
@@ -79,7 +80,7 @@ def horizon(
                f"{max_rounds} rounds", err=True)
     try:
         with ray_or_nothing(local, address):
-            rows, curves = measure_horizon(measurement, stored)
+            rows, curves = drive(runner, lambda: measure_horizon(measurement, stored))
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):
             typer.echo(line, err=True)

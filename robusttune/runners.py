@@ -1,14 +1,16 @@
 """The Runner protocol: a list of RunSpecs in, their RunSummaries out, in the same order. Breakdown
-maps and the calibration trim sweep know only this; the in-process runner below and the Ray Tune
-runner (`robusttune.sweep.batch.TuneBatchRunner`) stand behind it."""
+maps, the calibration trim sweep, horizon measurements and tuning studies know only this (and
+`drive`); the in-process runner below and the Ray Tune runner
+(`robusttune.sweep.stream.TuneStreamRunner`, one experiment per command) stand behind it."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -17,7 +19,9 @@ from robusttune.numerics import fresh_process_environment, pin, try_pin
 from robusttune.records import RunSummary
 from robusttune.recording import run_to_folder
 
-__all__ = ["Runner", "InProcessRunner"]
+__all__ = ["Runner", "InProcessRunner", "drive"]
+
+T = TypeVar("T")
 
 
 class Runner(Protocol):
@@ -25,6 +29,14 @@ class Runner(Protocol):
     finish comes back as ``RunSummary.failed(reason)`` (collapsed, NaN accuracy), not raised."""
 
     def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]: ...
+
+
+def drive(runner: Runner, body: Callable[[], T]) -> T:
+    """Run a command's logic ``body`` (which calls ``runner``) the way ``runner`` needs: a
+    streaming runner (`robusttune.sweep.stream.TuneStreamRunner`) runs its one experiment around
+    it (``runner.drive``); any other runner is simply called from ``body``."""
+    driver = getattr(runner, "drive", None)
+    return driver(body) if driver is not None else body()
 
 
 class InProcessRunner:
@@ -48,15 +60,18 @@ class InProcessRunner:
         trials = self.out_dir / "trials" if self.out_dir is not None else None
         self.count = len(list(trials.iterdir())) if trials is not None and trials.is_dir() else 0
         self._workers: dict[str, ProcessPoolExecutor] = {}
+        # a map's cells may call from threads of their own: one run at a time, numbered in order
+        self._lock = threading.Lock()
 
     def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]:
-        saved = torch.get_num_threads()
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            return [self._run(spec) for spec in specs]
-        finally:
-            torch.set_num_threads(saved)
+        with self._lock:
+            saved = torch.get_num_threads()
+            if self.threads:
+                torch.set_num_threads(self.threads)
+            try:
+                return [self._run(spec) for spec in specs]
+            finally:
+                torch.set_num_threads(saved)
 
     def _run(self, spec: RunSpec) -> RunSummary:
         folder = None

@@ -1,6 +1,6 @@
 """How a command runs its trials (the commands' layer, above robusttune.sweep): the runner it
-hands its plan to, Ray Tune's or the in-process one with --local, and the one Ray session around
-every wave. Used by `breakdown`, `calibrate`, `tune` and `horizon`."""
+hands its plan to, Ray Tune's streaming experiment or the in-process one with --local, and the
+one Ray session around it. Used by `breakdown`, `calibrate`, `tune` and `horizon`."""
 
 from __future__ import annotations
 
@@ -16,16 +16,18 @@ __all__ = ["choose_runner", "ray_or_nothing"]
 
 def choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str],
                   max_concurrent: int = 0, notes: bool = True, tune_verbose: int = 0) -> Runner:
-    """The runner trials go through: Ray Tune (robusttune.sweep.batch; one sweep folder per wave
-    under OUT) or, with --local, one run after another in this process (no Ray). ``notes``: the
-    sweep layer's one-line notes of each wave on stderr; ``tune_verbose``: Tune's own verbosity
-    (0: no per-wave tables)."""
+    """The runner trials go through: one Ray Tune experiment for the whole command whose trials
+    are proposed as the command asks for runs (robusttune.sweep.stream; the experiment folder
+    under OUT; drive the command's logic with `robusttune.runners.drive`) or, with --local, one
+    run after another in this process (no Ray). ``notes``: the sweep layer's one-line notes on
+    stderr; ``tune_verbose``: Tune's own verbosity (0: none of its tables)."""
     if local:
         return InProcessRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
-    from robusttune.sweep.batch import TuneBatchRunner
+    from robusttune.sweep.stream import TuneStreamRunner
 
-    return TuneBatchRunner(out, resources=resources, address=address, max_concurrent=max_concurrent,
-                           announce=_to_stderr if notes else None, verbose=tune_verbose)
+    return TuneStreamRunner(out, resources=resources, address=address,
+                            max_concurrent=max_concurrent,
+                            announce=_to_stderr if notes else None, verbose=tune_verbose)
 
 
 def _to_stderr(text: str) -> None:
@@ -33,7 +35,8 @@ def _to_stderr(text: str) -> None:
 
 
 def ray_or_nothing(local: bool, address: Optional[str]) -> ContextManager[Any]:
-    """One Ray session around every wave (Ray starts once), or nothing with --local."""
+    """One Ray session around the command's experiment (Ray starts once), or nothing with
+    --local."""
     if local:
         return contextlib.nullcontext()
     from robusttune.sweep.cluster import ray_session

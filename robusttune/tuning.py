@@ -9,7 +9,7 @@ proposes knobs x; each proposal is scored by the shared adversary (`robusttune.a
     worst(x) = min over the adversary's variants v of score(x, v) at k = floor(beta N)
                (score: validation accuracy, 0 when collapsed; the breakdown map's worst case),
 
-each run one federated run (one Ray Tune trial through `robusttune.sweep.batch.TuneBatchRunner`,
+each run one federated run (one Ray Tune trial through `robusttune.sweep.stream.TuneStreamRunner`,
 or in process with ``--local``). The study maximises (clean, worst) with NSGA-II (Deb et al.,
 2002), or worst alone with TPE (``objectives: worst``). Attack strength is never a knob: the
 adversary minimises over it, the defence maximises the minimum (a space naming attack,

@@ -36,7 +36,7 @@ def tune(
     gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
     local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
-    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output for every wave, besides the per-proposal lines."),
+    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the per-proposal lines."),
 ) -> None:
     """Tune a defence's knobs against the worst case: Optuna proposes knobs, each scored clean
     and against the shared adversary on validation accuracy (NSGA-II on both, or TPE on the worst
@@ -44,6 +44,7 @@ def tune(
     from robusttune.breakdown.command import EXIT_INTERRUPTED, map_folder, runner_flags
     from robusttune.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.numerics import pin
+    from robusttune.runners import drive
     from robusttune.trial_runner import choose_runner, ray_or_nothing
     from robusttune.schema import default_numerics
     from robusttune.terminal import print_table
@@ -90,9 +91,9 @@ def tune(
 
     try:
         with ray_or_nothing(local, address):
-            # on Ray a wave's variants go to Tune at once: one experiment per wave of proposals,
-            # not one per ladder step (same outcomes, run_study); in process, staged
-            result = run_study(plan, stored, on_wave=report, staged=local)
+            # on Ray a wave's variants go to Tune's one experiment at once, not one ladder step
+            # after another (same outcomes, run_study); in process, staged
+            result = drive(runner, lambda: run_study(plan, stored, on_wave=report, staged=local))
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):
             typer.echo(line, err=True)

@@ -462,6 +462,58 @@ def test_the_savings_change_no_answer():
     assert both.trial_ratio == both.trials_used / both.grid_trials < plain.trial_ratio
 
 
+def test_cells_bisected_each_on_its_own_give_the_lock_step_map():
+    """The streaming driver (`bisect_concurrently`: every cell in a thread of its own, asking
+    for its next points as soon as its last ones are judged) against the lock-step waves on the
+    same plan, with sharing, the staged ladder and verification, through a runner whose answers
+    come back in a shuffled order: every answer and every point outcome the same, the same
+    runs made (a run two cells need at once is made once), no barrier between the cells."""
+    import random
+    import threading
+    import time
+
+    from robusttune.breakdown import bisect_concurrently
+
+    cells = [Cell.of(20, aggregator=a, attack=t, participation=p)
+             for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")
+             for p in (0.1, 1.0)]
+    base = {"dataset": "synthetic", "clients": 20, "rounds": 1}
+    lock_step_log: list = []
+    lock_step = bisect_breakdown(cells, spec_evaluator(base, ladder_runner(lock_step_log),
+                                                       seeds=[1, 2]))
+    inner_log: list = []
+    inner = ladder_runner(inner_log)
+    delays = random.Random(45)
+    lock = threading.Lock()
+    steps: dict = {}
+
+    def shuffled(specs):
+        with lock:
+            wait = delays.uniform(0.0, 0.01)
+        time.sleep(wait)
+        return inner(specs)
+
+    def counted(points):
+        with lock:
+            for cell in {p.cell for p in points}:
+                steps[cell] = steps.get(cell, 0) + 1
+        return evaluate(points)
+
+    evaluate = spec_evaluator(base, shuffled, seeds=[1, 2])
+    done: list = []
+    streamed = bisect_concurrently(cells, counted, on_cell_done=lambda c: done.append(c.cell))
+    frame, expected = streamed.to_frame(), lock_step.to_frame()
+    assert frame.drop(columns="trials").equals(expected.drop(columns="trials"))
+    assert streamed.points_frame().drop(columns=["trials", "detail"]).equals(
+        lock_step.points_frame().drop(columns=["trials", "detail"]))
+    made = [s.to_json() for batch in inner_log for s in batch]
+    assert sorted(made) == sorted(s.to_json() for batch in lock_step_log for s in batch)
+    assert streamed.trials_used == lock_step.trials_used == len(made)
+    assert sorted(done, key=cells.index) == cells and streamed.waves == max(steps.values())
+    with pytest.raises(SpecError, match="listed twice"):
+        bisect_concurrently([cells[0], cells[0]], counted)
+
+
 def test_the_staged_ladder_stops_at_the_first_collapse():
     """At k = 10 of 20 the mean collapses at the weakest sign-flip strength: the point runs one
     variant, not four, and names it."""

@@ -302,30 +302,49 @@ def test_param_space_maps_domains_to_tune(ray_session):
     assert not math.isnan(space["lr"].lower)
 
 
-def test_breakdown_waves_run_as_tune_trials_with_the_same_results(ray_session, tmp_path):
-    """breakdown and calibrate hand each wave of lattice points to Ray Tune (TuneBatchRunner): the
-    trials must give the figures an in-process run of the same RunSpecs gives."""
-    from robusttune.runners import InProcessRunner
-    from robusttune.sweep.batch import TuneBatchRunner
+def test_streamed_runs_are_tune_trials_with_the_in_process_figures(ray_session, tmp_path):
+    """breakdown, calibrate, horizon and tune hand their runs to one streaming Tune experiment
+    (TuneStreamRunner): its trials must give the figures an in-process run of the same RunSpecs
+    gives, in the order asked, from any thread, an identical spec once; a body that asks for
+    nothing starts no experiment."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from robusttune.runners import InProcessRunner, drive
+    from robusttune.sweep.stream import TuneStreamRunner
 
     specs = [RunSpec.from_dict({**TINY, **threat}) for threat in THREATS["grid"]]
-    through_tune = TuneBatchRunner(tmp_path / "tune")(specs)
+    runner = TuneStreamRunner(tmp_path / "tune")
+
+    def from_two_threads():
+        with ThreadPoolExecutor(2) as pool:
+            first, second = pool.submit(runner, specs), pool.submit(runner, specs[::-1])
+            return first.result(), second.result()
+
+    through_tune, reversed_order = drive(runner, from_two_threads)
     in_process = InProcessRunner(tmp_path / "local")(specs)
     assert [s.final_accuracy for s in through_tune] == [s.final_accuracy for s in in_process]
     assert [s.spec["attack"] for s in through_tune] == ["none", "sign_flip"]
+    assert reversed_order == through_tune[::-1]
+    trials = list((tmp_path / "tune").glob("runs000/*/summary.json"))
+    assert len(trials) == len(specs)                 # each spec one trial, however often asked
+    assert drive(runner, lambda: 7) == 7
+    assert sorted(p.name for p in (tmp_path / "tune").iterdir()) == ["runs000"]
+    with pytest.raises(RuntimeError, match="only inside its drive"):
+        runner(specs)
 
 
 def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(ray_session, tmp_path,
                                                                                  monkeypatch):
-    """`robusttune breakdown` on Ray, Ctrl-C after its first wave, then `--resume`: no RunSpec
-    reaches Ray Tune twice, and the map is the one an in-process map of the same plan gives."""
+    """`robusttune breakdown` on Ray (its cells bisected each on its own through one streaming
+    Tune experiment), Ctrl-C after the cell's first step, then `--resume`: no RunSpec reaches Ray
+    Tune twice, and the map is the one an in-process (lock-step) map of the same plan gives."""
     import pandas as pd
     from typer.testing import CliRunner
 
     import robusttune.breakdown.command as command
     from robusttune.breakdown.store import run_key
     from robusttune.cli import app
-    from robusttune.sweep.batch import TuneBatchRunner
+    from robusttune.sweep.stream import TuneStreamRunner
 
     space = tmp_path / "map.yaml"
     space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 1, local_epochs: 1,\n"
@@ -333,7 +352,7 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
                      "space: {aggregator: {grid: [mean]}, attack: {grid: [sign_flip]}}\n"
                      "breakdown: {seeds: [1], adversary: {attack_strength: [3.0]}, verify_radius: 0}\n")
     handed: list[str] = []
-    real_call, real_bisect = TuneBatchRunner.__call__, command.bisect_breakdown
+    real_call, real_bisect = TuneStreamRunner.__call__, command.bisect_concurrently
 
     def counted(self, specs):
         handed.extend(run_key(s) for s in specs)
@@ -350,10 +369,10 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
 
         return real_bisect(cells, one_wave, **options)
 
-    monkeypatch.setattr(TuneBatchRunner, "__call__", counted)
+    monkeypatch.setattr(TuneStreamRunner, "__call__", counted)
     args = ["breakdown", str(space), "--storage", str(tmp_path), "--name", "ray"]
     with monkeypatch.context() as patch:
-        patch.setattr(command, "bisect_breakdown", killed_after_one_wave)
+        patch.setattr(command, "bisect_concurrently", killed_after_one_wave)
         first = CliRunner().invoke(app, args)
     assert first.exit_code == 130, first.output
     before = list(handed)
@@ -381,7 +400,7 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
 
     from robusttune.breakdown.store import run_key
     from robusttune.cli import app
-    from robusttune.sweep.batch import TuneBatchRunner
+    from robusttune.sweep.stream import TuneStreamRunner
 
     space = tmp_path / "tune.yaml"
     space.write_text("run: {dataset: synthetic, model: mlp, clients: 5, participation: 1.0,\n"
@@ -391,22 +410,22 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
                      "tuning: {num_samples: 2, batch: 2, adversary: {attack: [sign_flip],\n"
                      "         attack_strength: [3.0, 100.0]}}\n")
     handed: list[list[str]] = []
-    real_call = TuneBatchRunner.__call__
+    real_call = TuneStreamRunner.__call__
 
     def counted(self, specs):
         handed.append([run_key(s) for s in specs])
         return real_call(self, specs)
 
-    monkeypatch.setattr(TuneBatchRunner, "__call__", counted)
+    monkeypatch.setattr(TuneStreamRunner, "__call__", counted)
     args = ["tune", str(space), "--storage", str(tmp_path), "--name", "ray", "--cpus-per-trial", "1"]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     # one wave of 2 proposals: 2 clean runs and 2 x 2 attacked ones, one Tune experiment
     assert [len(wave) for wave in handed] == [6] and len(set(handed[0])) == 6
     folder = tmp_path / "ray"
-    waves = sorted((folder / "trials").glob("wave*"))
-    assert [w.name for w in waves] == ["wave000"]
-    assert len(list(waves[0].glob("*/summary.json"))) == 6
+    experiments = sorted((folder / "trials").glob("runs*"))
+    assert [e.name for e in experiments] == ["runs000"]
+    assert len(list(experiments[0].glob("*/summary.json"))) == 6
     table = pd.read_csv(folder / "tuning.csv")
     assert len(table) == 2 and table["recommended"].sum() == 1 and table["pareto"].any()
     assert (folder / "tuning.md").exists() and (folder / "pareto.png").exists()

@@ -14,15 +14,16 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 from __future__ import annotations
 
 from robusttune.breakdown.bisection import (BreakdownMap, Cell, CellResult, Evaluator, Outcome,
-                                            Point, Verdict, bisect_breakdown, lattice_top,
-                                            survival_bar)
+                                            Point, Verdict, bisect_breakdown, bisect_concurrently,
+                                            lattice_top, survival_bar)
 from robusttune.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
 from robusttune.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
 from robusttune.breakdown.prior import prior_starts, read_prior
 from robusttune.breakdown.report import write_breakdown
 
 __all__ = [
-    "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
+    "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown",
+    "bisect_concurrently", "lattice_top",
     "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
     "write_breakdown", "survival_bar", "prior_starts", "read_prior",
 ]

@@ -34,7 +34,7 @@ from robusttune.registry import SpecError
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "Verdict", "Evaluator", "survival_bar",
+    "Verdict", "Evaluator", "survival_bar", "bisect_concurrently",
 ]
 
 EPS = 1e-9
@@ -409,3 +409,36 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
         for point, verdict in zip(points, verdicts):
             wanted[point].outcomes[point.byzantine] = verdict
     return BreakdownMap(results, waves)
+
+
+def bisect_concurrently(cells: Iterable[Cell], evaluate: Evaluator, *,
+                        starts: Mapping[Cell, int] | None = None,
+                        on_cell_done: Callable[[CellResult], None] | None = None,
+                        **options: Any) -> BreakdownMap:
+    """`bisect_breakdown` of every cell on its own, all cells at once: each cell in a thread of
+    its own hands ``evaluate`` its next points as soon as its last ones are judged, so a cell
+    never waits for another cell's slowest run (the lock-step waves' barrier). For a streaming
+    runner (`robusttune.sweep.stream`), which runs whatever any cell asks for as slots free.
+    Every cell gets the answer, statuses and outcomes `bisect_breakdown` gives it (a cell's
+    bisection reads only its own outcomes; tests/test_breakdown.py compares the two drivers);
+    ``waves`` is the most any one cell took. ``evaluate`` must be safe to call from several
+    threads (`spec_evaluator`'s is); ``on_cell_done`` hears of each cell as it finishes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(cell: Cell) -> BreakdownMap:
+        part = bisect_breakdown([cell], evaluate, **options,
+                                starts={cell: starts[cell]} if starts and cell in starts else None)
+        if on_cell_done is not None:
+            on_cell_done(part.cells[0])
+        return part
+
+    cells = list(cells)
+    if len(set(cells)) != len(cells):
+        duplicate = next(c for c in cells if cells.count(c) > 1)
+        raise SpecError(f"cell {duplicate.label} is listed twice")
+    if not cells:
+        return BreakdownMap([], 0)
+    with ThreadPoolExecutor(max_workers=len(cells), thread_name_prefix="robusttune-cell") as pool:
+        futures = [pool.submit(one, cell) for cell in cells]
+        parts = [future.result() for future in futures]
+    return BreakdownMap([part.cells[0] for part in parts], max(part.waves for part in parts))

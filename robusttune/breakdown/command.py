@@ -21,7 +21,8 @@ from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence
 from rich.console import Console
 
 from robusttune.adversary import Adversary
-from robusttune.breakdown.bisection import BreakdownMap, Cell, bisect_breakdown
+from robusttune.breakdown.bisection import (BreakdownMap, Cell, bisect_breakdown,
+                                            bisect_concurrently)
 from robusttune.breakdown.evaluate import spec_evaluator
 from robusttune.breakdown.plan import BreakdownPlan, load_plan, plan_costs
 from robusttune.breakdown.prior import prior_starts, read_prior
@@ -112,12 +113,25 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
                               adversary=Adversary.of(plan.adversary or None, plan.adaptive),
                               sampler_seed=plan.sampler_seed,
                               survival=(plan.threshold, plan.relative_threshold))
+    from robusttune.runners import drive
+
+    options = dict(max_fraction=plan.max_fraction, threshold=plan.threshold,
+                   relative_threshold=plan.relative_threshold, verify_radius=plan.verify_radius,
+                   on_non_monotone=plan.on_non_monotone, starts=starts)
+    # in process the runs go one after another anyway: the lock-step waves keep the run folders'
+    # order; a streaming runner (Ray) gets every cell's next runs as soon as each cell asks
+    concurrent = hasattr(runner, "drive")
+    progress.concurrent = concurrent
+
+    def bisect() -> BreakdownMap:
+        if concurrent:
+            return bisect_concurrently(plan.cells, progress.watch(evaluate),
+                                       on_cell_done=lambda done: progress.cell_done(done.cell),
+                                       **options)
+        return bisect_breakdown(plan.cells, progress.watch(evaluate), **options)
+
     with session, progress:
-        result = bisect_breakdown(plan.cells, progress.watch(evaluate),
-                                  max_fraction=plan.max_fraction, threshold=plan.threshold,
-                                  relative_threshold=plan.relative_threshold,
-                                  verify_radius=plan.verify_radius,
-                                  on_non_monotone=plan.on_non_monotone, starts=starts)
+        result = drive(stored, bisect)
         progress.finish()
     return result, stored
 

@@ -6,6 +6,7 @@ Points -> RunSpecs -> one runner call per batch -> Outcomes."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from robusttune.adversary import Adversary, adversary_variants, score as _score, worst_of
@@ -59,12 +60,15 @@ def canonical_spec(spec: RunSpec) -> RunSpec:
 class _SharedRuns:
     """The runs an evaluator has already made, by canonical RunSpec: a spec equal to one run
     before (in this batch, an earlier wave or another cell) is not run again. Without ``share``
-    every spec runs, as the runner is handed it."""
+    every spec runs, as the runner is handed it. Cells evaluated in threads of their own share
+    it: a run another thread is making is waited for, not made twice."""
 
     def __init__(self, runner: Runner, share: bool,
                  on_trials: Callable[[int], None] | None) -> None:
         self.runner, self.share, self.on_trials = runner, share, on_trials
         self.done: dict[str, RunSummary] = {}
+        self._lock = threading.Lock()
+        self._making: dict[str, threading.Event] = {}
 
     def __call__(self, specs: Sequence[RunSpec]) -> tuple[list[RunSummary], list[bool]]:
         """Summaries for ``specs`` in order, and for each whether it was a new run (the first
@@ -77,18 +81,35 @@ class _SharedRuns:
         canonical = [canonical_spec(s) for s in specs]
         keys = [s.to_json() for s in canonical]
         fresh: dict[str, RunSpec] = {}
-        for key, spec in zip(keys, canonical):
-            if key not in self.done and key not in fresh:
-                fresh[key] = spec
-        if fresh:
-            self.done.update(zip(fresh, self.runner(list(fresh.values()))))
-            if self.on_trials is not None:
-                self.on_trials(len(fresh))
+        with self._lock:
+            for key, spec in zip(keys, canonical):
+                if key not in self.done and key not in self._making and key not in fresh:
+                    fresh[key] = spec
+            others = {self._making[k] for k in keys if k in self._making}
+            for key in fresh:
+                self._making[key] = threading.Event()
+        try:
+            if fresh:
+                summaries = self.runner(list(fresh.values()))
+                with self._lock:
+                    self.done.update(zip(fresh, summaries))
+                if self.on_trials is not None:
+                    self.on_trials(len(fresh))
+        finally:
+            with self._lock:
+                for key in fresh:
+                    self._making.pop(key).set()
+        for event in others:
+            event.wait()
         new = []
         for key in keys:
             new.append(key in fresh)
             fresh.pop(key, None)
-        return [self.done[k] for k in keys], new
+        with self._lock:
+            missing = [k for k in keys if k not in self.done]
+            if missing:  # the thread making it was interrupted
+                raise KeyboardInterrupt("a shared run was not finished")
+            return [self.done[k] for k in keys], new
 
 
 def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),

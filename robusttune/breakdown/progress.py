@@ -1,11 +1,12 @@
 """One progress display for a breakdown map: cells done, points evaluated, trials, elapsed and an
-estimate of the time left, in place of Ray Tune's tables of every wave.
+estimate of the time left, in place of Ray Tune's tables.
 
 On a terminal it is one line redrawn in place (rich ``Live``); elsewhere (a pipe, a log file, a
 test) one plain line per wave. It learns the map's state from the outside: `watch` wraps the
 evaluator (a cell is done once a wave no longer asks for it, since every wave holds every
-unfinished cell's next points) and `runs` is the `StoredRunner`'s callback (trials run, or
-answered from an earlier, resumed, attempt).
+unfinished cell's next points; with cells bisected each on its own, ``concurrent``, a cell is done
+when `cell_done` says so) and `runs` is the `StoredRunner`'s callback (trials run, or answered from
+an earlier, resumed, attempt).
 
 The estimate: mean wall seconds per trial run so far x the trials the unfinished cells still
 need, counting for each the bisection's expected points (`robusttune.breakdown.plan.CellCost`)
@@ -14,6 +15,7 @@ the throughput they are."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Sequence
 
@@ -45,6 +47,11 @@ class MapProgress:
         self.run_seconds = 0.0       # wall seconds spent in runs actually run (not reused)
         self._mark = clock()
         self._live: Live | None = None
+        # cells bisected each in a thread of its own (`bisect_concurrently`): a cell is pending
+        # until it is done, and the wave shown is the most steps any cell has taken
+        self.concurrent = False
+        self._steps: dict[Cell, int] = {}
+        self._lock = threading.RLock()
 
     # -- the display --------------------------------------------------------------------------
     def __enter__(self) -> "MapProgress":
@@ -71,32 +78,47 @@ class MapProgress:
         """``evaluate``, reporting each wave to this display."""
 
         def watched(points: Sequence[Point]) -> Sequence[Verdict]:
-            self.pending = {p.cell for p in points}
-            self.waves += 1
-            self._mark = self.clock()
-            self._show()
+            with self._lock:
+                if self.concurrent:
+                    for cell in {p.cell for p in points}:
+                        self._steps[cell] = self._steps.get(cell, 0) + 1
+                    self.waves = max(self._steps.values(), default=0)
+                else:
+                    self.pending = {p.cell for p in points}
+                    self.waves += 1
+                    self._mark = self.clock()
+                self._show()
             verdicts = evaluate(points)
-            for point in points:
-                self.points[point.cell] = self.points.get(point.cell, 0) + 1
-            self._show(wave_end=True)
+            with self._lock:
+                for point in points:
+                    self.points[point.cell] = self.points.get(point.cell, 0) + 1
+                self._show(wave_end=not self.concurrent)
             return verdicts
 
         return watched
 
     def runs(self, ran: int, reused: int) -> None:
         """`StoredRunner`'s callback: ``ran`` runs just finished, ``reused`` came from the store."""
-        now = self.clock()
-        if ran:
-            self.run_seconds += now - self._mark
-        self._mark = now
-        self.ran += ran
-        self.reused += reused
-        self._show()
+        with self._lock:
+            now = self.clock()
+            if ran:
+                self.run_seconds += now - self._mark
+            self._mark = now
+            self.ran += ran
+            self.reused += reused
+            self._show()
+
+    def cell_done(self, cell: Cell) -> None:
+        """A cell bisected on its own finished (`bisect_concurrently`)."""
+        with self._lock:
+            self.pending.discard(cell)
+            self._show(wave_end=True)
 
     def finish(self) -> None:
         """Every cell is done (the bisection returned)."""
-        self.pending = set()
-        self._show(wave_end=True)
+        with self._lock:
+            self.pending = set()
+            self._show(wave_end=True)
 
     # -- the line -------------------------------------------------------------------------------
     @property

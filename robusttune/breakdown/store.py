@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -167,12 +168,14 @@ class StoredRunner:
         self.on_runs = on_runs
         self.ran = 0
         self.reused = 0
+        self._lock = threading.Lock()
 
     def __call__(self, specs: Sequence[RunSpec]) -> list[RunSummary]:
         keys = [run_key(s) for s in specs]
-        missing = list(dict.fromkeys(k for k in keys if k not in self.finished))
-        reused = len(keys) - sum(1 for k in keys if k in missing)
-        self.reused += reused
+        with self._lock:  # a map's cells call from threads of their own (a streaming runner)
+            missing = list(dict.fromkeys(k for k in keys if k not in self.finished))
+            reused = len(keys) - sum(1 for k in keys if k in missing)
+            self.reused += reused
         if self.on_runs is not None and reused:
             self.on_runs(0, reused)
         by_key = {k: s for k, s in zip(keys, specs)}
@@ -180,15 +183,23 @@ class StoredRunner:
         fresh: dict[str, RunSummary] = {}
         for chunk in chunks:
             summaries = self.inner([by_key[k] for k in chunk])
-            for key, summary in zip(chunk, summaries):
-                fresh[key] = summary
-                if summary.error is None and not summary.stopped_early:
-                    self.store.append(by_key[key], summary)
-                    self.finished[key] = summary
-            self.ran += len(chunk)
+            with self._lock:
+                for key, summary in zip(chunk, summaries):
+                    fresh[key] = summary
+                    if summary.error is None and not summary.stopped_early:
+                        self.store.append(by_key[key], summary)
+                        self.finished[key] = summary
+                self.ran += len(chunk)
             if self.on_runs is not None:
                 self.on_runs(len(chunk), 0)
-        return [fresh[k] if k in fresh else self.finished[k] for k in keys]
+        with self._lock:
+            return [fresh[k] if k in fresh else self.finished[k] for k in keys]
+
+    def drive(self, body: Callable[[], Any]) -> Any:
+        """The inner runner's way of running a command's logic (`robusttune.runners.drive`)."""
+        from robusttune.runners import drive
+
+        return drive(self.inner, body)
 
 
 def open_stored_runner(folder: str | Path, plan: Any,

@@ -15,7 +15,7 @@ This package is the only place in robusttune that imports ray, and it does so la
 - `progress`  driver-side callbacks: one line per trial, the timeline        ray inside
 - `trials`    the per-trial table, sorted best first                         ray inside
 - `ray_compat` Ray's private and developer APIs, pinned by a test             ray inside
-- `batch`     `TuneBatchRunner`: RunSpecs as one grid sweep (breakdown waves) ray inside
+- `stream`    `TuneStreamRunner`: one experiment per command, runs as asked  ray inside
 - `preflight` data, model, rule and attack built once per setting, pre-Ray    no ray
 - `command`   the ``robusttune sweep`` command body                          ray only when running
 """
