@@ -281,9 +281,9 @@ def run_trial(config: dict[str, Any]) -> None:
     from ray import tune
 
     from robusttune.recording import RunWriter
-    from robusttune.simulation import Simulation, load_checkpoint
+    from robusttune.simulation import Simulation
     from robusttune.sweep.trainable import (CHECKPOINT_FILE, CONFIG_ERROR, ERROR_FILE,
-                                            fetch_run_files, place_trial, trial_folder,
+                                            place_trial, restore_checkpoint, trial_folder,
                                             trial_threads)
 
     started = time.perf_counter()
@@ -304,14 +304,8 @@ def run_trial(config: dict[str, Any]) -> None:
         tune.report({METRIC: math.nan, CONFIG_ERROR: str(error),
                      SUMMARY_KEY: json.dumps(failed.to_dict())})
         return
-    checkpoint = tune.get_checkpoint()
-    resume_at = 0
-    if checkpoint is not None:
-        with checkpoint.as_directory() as saved:
-            simulation.load_state_dict(load_checkpoint(Path(saved) / CHECKPOINT_FILE))
-        fetch_run_files(context, folder)
-        resume_at = simulation.rounds_done
-    writer = RunWriter(folder, spec, resume_at=resume_at, tensorboard=False)
+    writer = RunWriter(folder, spec, resume_at=restore_checkpoint(simulation, context, folder),
+                       tensorboard=False)
     every = spec.checkpoint_every
     try:
         for record in simulation:

@@ -114,7 +114,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     from ray import tune
 
     from robusttune.recording import RunWriter
-    from robusttune.simulation import Simulation, load_checkpoint
+    from robusttune.simulation import Simulation
 
     started = time.perf_counter()
     context = tune.get_context()
@@ -131,15 +131,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     except SpecError as error:
         report_config_error(str(error), sweep, run_folder)
         return
-    checkpoint = tune.get_checkpoint()
-    # a trial restarted without a checkpoint (killed before its first one, or checkpoint_every 0)
-    # runs again from round 1: resume_at 0 clears the rows and scalars its first attempt left
-    resume_at = 0
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            simulation.load_state_dict(load_checkpoint(Path(folder) / CHECKPOINT_FILE))
-        fetch_run_files(context, run_folder)
-        resume_at = simulation.rounds_done
+    resume_at = restore_checkpoint(simulation, context, run_folder)
     # the sweep declared the HParams experiment in its folder; a trial adds its values only
     writer = RunWriter(run_folder, spec, resume_at=resume_at, declares_experiment=False)
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
@@ -168,6 +160,25 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
         writer.abort()
         raise
     writer.close(simulation.summary(time.perf_counter() - started))
+
+
+def restore_checkpoint(simulation: Any, context: Any, folder: Path) -> int:
+    """The round a (re)started trial continues after: its last checkpoint's, loaded into
+    ``simulation`` with the run folder's files brought back (`fetch_run_files`), or 0. A trial
+    restarted without a checkpoint (killed before its first one, or checkpoint_every 0) runs
+    again from round 1: RunWriter's resume_at 0 clears the rows and scalars its first attempt
+    left."""
+    from ray import tune
+
+    from robusttune.simulation import load_checkpoint
+
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as saved:
+        simulation.load_state_dict(load_checkpoint(Path(saved) / CHECKPOINT_FILE))
+    fetch_run_files(context, folder)
+    return simulation.rounds_done
 
 
 def report_config_error(message: str, sweep: SweepSpec, folder: Path) -> None:
