@@ -207,8 +207,25 @@ class TuneStreamRunner:
                 verbose=self.verbose))
         if self.announce is not None:
             self.announce(f"trials stream into {self.folder / name}")
-        with tune_environment(quiet=self.verbose == 0):
+        with tune_environment(quiet=self.verbose == 0,
+                              extra={"TUNE_MAX_PENDING_TRIALS_PG": str(self._pending_trials())}):
             tuner.fit()
+
+    def _pending_trials(self) -> int:
+        """How many trials Tune may hold proposed but not yet running. Its default for a
+        Searcher is 1: it proposes the next trial only once the last one runs, which starts trials
+        one at a time (on 2 cores the bench map's trials took 30.7 s of wall time instead of 17.5
+        s with 4). One per slot the cluster holds now (at least 2, so an autoscaling cluster that
+        holds none yet sees the demand), at most ``max_concurrent``."""
+        import ray
+
+        cpu = float(self.resources.get("cpu", 1) or 0)
+        gpu = float(self.resources.get("gpu", 0) or 0)
+        held = ray.cluster_resources()
+        slots = [int(held.get("CPU", 0) // cpu)] if cpu > 0 else []
+        slots += [int(held.get("GPU", 0) // gpu)] if gpu > 0 else []
+        pending = max(2, min(slots) if slots else 2)
+        return min(pending, self.max_concurrent) if self.max_concurrent else pending
 
 
 def _search_base() -> type:

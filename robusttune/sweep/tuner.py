@@ -134,7 +134,8 @@ def _environment(**values: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def tune_environment(quiet: bool = True,
-                     on_interrupt: Callable[[], None] | None = None) -> Iterator[None]:
+                     on_interrupt: Callable[[], None] | None = None,
+                     extra: dict[str, str] | None = None) -> Iterator[None]:
     """The Tune settings of a sweep's ``fit``, as environment variables (and, when ``quiet``,
     log filters) for its duration.
 
@@ -149,9 +150,9 @@ def tune_environment(quiet: bool = True,
     error.txt, which the display names, rather than on the terminal
     (``TUNE_PRINT_ALL_TRIAL_ERRORS=0``); Tune's end-of-fit notices, among them its
     ``Tuner.restore(...)`` hint, are dropped (`ray_compat.quiet_tune_logs`), and ``on_interrupt``
-    replaces its Ctrl-C notice."""
+    replaces its Ctrl-C notice. ``extra``: more Tune settings for this experiment."""
     values = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-              "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0"}
+              "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0", **(extra or {})}
     if not quiet:
         with _environment(**values):
             yield
