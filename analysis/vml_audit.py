@@ -6,8 +6,9 @@ The audit behind ``robusttune.numerics.MKL_VML_OPERATIONS`` and ``MKL_APPROXIMAT
 1. **Reached**: a probe process in portable numerics runs each candidate operation once on a
    contiguous float32 and float64 tensor, under gdb with a breakpoint on every exported
    ``mkl_vml_kernel_*`` compute kernel of libtorch_cpu.so; a hit is the operation reaching VML.
-2. **Approximate**: each reached ``*_EXHAynn`` kernel (the COMPATIBLE branch's, which portable
-   mode pins) is disassembled with objdump and searched for ``rsqrt*`` and ``rcp*``: instructions
+2. **Approximate**: each ``*_EXHAynn`` kernel (the COMPATIBLE branch's, which portable mode
+   pins), cut out of the library by its symbol's address and size (nm, readelf), is disassembled
+   with objdump and searched for ``rsqrt*`` and ``rcp*``: instructions
    whose results differ between Intel, AMD and emulators, so the kernel's last bit does too.
 3. **The tool's own runs**: short portable runs of several rules under the attacks that compute
    statistics (ALIE, Gaussian, Fang's Krum attack, MinMax, IPM) are traced the same way; none may
@@ -56,7 +57,7 @@ OPS = {
 }
 for dtype in ("float32", "float64"):
     for name, op in OPS.items():
-        print("@@OP " + json.dumps([name, dtype]), flush=True)
+        print("@@OP " + json.dumps(["op", name, dtype]), flush=True)
         op(x.to(getattr(torch, dtype)))
 '''
 
@@ -70,7 +71,7 @@ BASE = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 0.5
         "numerics": "portable"}
 RUNS = json.loads(sys.argv[1])
 for keys in RUNS:
-    print("@@OP " + json.dumps([keys["method"], keys["attack"]]), flush=True)
+    print("@@OP " + json.dumps(["run", keys["method"], keys["attack"]]), flush=True)
     for _ in simulate(RunSpec.from_dict({**BASE, **keys})):
         pass
 '''
@@ -111,12 +112,33 @@ def compute_kernels(library: Path) -> dict[str, tuple[int, int]]:
     return kernels
 
 
-def approximate_instructions(library: Path, start: int, size: int) -> list[str]:
-    """The rsqrt* / rcp* instructions in one kernel's code, by objdump."""
-    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={start}",
-                           f"--stop-address={start + size}", str(library)],
-                          capture_output=True, text=True, check=True).stdout
-    return sorted(set(APPROXIMATE.findall(code)))
+def load_segments(library: Path) -> list[tuple[int, int, int]]:
+    """The library's LOAD segments, (virtual address, file offset, file size), by readelf."""
+    listing = subprocess.run(["readelf", "-lW", str(library)], capture_output=True, text=True,
+                             check=True).stdout
+    segments = []
+    for line in listing.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "LOAD":
+            segments.append((int(parts[2], 16), int(parts[1], 16), int(parts[4], 16)))
+    return segments
+
+
+def approximate_instructions(library: Path, start: int, size: int,
+                             segments: list[tuple[int, int, int]]) -> list[str]:
+    """The rsqrt* / rcp* instructions in one kernel's code: its bytes cut out of the library
+    (objdump over the whole library takes seconds per kernel) and disassembled by objdump."""
+    vaddr, offset, _ = next(s for s in segments if s[0] <= start < s[0] + s[2])
+    with open(library, "rb") as handle:
+        handle.seek(offset + start - vaddr)
+        code = handle.read(size)
+    with tempfile.NamedTemporaryFile(suffix=".bin") as raw:
+        raw.write(code)
+        raw.flush()
+        listing = subprocess.run(["objdump", "-D", "-b", "binary", "-m", "i386:x86-64",
+                                  "--no-show-raw-insn", raw.name], capture_output=True, text=True,
+                                 check=True).stdout
+    return sorted(set(APPROXIMATE.findall(listing)))
 
 
 def traced(code: str, args: list[str], kernels: list[str]) -> dict[tuple[str, str], set[str]]:
@@ -148,10 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     library = libtorch_cpu()
     kernels = compute_kernels(library)
-    approximate = {name: approximate_instructions(library, *kernels[name]) for name in kernels}
-    ops = traced(PROBE, [], sorted(kernels))
+    segments = load_segments(library)
+    approximate = {name: approximate_instructions(library, *kernels[name], segments)
+                   for name in kernels}
+    runs = RUNS[:1] if options.quick else RUNS
+    # one traced process for both (gdb reads libtorch_cpu's symbols once: most of the time)
+    reached = traced(PROBE + RUN, [json.dumps(runs)], sorted(kernels))
     findings: dict[str, dict] = {}
-    for (op, dtype), hits in ops.items():
+    for (kind, op, dtype), hits in reached.items():
+        if kind != "op":
+            continue
         entry = findings.setdefault(op, {"reached": {}, "approximate": {}})
         if hits:
             entry["reached"][dtype] = sorted(hits)
@@ -163,10 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       if dtype in entry["approximate"] else "")
                           for dtype, found in entry["reached"].items()) or "ATen's own code"
         print(f"{op}: {where}")
-    runs = RUNS[:1] if options.quick else RUNS
-    by_run = traced(RUN, [json.dumps(runs)], sorted(kernels))
     bad = {f"{m} under {a}": sorted(k for k in hits if approximate[k])
-           for (m, a), hits in by_run.items()}
+           for (kind, m, a), hits in reached.items() if kind == "run"}
     for run, kernels_hit in bad.items():
         print(f"run {run}: {', '.join(kernels_hit) or 'no approximate VML kernel'}")
     if options.json:
