@@ -10,6 +10,7 @@ import json
 import math
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -472,3 +473,51 @@ def test_unreadable_stored_sweep_is_a_one_line_error(tmp_path):
     write_text(str(folder), SWEEP_FILE, "- a list\n")
     with pytest.raises(SpecError, match=r"sweep.yaml: a search space is a mapping"):
         stored_sweep(str(folder))
+
+
+def test_ctrl_c_stops_a_streamed_map_cleanly_and_resume_finishes_it(tmp_path):
+    """A real SIGINT to `robusttune breakdown` on Ray while its one streaming experiment runs
+    (Tune in the command's main thread): exit status 130, the one-line hint, the finished runs
+    kept in runs.jsonl; `--resume` then runs only what is missing and writes the map."""
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    space = tmp_path / "map.yaml"
+    space.write_text("run: {dataset: synthetic, model: mlp, clients: 8, rounds: 3, local_epochs: 1,\n"
+                     "      synthetic_samples: 200, trainer: sequential}\n"
+                     "space: {aggregator: {grid: [mean, median, trimmed_mean]},\n"
+                     "        attack: {grid: [sign_flip, ipm]}}\n"
+                     "breakdown: {seeds: [1, 2]}\n")
+    command = [str(Path(sys.executable).parent / "robusttune"), "breakdown", str(space),
+               "--storage", str(tmp_path), "--name", "map", "--cpus-per-trial", "1"]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    ray_tmp = tempfile.mkdtemp(prefix="rtc-", dir="/tmp")  # a Ray of its own, short socket paths
+    env["RAY_TMPDIR"] = ray_tmp
+    runs = tmp_path / "map" / "runs.jsonl"
+    try:
+        driver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and driver.poll() is None:
+            if runs.exists() and runs.read_text().count("\n") >= 2:
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, "the map ended before it could be interrupted"
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=120)
+        assert driver.returncode == 130, output[-3000:]
+        assert "interrupted: the finished runs are kept in" in output
+        kept = runs.read_text().splitlines()
+        resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True,
+                                 timeout=240)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed: {len(kept)} runs kept from before" in resumed.stdout
+    after = runs.read_text().splitlines()
+    assert after[:len(kept)] == kept
+    keys = [json.loads(line)["key"] for line in after]
+    assert len(keys) == len(set(keys)) and (tmp_path / "map" / "breakdown.csv").exists()
