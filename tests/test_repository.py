@@ -1,0 +1,27 @@
+"""The repository stands alone: a user who clones it has no folder beside it, so no tracked file
+may send a reader to one (the developers' shared notes lived in ``../shared``)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTSIDE = "../" + "shared"   # spelled in two parts so this file does not name it itself
+
+
+def test_no_tracked_file_points_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert "README.md" in tracked
+    pointing = []
+    for name in tracked:
+        path = ROOT / name
+        if not path.is_file() or path.stat().st_size > 2_000_000:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        pointing += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if OUTSIDE in line]
+    assert pointing == [], "files that point outside the repository: " + ", ".join(pointing)
