@@ -224,7 +224,7 @@ def calibrate(
         label = "-".join(attack) or "worstcase"
         folder = out or Path("results") / f"calibrate-{method}-{label}-N{clients}-b{byzantine:g}"
         with ray_or_nothing(local, address):
-            runner = choose_runner(folder, local, {"cpu": 1}, address)
+            runner = choose_runner(folder, local, {"cpu": 1})
             sweep = drive(runner, lambda: trim_sweep(values, trims, fractions, runner,
                                                      seeds=seeds, adversary=threat))
         figures["recommended_trim_ratio"] = sweep.recommended
@@ -310,7 +310,7 @@ def breakdown(
         dry_run_report(plan, folder, starts=starts)
         return
     command = command_line(space, plan, storage, runner_flags(local, address))
-    runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+    runner = choose_runner(folder if local else folder / "trials", local, plan.resources,
                             max_concurrent=plan.max_concurrent, notes=verbose,
                             tune_verbose=1 if verbose else 0)  # the progress line replaces both
     try:

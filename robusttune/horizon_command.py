@@ -62,7 +62,7 @@ def horizon(
     command = shlex.join(["robusttune", "horizon", str(space), "--storage", storage, "--name",
                           measurement.name, *runner_flags(local, address),
                           *[f"--set={a}" for a in set_], *options])
-    runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+    runner = choose_runner(folder if local else folder / "trials", local, plan.resources,
                             max_concurrent=plan.max_concurrent, notes=False)
     jobs = len(measurement.clean_specs())
     done = [0]

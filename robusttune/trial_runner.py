@@ -14,19 +14,19 @@ from robusttune.runners import InProcessRunner, Runner
 __all__ = ["choose_runner", "ray_or_nothing"]
 
 
-def choose_runner(out: Path, local: bool, resources: dict[str, float], address: Optional[str],
-                  max_concurrent: int = 0, notes: bool = True, tune_verbose: int = 0) -> Runner:
+def choose_runner(out: Path, local: bool, resources: dict[str, float], max_concurrent: int = 0,
+                  notes: bool = True, tune_verbose: int = 0) -> Runner:
     """The runner trials go through: one Ray Tune experiment for the whole command whose trials
     are proposed as the command asks for runs (robusttune.sweep.stream; the experiment folder
     under OUT; drive the command's logic with `robusttune.runners.drive`) or, with --local, one
     run after another in this process (no Ray). ``notes``: the sweep layer's one-line notes on
-    stderr; ``tune_verbose``: Tune's own verbosity (0: none of its tables)."""
+    stderr; ``tune_verbose``: Tune's own verbosity (0: none of its tables). The Ray session it
+    runs in, local or joined with ``--address``, is `ray_or_nothing`'s."""
     if local:
         return InProcessRunner(out, threads=max(1, int(resources.get("cpu", 1) or 1)))
     from robusttune.sweep.stream import TuneStreamRunner
 
-    return TuneStreamRunner(out, resources=resources, address=address,
-                            max_concurrent=max_concurrent,
+    return TuneStreamRunner(out, resources=resources, max_concurrent=max_concurrent,
                             announce=_to_stderr if notes else None, verbose=tune_verbose)
 
 

@@ -72,7 +72,7 @@ def tune(
     command = shlex.join(["robusttune", "tune", str(space), "--storage", storage, "--name",
                           plan.name, *runner_flags(local, address),
                           *[f"--set={a}" for a in set_], *flags])
-    runner = choose_runner(folder if local else folder / "trials", local, plan.resources, address,
+    runner = choose_runner(folder if local else folder / "trials", local, plan.resources,
                             max_concurrent=plan.max_concurrent, notes=verbose,
                             tune_verbose=1 if verbose else 0)
     stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,

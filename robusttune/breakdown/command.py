@@ -103,7 +103,10 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     ``starts``: the cells' earlier answers (`plan_starts`). A Ctrl-C (KeyboardInterrupt)
     propagates; what finished before it is kept."""
     console = console or Console(stderr=True)
-    progress = MapProgress(plan_costs(plan), console=console)
+    # in process the runs go one after another anyway: the lock-step waves keep the run folders'
+    # order; a streaming runner (Ray) gets every cell's next runs as soon as each cell asks
+    concurrent = hasattr(runner, "drive")
+    progress = MapProgress(plan_costs(plan), console=console, concurrent=concurrent)
     stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
                                 say=lambda line: console.print(line, markup=False, highlight=False,
                                                                soft_wrap=True),
@@ -118,10 +121,6 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     options = dict(max_fraction=plan.max_fraction, threshold=plan.threshold,
                    relative_threshold=plan.relative_threshold, verify_radius=plan.verify_radius,
                    on_non_monotone=plan.on_non_monotone, starts=starts)
-    # in process the runs go one after another anyway: the lock-step waves keep the run folders'
-    # order; a streaming runner (Ray) gets every cell's next runs as soon as each cell asks
-    concurrent = hasattr(runner, "drive")
-    progress.concurrent = concurrent
 
     def bisect() -> BreakdownMap:
         if concurrent:

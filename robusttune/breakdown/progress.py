@@ -34,7 +34,7 @@ class MapProgress:
     """The state shown and the display itself (a context manager: the live line lives inside)."""
 
     def __init__(self, costs: Sequence[CellCost], *, console: Console | None = None,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, concurrent: bool = False) -> None:
         self.costs = {c.cell: c for c in costs}
         self.console = console or Console(stderr=True)
         self.clock = clock
@@ -47,9 +47,9 @@ class MapProgress:
         self.run_seconds = 0.0       # wall seconds spent in runs actually run (not reused)
         self._mark = clock()
         self._live: Live | None = None
-        # cells bisected each in a thread of its own (`bisect_concurrently`): a cell is pending
-        # until it is done, and the wave shown is the most steps any cell has taken
-        self.concurrent = False
+        # ``concurrent``: cells bisected each in a thread of its own (`bisect_concurrently`): a
+        # cell is pending until it is done, and the wave shown is the most steps any cell took
+        self.concurrent = concurrent
         self._steps: dict[Cell, int] = {}
         self._lock = threading.RLock()
 

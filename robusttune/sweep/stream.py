@@ -72,18 +72,16 @@ class TuneStreamRunner:
     folder); ``resources`` the per-trial {cpu, gpu}; ``max_concurrent`` caps the trials at once (0:
     as the cluster's resources allow); ``verbose`` is Tune's. Identical specs asked while one is
     queued or running share that one trial. Call it only inside ``drive`` (with a Ray session
-    open around it, `robusttune.sweep.cluster.ray_session`)."""
+    open around it, local or joined with ``--address``: `robusttune.sweep.cluster.ray_session`)."""
 
     def __init__(self, folder: str | Path, resources: dict[str, float] | None = None,
-                 address: str | None = None, max_concurrent: int = 0,
-                 announce: Callable[[str], None] | None = None, verbose: int = 0) -> None:
+                 max_concurrent: int = 0, announce: Callable[[str], None] | None = None,
+                 verbose: int = 0) -> None:
         self.folder = Path(folder).resolve()
         self.resources = {k: v for k, v in (resources or {"cpu": 1}).items() if v is not None}
-        self.address = address
         self.max_concurrent = max_concurrent
         self.announce = announce
         self.verbose = verbose
-        self.trials = 0
         self._lock = threading.Condition()
         self._queue: deque[_Pending] = deque()
         self._running: dict[str, _Pending] = {}
@@ -299,9 +297,8 @@ def run_trial(config: dict[str, Any]) -> None:
 
     from robusttune.recording import RunWriter
     from robusttune.simulation import Simulation
-    from robusttune.sweep.trainable import (CHECKPOINT_FILE, CONFIG_ERROR, ERROR_FILE,
-                                            place_trial, restore_checkpoint, trial_folder,
-                                            trial_threads)
+    from robusttune.sweep.trainable import (CHECKPOINT_FILE, place_trial, report_config_error,
+                                            restore_checkpoint, trial_folder, trial_threads)
 
     started = time.perf_counter()
     context = tune.get_context()
@@ -315,11 +312,9 @@ def run_trial(config: dict[str, Any]) -> None:
         spec = RunSpec.from_dict({**values, "device": device})
         simulation = Simulation(spec)
     except SpecError as error:
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / ERROR_FILE).write_text(f"configuration error: {error}\n")
         failed = RunSummary.failed(f"configuration error: {error}", spec=values)
-        tune.report({METRIC: math.nan, CONFIG_ERROR: str(error),
-                     SUMMARY_KEY: json.dumps(failed.to_dict())})
+        report_config_error(str(error), [METRIC], folder,
+                            **{SUMMARY_KEY: json.dumps(failed.to_dict())})
         return
     writer = RunWriter(folder, spec, resume_at=restore_checkpoint(simulation, context, folder),
                        tensorboard=False)

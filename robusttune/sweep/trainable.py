@@ -27,7 +27,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -129,7 +129,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
         spec = RunSpec.from_dict({**values, "device": device})
         simulation = Simulation(spec)
     except SpecError as error:
-        report_config_error(str(error), sweep, run_folder)
+        report_config_error(str(error), sweep.search.metrics, run_folder)
         return
     resume_at = restore_checkpoint(simulation, context, run_folder)
     # the sweep declared the HParams experiment in its folder; a trial adds its values only
@@ -181,14 +181,16 @@ def restore_checkpoint(simulation: Any, context: Any, folder: Path) -> int:
     return simulation.rounds_done
 
 
-def report_config_error(message: str, sweep: SweepSpec, folder: Path) -> None:
+def report_config_error(message: str, metrics: Sequence[str], folder: Path,
+                        **extra: Any) -> None:
     """End the trial on a configuration error without an exception (so Tune does not retry
-    it): one result with the message and NaN metrics, and the message in error.txt."""
+    it): one result with the message, NaN ``metrics`` (Tune requires them of a result) and
+    ``extra``, and the message in error.txt."""
     from ray import tune
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ERROR_FILE).write_text(f"configuration error: {message}\n")
-    tune.report({**{metric: math.nan for metric in sweep.search.metrics}, CONFIG_ERROR: message})
+    tune.report({**{metric: math.nan for metric in metrics}, CONFIG_ERROR: message, **extra})
 
 
 def trial_folder(context: Any) -> Path:
