@@ -1,5 +1,5 @@
 """The repository stands alone: a user who clones it has no folder beside it, so no tracked file
-may send a reader to one (the developers' shared notes lived in ``../shared``)."""
+may send a reader to one (the developers' shared notes lived in a folder beside it)."""
 
 from __future__ import annotations
 
