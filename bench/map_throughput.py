@@ -13,6 +13,13 @@ through Ray over runs per second in process:
 Issue 45 measured 0.29 on 2 cores (153 s through Ray, 44 s in process, 190 runs) and set the
 target at 0.7 x the number of cores. Ray's start is counted: a user waits for it too.
 
+Each way's wall time is also split, from its run folders (each summary.json's time less the run's
+own seconds is when the run began), into start-up (process start to the first run), runs (first
+run's start to last run's end) and end (the report, Ray's shutdown). A map of hours is all runs
+phase, so the ratio of the runs phases is what such a map gets:
+
+    runs_phase_ratio = (runs_ray / runs_phase_ray) / (runs_local / runs_phase_local)
+
     python bench/map_throughput.py           # the 8-cell map (a few minutes on 2 cores)
     python bench/map_throughput.py --tiny    # 2 cells, 2 rounds: a smoke run, not a measurement
 """
@@ -20,6 +27,7 @@ target at 0.7 x the number of cores. Ray's start is counted: a user waits for it
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -53,19 +61,30 @@ TINY = {"setting": {"grid": [{"method": "median", "rounds": 2}, {"method": "krum
         "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"}]}}
 
 
-def run_map(space: Path, storage: Path, local: bool) -> tuple[float, int, pd.DataFrame]:
-    """One `robusttune breakdown` in a fresh process: (seconds, runs made, breakdown.csv)."""
+def run_map(space: Path, storage: Path, local: bool) -> tuple[float, int, pd.DataFrame, tuple]:
+    """One `robusttune breakdown` in a fresh process: (seconds, runs made, breakdown.csv,
+    (start-up, runs, end) seconds)."""
     command = [str(Path(sys.executable).parent / "robusttune"), "breakdown", str(space),
                "--storage", str(storage), "--cpus-per-trial", "1"] + (["--local"] if local else [])
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"map_throughput: {' '.join(command[1:])} failed:\n{done.stderr[-3000:]}")
     folder = storage / MAP["name"]
     runs = sum(1 for line in (folder / "runs.jsonl").read_text().splitlines() if line.strip())
-    return seconds, runs, pd.read_csv(folder / "breakdown.csv")
+    return seconds, runs, pd.read_csv(folder / "breakdown.csv"), phases(folder, started_at, seconds)
+
+
+def phases(folder: Path, started_at: float, seconds: float) -> tuple[float, float, float]:
+    """(start-up, runs, end) seconds of one map, from the times of its runs' summary.json files."""
+    ends, begins = [], []
+    for summary in folder.glob("trials/**/summary.json"):
+        ends.append(summary.stat().st_mtime)
+        begins.append(ends[-1] - float(json.loads(summary.read_text())["seconds"]))
+    first, last = min(begins) - started_at, max(ends) - started_at
+    return first, last - first, seconds - last
 
 
 def main() -> None:
@@ -77,18 +96,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="robusttune-map-throughput-") as tmp:
         space = Path(tmp) / "map.yaml"
         space.write_text(yaml.safe_dump(plan, sort_keys=False))
-        local_s, local_runs, local_map = run_map(space, Path(tmp) / "local", local=True)
+        local_s, local_runs, local_map, local_phases = run_map(space, Path(tmp) / "local", local=True)
         print(f"in process, one core: {local_runs} runs in {local_s:.1f} s "
-              f"({local_runs / local_s:.2f} runs/s)", flush=True)
-        ray_s, ray_runs, ray_map = run_map(space, Path(tmp) / "ray", local=False)
+              f"({local_runs / local_s:.2f} runs/s); {split(local_phases)}", flush=True)
+        ray_s, ray_runs, ray_map, ray_phases = run_map(space, Path(tmp) / "ray", local=False)
         print(f"through Ray, {cores} cores: {ray_runs} runs in {ray_s:.1f} s "
-              f"({ray_runs / ray_s:.2f} runs/s)", flush=True)
+              f"({ray_runs / ray_s:.2f} runs/s); {split(ray_phases)}", flush=True)
     answers = ["breakdown_fraction", "status"]
     same = local_map[answers].equals(ray_map[answers])
     print(f"same map both ways: {'yes' if same else 'NO'} ({len(local_map)} cells)")
     ratio = (ray_runs / ray_s) / (local_runs / local_s)
+    print(f"runs_phase_ratio: {(ray_runs / ray_phases[1]) / (local_runs / local_phases[1]):.2f} "
+          "(without start-up and end: what a map of hours gets)")
     print(f"target: {0.7 * cores:.2f} (0.7 x {cores} cores)")
     print(f"ray_vs_one_core_in_process: {ratio:.2f}")
+
+
+def split(phases: tuple[float, float, float]) -> str:
+    return "start-up {:.1f} s, runs {:.1f} s, end {:.1f} s".format(*phases)
 
 
 if __name__ == "__main__":

@@ -334,6 +334,45 @@ def test_streamed_runs_are_tune_trials_with_the_in_process_figures(ray_session, 
         runner(specs)
 
 
+def test_a_run_that_depends_on_the_last_is_handed_out_before_tune_would_sleep(monkeypatch, tmp_path):
+    """With no trial in flight, Tune sleeps a second after each None from its searcher
+    (`TuneController._update_trial_queue`); a cell bisecting alone asks for each run only after
+    the previous one is back. The searcher must wait for that next run instead of answering None.
+    Tune is played here by a loop with one slot that counts the Nones it would have slept on."""
+    from robusttune.records import RunSummary
+    from robusttune.sweep import stream
+
+    runner = stream.TuneStreamRunner(tmp_path)
+    chain = [RunSpec.from_dict({**TINY, "seed": seed}) for seed in range(1, 6)]
+    slept: list[int] = []
+
+    def one_slot_tune(self):
+        searcher = stream.RunQueue(self)
+        for number in range(100):
+            config = searcher.suggest(f"t{number}")
+            if config == searcher.FINISHED:
+                return
+            if config is None:
+                slept.append(number)      # Tune: time.sleep(1), then ask again
+                continue
+            done = RunSpec.from_dict({**TINY, **config[stream.SPEC_KEY]})
+            searcher.on_trial_complete(f"t{number}", {stream.SUMMARY_KEY: json.dumps(
+                RunSummary.failed("played", spec=done.to_dict()).to_dict())})
+
+    def bisect_alone():
+        answers = []
+        for spec in chain:              # each run asked only once the last one is back
+            answers += runner([spec])
+        return answers
+
+    monkeypatch.setattr(stream.TuneStreamRunner, "_experiment", one_slot_tune)
+    answers = runner.drive(bisect_alone)
+    assert [a.spec["seed"] for a in answers] == [1, 2, 3, 4, 5]
+    assert slept == []
+    # with a trial in flight the searcher must not hold Tune's event loop: an empty queue is None
+    assert runner.next_run(in_flight=True) is None
+
+
 def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(ray_session, tmp_path,
                                                                                  monkeypatch):
     """`robusttune breakdown` on Ray (its cells bisected each on its own through one streaming
