@@ -58,6 +58,19 @@ def test_alie_z_for_25_clients_5_byzantine_is_0_2533():
     assert alie_z(25, 5) == pytest.approx(norm.ppf(0.6), abs=1e-12)
 
 
+def test_alie_quantiles_keep_scipy_stats_bits_for_every_small_n_and_f():
+    # the attacks call scipy.special.ndtri (0.5 s less to import in every Ray worker than
+    # scipy.stats); the recorded golden runs used norm.ppf: the same bits for every (n, f) a
+    # map of up to 200 aggregator inputs can ask for
+    for n in range(1, 201):
+        for f in range(0, n + 1):
+            honest, s = n - f, math.floor(n / 2 + 1) - f
+            cdf = (honest - s) / honest if honest > 0 else 1.0
+            assert alie_z(n, f) == float(norm.ppf(min(max(cdf, 1 / (2 * n)), 1 - 1 / (2 * n))))
+            swb = min(max((n / 2 - f) / max(n - f, 1), 1e-3), 1 - 1e-3)
+            assert alie_z_swbdm(n, f) == float(norm.ppf(swb))
+
+
 def test_alie_vector_matches_numpy_hand_case():
     # n = 7, f = 3: s = floor(4.5) - 3 = 1, z = Phi^-1((7 - 3 - 1) / 4) = Phi^-1(0.75) = 0.6745
     mu, sigma = X.mean(axis=0), X.std(axis=0, ddof=1)   # unbiased std, as torch.std / epfml

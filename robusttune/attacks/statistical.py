@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import torch
-from scipy.stats import norm
+from scipy.special import ndtri
 from torch import Tensor
 
 from robusttune.attacks.base import ATTACKS, Attack, AttackRound, mean_std
@@ -31,7 +31,7 @@ def alie_z(n: int, f: int) -> float:
     s = math.floor(n / 2 + 1) - f
     cdf = (honest - s) / honest if honest > 0 else 1.0
     lo, hi = 1.0 / (2 * n), 1.0 - 1.0 / (2 * n)
-    return float(norm.ppf(min(max(cdf, lo), hi)))
+    return float(ndtri(min(max(cdf, lo), hi)))
 
 
 
@@ -99,7 +99,7 @@ def alie_z_swbdm(n: int, f: int) -> float:
     if n < 1:
         raise ValueError(f"ALIE needs n >= 1 aggregator inputs; got n={n}")
     argument = (n / 2 - f) / max(n - f, 1)
-    return float(norm.ppf(min(max(argument, 1e-3), 1 - 1e-3)))
+    return float(ndtri(min(max(argument, 1e-3), 1 - 1e-3)))
 
 
 @ATTACKS.register("alie_swbdm")
