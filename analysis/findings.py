@@ -6,13 +6,13 @@ their seeds, read from the run folders (summary.json and the per-round rounds.cs
 A setting is one value of every RunSpec key the folder's runs vary, the seed left out; its row
 gives the seeds' final accuracy (mean and min-max: the spread a difference must exceed to count),
 the collapsed runs (final accuracy <= chance + 0.5 points or non-finite parameters, the one rule
-of robusttune.records), the final predicted-class max share, the parameter norm after round 1
+of robusttune.core.records), the final predicted-class max share, the parameter norm after round 1
 and at the end, the first round with non-finite parameters, the rounds the guard refused
 (``aggregated`` false), the rounds whose precondition held for the assumed f and for the
 Byzantine inputs actually present, and the first
 Byzantine-majority round. ``--runs`` prints one row per run too. Prints markdown and writes
 findings_settings.csv (and findings_runs.csv) into --out (default RESULTS_DIR/analysis).
-Everything is a function of the folder: robusttune.results reads it.
+Everything is a function of the folder: robusttune.reports.results reads it.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from robusttune.config import RUNSPEC_KEYS
-from robusttune.results import load_rounds, load_runs, markdown_table
+from robusttune.core.runspec import RUNSPEC_KEYS
+from robusttune.reports.results import load_rounds, load_runs, markdown_table
 
 # Keys that say how a run is identified or resolved rather than what was compared: the seed is
 # what a setting is repeated over, the algorithm and aggregator are spelled by the method label.
@@ -75,7 +75,7 @@ def setting_keys(runs: pd.DataFrame) -> list[str]:
 
 def settings_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
     """One row per setting (the varied keys, in the order the runs first show them): ``seeds``,
-    ``accuracy`` (mean final accuracy, a non-finite one counted as 0, robusttune.records'
+    ``accuracy`` (mean final accuracy, a non-finite one counted as 0, robusttune.core.records'
     rule), ``acc_min``/``acc_max``, ``collapsed`` ("k/n"), ``max_class_share`` (mean), the mean
     ``norm_round1`` and the median ``norm_final`` (non-finite ends left out), the runs'
     ``first_nonfinite`` rounds, the mean ``refused``, ``precondition_held`` (assumed f) and

@@ -13,8 +13,8 @@ Figure 2  mean L2 aggregation error ||Agg - xbar_H|| (recorded per round) agains
 
 Prints the tables as markdown and writes table1_accuracy.csv, table2_collapses.csv,
 table4_gain.csv, figure2.png and test_error.png into --out (default RESULTS_DIR/analysis).
-Everything is a function of the folder: robusttune.results builds the tables,
-robusttune.aggregation_report the aggregation errors, robusttune.plots the figures.
+Everything is a function of the folder: robusttune.reports.results builds the tables,
+robusttune.reports.aggregation the aggregation errors, robusttune.display.plots the figures.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from robusttune import plots
-from robusttune.aggregation_report import run_aggregation_errors
-from robusttune.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
+from robusttune.display import plots
+from robusttune.reports.aggregation import run_aggregation_errors
+from robusttune.reports.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
                                 markdown_table)
 
 

@@ -1,6 +1,6 @@
 """Which ATen operations reach MKL's vector math (VML), and which of those kernels are approximate.
 
-The audit behind ``robusttune.numerics.MKL_VML_OPERATIONS`` and ``MKL_APPROXIMATE_OPERATIONS``
+The audit behind ``robusttune.core.numerics.MKL_VML_OPERATIONS`` and ``MKL_APPROXIMATE_OPERATIONS``
 (issue 44), repeatable on any x86-64 machine with gdb and objdump (``make tools``):
 
 1. **Reached**: a probe process in portable numerics runs each candidate operation once on a
@@ -35,7 +35,7 @@ KERNEL = re.compile(r"^mkl_vml_kernel_([sd])([A-Za-z0-9]+)_EXHAynn$")
 # reader might suspect (rsqrt, reciprocal, pow, norms, the loss and activation kernels).
 PROBE = r'''
 import json, sys
-from robusttune.numerics import pin
+from robusttune.core.numerics import pin
 pin("portable")
 import torch, torch.nn.functional as F
 x = torch.rand(4096, generator=torch.Generator().manual_seed(0)) * 0.9 + 0.05
@@ -64,8 +64,8 @@ for dtype in ("float32", "float64"):
 # The tool's own runs: rules under the attacks whose statistics take roots.
 RUN = r'''
 import json, sys
-from robusttune.config import RunSpec
-from robusttune.simulation import simulate
+from robusttune.core.runspec import RunSpec
+from robusttune.run.simulation import simulate
 BASE = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 0.5, "rounds": 2,
         "local_epochs": 1, "byzantine_fraction": 0.2, "checkpoint_every": 0, "device": "cpu",
         "numerics": "portable"}

@@ -8,7 +8,7 @@ per-chunk loop.
 
 Prints seconds per aggregation for every rule and n, the published SWB loop (a Gaussian, a QR
 and a matmul per chunk, in a Python loop, as the SWB-DM code does; plus our sign fix, which the
-published code lacks, see swb.HouseholderRotation) against the
+published code lacks, see swb_blocks.HouseholderRotation) against the
 `haar`, `shared` and `hadamard` rotations on the same input in the same run, how far each
 rotation option moves the aggregate (L2 distance to the exact rule's output and to the honest
 mean on an honest + outlier input), the delayed cache's memory at N = 500 and 10,000, and ends
@@ -24,8 +24,8 @@ import time
 
 import torch
 
-from robusttune.aggregators import AGGREGATORS, make_aggregator
-from robusttune.aggregators.swb import published_chunk_step
+from robusttune.methods.aggregators import AGGREGATORS, make_aggregator
+from robusttune.methods.aggregators.swb_blocks import published_chunk_step
 
 D = 545_098  # cnn2, the SWB-DM model
 CHUNK = 512

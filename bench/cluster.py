@@ -36,7 +36,7 @@ METHODS = ["fedavg", "median"]
 
 
 def make_sweep(trials: int, rounds: int, **run):
-    from robusttune.sweep.space import parse_sweep
+    from robusttune.experiments.sweep.space import parse_sweep
 
     seeds = list(range(1, max(1, trials // len(METHODS)) + 1))
     return parse_sweep({"run": {**RUN, "rounds": rounds, "checkpoint_every": 1, **run},
@@ -46,7 +46,7 @@ def make_sweep(trials: int, rounds: int, **run):
 
 def child(mode: str, trials: int, rounds: int, cpus: int, tiny: bool = False) -> dict:
     """Run the sweep on one node or on a 3-node cluster; return its figures."""
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     spec = make_sweep(trials, rounds, **({"local_epochs": 1} if tiny else {}))
     started = time.perf_counter()

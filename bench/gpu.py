@@ -6,8 +6,8 @@ peak GPU memory of each.
     PYTHONPATH=. bash bench/gpu.sh --cpu --tiny    # every figure at toy sizes on the CPU (the
                                                    # test suite runs this, so it cannot rot)
 
-Runs on a CUDA machine with torch, numpy, scipy and pydantic (``robusttune.config``'s schema):
-it reaches ``robusttune.models``, ``training``, ``aggregators``, ``attacks``, ``algorithms``,
+Runs on a CUDA machine with torch, numpy, scipy and pydantic (``robusttune.core.runspec``'s schema):
+it reaches ``robusttune.problem.models``, ``training``, ``aggregators``, ``attacks``, ``algorithms``,
 ``caches``, ``data`` and ``simulation`` (none imports Ray, Optuna or PyYAML) and the helpers of
 ``bench/training.py`` and ``bench/aggregators.py``. It ran on an H200 with torch 2.11.0 on
 2026-12-04 (bench/results/), pydantic carried there as wheels (README.md, "On a GPU").
@@ -50,12 +50,12 @@ import torch
 
 import aggregators as bench_aggregators  # bench/aggregators.py
 import training as bench_training  # bench/training.py
-from robusttune.aggregators import AGGREGATORS, make_aggregator
-from robusttune.aggregators.swb import ROTATIONS
-from robusttune.config import RunSpec
-from robusttune.models import flat_params, make_model
-from robusttune.simulation import Simulation
-from robusttune.training import client_gradients, train_clients
+from robusttune.methods.aggregators import AGGREGATORS, make_aggregator
+from robusttune.methods.aggregators.swb_blocks import ROTATIONS
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.models import flat_params, make_model
+from robusttune.run.simulation import Simulation
+from robusttune.problem.training import client_gradients, train_clients
 
 # SWB-DM paper, Table V (N = 500, p = 0.1): aggregation seconds per round of SWB over the 50
 # sampled states and of SWB-DM over the 500 cached ones. The issue's target: divide by >= 50.
@@ -313,7 +313,7 @@ def round_spec(sizes: Sizes, device: torch.device, **keys: Any) -> RunSpec:
     checkpointed, so a step is one round's training, attack and aggregation.
 
     In native numerics, as every other figure here: by then this process has computed, which
-    the portable mode refuses (robusttune.numerics.pin), and on CUDA the portable mode's cost is
+    the portable mode refuses (robusttune.core.numerics.pin), and on CUDA the portable mode's cost is
     what the ``deterministic_*`` figures measure."""
     return RunSpec(dataset="synthetic", synthetic_shape=sizes.shape_text, synthetic_classes=10,
                    synthetic_samples=sizes.samples, model="cnn2", byzantine_fraction=0.2,

@@ -1,4 +1,4 @@
-"""What the portable float path costs against the native one (robusttune.numerics).
+"""What the portable float path costs against the native one (robusttune.core.numerics).
 
 Each configuration below is run in a fresh process per mode (a process trains in one mode only),
 native and portable alternating within each repeat so that the machine's load falls on both
@@ -43,8 +43,8 @@ def worker(values: dict) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     simulation = Simulation(RunSpec.from_dict(values))
     started = time.perf_counter()

@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from robusttune.aggregators import make_rule
-from robusttune.attacks import make_attack
+from robusttune.methods.aggregators import make_rule
+from robusttune.methods.attacks import make_attack
 
 ATTACKS = ("alie", "minmax", "minsum", "fang_trmean", "fang_krum", "optimal_alie", "optimal_ipm")
 RULES = ({"aggregator": "median"}, {"aggregator": "krum"}, {"aggregator": "cclip"},

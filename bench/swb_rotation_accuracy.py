@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from robusttune.aggregators.swb import ROTATIONS
-from robusttune.config import RunSpec
-from robusttune.simulation import Simulation
+from robusttune.methods.aggregators.swb_blocks import ROTATIONS
+from robusttune.core.runspec import RunSpec
+from robusttune.run.simulation import Simulation
 
 
 

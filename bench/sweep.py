@@ -36,8 +36,8 @@ def worker(specs: list[dict]) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     images = 0.0
     for values in specs:
@@ -58,7 +58,7 @@ def client_images(simulation) -> float:
 
 
 def make_sweep(runs: int, rounds: int, **run):
-    from robusttune.sweep.space import parse_sweep
+    from robusttune.experiments.sweep.space import parse_sweep
 
     methods = ["fedavg", "median"]
     seeds = list(range(1, max(1, runs // len(methods)) + 1))
@@ -107,7 +107,7 @@ def main() -> None:
     print(f"two 1-thread processes: {images:,.0f} client-images in {before:.1f} s "
           f"= {images / before:,.0f} images/s")
 
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as storage:
         outcome = run_sweep(spec, storage=storage, num_cpus=2, verbose=0)

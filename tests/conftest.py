@@ -9,13 +9,13 @@ import os
 import pytest
 import torch
 
-from robusttune.numerics import pin
-from robusttune.schema import default_numerics
+from robusttune.core.numerics import pin
+from robusttune.core.schema import default_numerics
 
 # The models under test are tiny: one thread is as fast as two, and two threads collapse when the
 # machine is shared (measured 5-10x slower under load, bench/training.py), so tests use one.
 torch.set_num_threads(1)
-# The suite's float path, pinned before any test computes (robusttune.numerics): portable unless
+# The suite's float path, pinned before any test computes (robusttune.core.numerics): portable unless
 # ROBUSTTUNE_NUMERICS=native, which `make test`'s guard uses to run the verdict tests natively
 # under a second CPU capability. The session Ray's workers inherit the pinned environment.
 pin(default_numerics())

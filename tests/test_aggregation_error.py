@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from robusttune.config import RunSpec
-from robusttune.recording import run_to_folder
-from robusttune.input_statistics import aggregation_error
-from robusttune.simulation import Simulation, byzantine_clients
+from robusttune.core.runspec import RunSpec
+from robusttune.run.recording import run_to_folder
+from robusttune.run.input_statistics import aggregation_error
+from robusttune.run.simulation import Simulation, byzantine_clients
 
 FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
             local_epochs=1, synthetic_samples=300, aggregate_weights="uniform")
@@ -115,7 +115,7 @@ def test_a_restored_simulation_keeps_the_running_mean(figure):
 
 @pytest.mark.parametrize("figure", ROUND_FIGURES)
 def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path, figure):
-    from robusttune.results import load_runs
+    from robusttune.reports.results import load_runs
 
     spec = RunSpec(**FULL, method="swb", attack="alie_swbdm", byzantine_fraction=2 / 6)
     run_to_folder(spec, tmp_path / "run", tensorboard=False)
@@ -149,7 +149,7 @@ def _runs_with_errors() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_tables_average_seeds_and_the_fit_recovers_the_bound():
-    from robusttune.aggregation_report import (aggregation_error_table, run_aggregation_errors,
+    from robusttune.reports.aggregation import (aggregation_error_table, run_aggregation_errors,
                                                sqrt_fit_table)
 
     runs, rounds = _runs_with_errors()
@@ -169,7 +169,7 @@ def test_tables_average_seeds_and_the_fit_recovers_the_bound():
 
 
 def test_two_points_are_not_fitted():
-    from robusttune.aggregation_report import run_aggregation_errors, sqrt_fit_table
+    from robusttune.reports.aggregation import run_aggregation_errors, sqrt_fit_table
 
     runs, rounds = _runs_with_errors()
     short = runs[runs["byzantine_fraction"].isin([0.0, 0.1])]
@@ -177,7 +177,7 @@ def test_two_points_are_not_fitted():
 
 
 def test_the_report_draws_figure_two_from_the_recorded_error(tmp_path):
-    from robusttune.results import report
+    from robusttune.reports.results import report
 
     for beta in (0.0, 1 / 6, 2 / 6):
         spec = RunSpec(**{**FULL, "rounds": 2}, method="swb",

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from robusttune.aggregators import AGGREGATORS, Aggregator, make_aggregator
-from robusttune.aggregators.base import tie_keys
-from robusttune.aggregators.swb import HouseholderRotation, barycenter_rows, published_chunk_step
-from robusttune.registry import SpecError
+from robusttune.methods.aggregators import AGGREGATORS, Aggregator, make_aggregator
+from robusttune.methods.aggregators.base import tie_keys
+from robusttune.methods.aggregators.swb_blocks import HouseholderRotation, barycenter_rows, published_chunk_step
+from robusttune.core.registry import SpecError
 
 # Small SWB chunks keep the tests fast; 37 = 4 full chunks of 8 + a last chunk of 5.
 PARAMS = {
@@ -332,8 +332,8 @@ def test_bucketing_buckets_then_inner_rule():
 def test_bucket_sums_by_formula_in_blocks(monkeypatch, n, s, weighted):
     # sums_k = sum over shuffled positions p in [ks, (k+1)s) of w_order[p] x_order[p], by a
     # Python loop; the rule's blocks forced down to one bucket each so the block seams are used.
-    from robusttune.aggregators import base
-    from robusttune.aggregators.wrappers import bucket_sums
+    from robusttune.methods.aggregators import base
+    from robusttune.methods.aggregators.wrappers import bucket_sums
     gen = torch.Generator().manual_seed(n * 10 + s)
     x = torch.randn(n, 6, generator=gen, dtype=torch.float64)
     w = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5 if weighted else None

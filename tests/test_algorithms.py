@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from robusttune.algorithms import make_algorithm
-from robusttune.caches import StateCache
-from robusttune.config import RunSpec
-from robusttune.sampling import Sample
+from robusttune.methods.algorithms import make_algorithm
+from robusttune.methods.algorithms.caches import StateCache
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.sampling import Sample
 
 
 def _demoa(**keys):
@@ -137,7 +137,7 @@ def test_aggregate_weights_auto_is_each_algorithms_paper_default():
                                             "cpu"), torch.tensor([[0.0], [4.0]]), torch.zeros(1))
     inputs = algorithm.inputs(state, state.honest, torch.zeros(1))
     assert inputs.weights is None
-    from robusttune.aggregators import make_rule
+    from robusttune.methods.aggregators import make_rule
     mean = make_rule("mean")
     assert mean(inputs.rows, weights=inputs.weights).item() == 2.0  # not (0 + 3 * 4) / 4 = 3
     weighted = make_algorithm(spec.updated(aggregate_weights="samples"), torch.zeros(1), counts)

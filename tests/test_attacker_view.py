@@ -9,11 +9,11 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from robusttune.algorithms import make_algorithm
-from robusttune.attacks import make_attack
-from robusttune.config import RunSpec
-from robusttune.sampling import Sample
-from robusttune.simulation import Simulation, byzantine_messages
+from robusttune.methods.algorithms import make_algorithm
+from robusttune.methods.attacks import make_attack
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.sampling import Sample
+from robusttune.run.simulation import Simulation, byzantine_messages
 
 D = 3
 

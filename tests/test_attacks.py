@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from robusttune.aggregators import make_rule
-from robusttune.attacks import ATTACKS, alie_z, alie_z_swbdm, make_attack
-from robusttune.registry import SpecError
+from robusttune.methods.aggregators import make_rule
+from robusttune.methods.attacks import ATTACKS, alie_z, alie_z_swbdm, make_attack
+from robusttune.core.registry import SpecError
 
 ALL = ATTACKS.names()
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -116,8 +116,8 @@ def reference_rounds(spec_keys: dict[str, Any]) -> list[Any]:
     """The uninterrupted run, in this process (one torch thread, as in a trial)."""
     import torch
 
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -154,7 +154,7 @@ def story(tmp_path_factory) -> dict[str, Any]:
 
         # 1. shapes no node type can hold: both asked in one child process (imports once)
         asked = [["--cpus-per-trial", "2"], ["--gpus-per-trial", "0.5"]]
-        code = ("import json, sys; from typer.testing import CliRunner; from robusttune.cli import app\n"
+        code = ("import json, sys; from typer.testing import CliRunner; from robusttune.commands.cli import app\n"
                 f"for flags in {asked!r}:\n"
                 f"    r = CliRunner().invoke(app, ['sweep', {str(space)!r}, '--name', 'refused', "
                 f"'--storage', {str(out / 'results')!r}, '--address', 'auto', *flags])\n"
@@ -243,7 +243,7 @@ def story(tmp_path_factory) -> dict[str, Any]:
     # the same map, uninterrupted, in this process (rounds not slowed: no cluster environment)
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     whole = CliRunner().invoke(app, ["breakdown", str(out / "map.yaml"), "--storage",
                                      str(out / "whole"), "--local"])

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from robusttune.axes import row_axes, seed_table, split_label, varying_axes
-from robusttune.results import attack_table
+from robusttune.reports.axes import row_axes, seed_table, split_label, varying_axes
+from robusttune.reports.results import attack_table
 
 INF = math.inf
 
@@ -100,7 +100,7 @@ def test_a_diverged_run_counts_as_zero_in_the_seed_mean():
 
 
 def test_distinct_runs_count_a_configuration_once_keeping_the_run_with_more_figures():
-    from robusttune.axes import distinct_runs
+    from robusttune.reports.axes import distinct_runs
 
     runs = demoa_like_runs().assign(mean_honest_input_spread=math.nan)
     repeat = runs.iloc[[0, 5]].copy()
@@ -117,7 +117,7 @@ def test_distinct_runs_count_a_configuration_once_keeping_the_run_with_more_figu
 
 
 def test_an_ablated_demoa_run_is_labelled_by_its_ablation():
-    from robusttune.axes import ablation_labelled
+    from robusttune.reports.axes import ablation_labelled
 
     runs = pd.DataFrame({"method": ["demoa", "demoa", "demoa+mean", "fedcm"],
                          "demoa_ablation": ["none", "no_decay", "coefficient_swap", "none"]})

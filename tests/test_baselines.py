@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from robusttune.aggregators import make_rule
-from robusttune.algorithms import RoundPlan, clip_rows, make_algorithm
-from robusttune.config import RunSpec
-from robusttune.sampling import Sample
-from robusttune.training import client_gradients
+from robusttune.methods.aggregators import make_rule
+from robusttune.methods.algorithms import RoundPlan, clip_rows, make_algorithm
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.sampling import Sample
+from robusttune.problem.training import client_gradients
 
 
 def _sample(clients, byzantine=None):
@@ -189,7 +189,7 @@ def test_marina_full_rounds_use_all_of_a_clients_data_and_differences_share_the_
 
 
 def test_marina_rand_k_is_unbiased_and_off_by_default():
-    from robusttune.algorithms import rand_k
+    from robusttune.methods.algorithms import rand_k
     assert RunSpec(method="byz_vr_marina_pp").marina_compressor == "none"
     rows = torch.arange(1.0, 11.0).expand(4000, -1)
     q = rand_k(rows, 0.2, torch.Generator().manual_seed(0))
@@ -219,8 +219,8 @@ def test_new_methods_are_presets_labelled_by_what_ran():
 
 def test_drift_is_the_same_in_both_training_strategies():
     """FedCM's local steps (g + drift) agree between the sequential and the batched trainer."""
-    from robusttune.models import flat_params, make_model
-    from robusttune.training import train_clients
+    from robusttune.problem.models import flat_params, make_model
+    from robusttune.problem.training import train_clients
     torch.manual_seed(0)
     net = make_model("cnn2", (1, 8, 8), 10, seed=0)
     start = flat_params(net).detach().clone()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from robusttune.breakdown import (Cell, Outcome, Point, bisect_breakdown, lattice_top,
+from robusttune.experiments.breakdown import (Cell, Outcome, Point, bisect_breakdown, lattice_top,
                                   load_plan, spec_evaluator, write_breakdown)
-from robusttune.records import RunSummary
-from robusttune.registry import SpecError
+from robusttune.core.records import RunSummary
+from robusttune.core.registry import SpecError
 
 
 class Counting:
@@ -158,7 +158,7 @@ def test_spec_evaluator_seeds_adversary_and_tuning():
     assert result.trials_used == sum(len(batch) for batch in log)
 
     # tuning trim_ratio per point with Optuna (ask/tell, one runner call per trial round)
-    from robusttune.sweep.space import Domain
+    from robusttune.experiments.sweep.space import Domain
 
     log.clear()
     tuned = spec_evaluator(base, fake_runner(log), seeds=[1], budget=6,
@@ -174,8 +174,8 @@ def test_spec_evaluator_seeds_adversary_and_tuning():
 def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
     """No adversary given: each attacked point runs sign_flip at every strength of its ladder,
     the outcome is the worst and the map says which strength broke the first failing point."""
-    from robusttune.attacks import ATTACKS
-    from robusttune.breakdown import adversary_variants
+    from robusttune.methods.attacks import ATTACKS
+    from robusttune.experiments.breakdown import adversary_variants
 
     assert ATTACKS["sign_flip"].strength_ladder == (1.0, 3.0, 10.0, 100.0)
     assert adversary_variants("sign_flip", None) == [{"attack_strength": s} for s in (1.0, 3.0, 10.0, 100.0)]
@@ -229,7 +229,7 @@ def test_end_to_end_breakdown_on_digits(tmp_path):
     import pandas as pd
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     space = tmp_path / "e2e.yaml"
     space.write_text(SPACE)
@@ -249,7 +249,7 @@ def test_end_to_end_breakdown_on_digits(tmp_path):
 def test_breakdown_cli_bad_input(tmp_path):
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     space = tmp_path / "bad.yaml"
     space.write_text(SPACE.replace("max_fraction: 0.5", "max_fraction: 0.5, colour: red"))
@@ -267,8 +267,8 @@ REAL = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 1.0
 
 
 def _real_map(tmp_path, aggregator: str, attack: str):
-    from robusttune.breakdown.report import breakdown_table
-    from robusttune.runners import InProcessRunner
+    from robusttune.experiments.breakdown.report import breakdown_table
+    from robusttune.run.runners import InProcessRunner
 
     cells = [Cell.of(10, aggregator=aggregator, attack=attack)]
     result = bisect_breakdown(cells, spec_evaluator(REAL, InProcessRunner()), verify_radius=0)
@@ -301,7 +301,7 @@ def test_a_cell_with_no_attack_is_refused(tmp_path):
 def test_the_map_reads_at_a_glance():
     """A cell that never broke reads '>= top', and breakdown.md opens with sentences from the
     numbers."""
-    from robusttune.breakdown.report import answer, breakdown_table
+    from robusttune.experiments.breakdown.report import answer, breakdown_table
 
     cells = {Cell.of(10, aggregator=a, attack="ipm"): b for a, b in {"mean": 0, "median": 9}.items()}
     result = bisect_breakdown(list(cells), lambda points: [p.byzantine <= cells[p.cell]
@@ -318,7 +318,7 @@ def test_the_answer_names_cells_by_method_and_regime():
     cell', a regime with both attacks picked is named alone, one with a single attack names it."""
     import pandas as pd
 
-    from robusttune.breakdown.report import cells_by_method
+    from robusttune.experiments.breakdown.report import cells_by_method
 
     table = pd.DataFrame([{"method": m, "participation": p, "participation_mode": mode,
                            "attack": a}
@@ -332,8 +332,8 @@ def test_the_answer_names_cells_by_method_and_regime():
 
 
 def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
-    from robusttune.breakdown.theory import theory_columns
-    from robusttune.calibration import Deployment, p_majority_round
+    from robusttune.experiments.breakdown.theory import theory_columns
+    from robusttune.problem.byzantine_law import Deployment, p_majority_round
 
     base = {"dataset": "synthetic", "clients": 20, "participation": 0.1, "rounds": 30}
     cells = [Cell.of(20, aggregator="krum", attack="ipm")]
@@ -358,7 +358,7 @@ def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
 def test_the_p_frontier_has_one_value_per_method_and_p():
     """beta*(method, p) is the minimum over the cells of that method at that p: here over two
     attacks and two sampling modes, worked by hand."""
-    from robusttune.breakdown.report import breakdown_table, frontier_table
+    from robusttune.experiments.breakdown.report import breakdown_table, frontier_table
 
     truth = {("mean", 0.5, "sign_flip", "fixed"): 0, ("mean", 0.5, "ipm", "fixed"): 1,
              ("mean", 0.5, "sign_flip", "bernoulli"): 2, ("mean", 0.5, "ipm", "bernoulli"): 3,
@@ -407,7 +407,7 @@ def ladder_runner(log):
     collapse past a damage of 0.45; where no round samples a Byzantine client (none exists, or
     the sampling stream never draws one) the attack plays no part, as in a real run, so such
     points may be shared. Records every batch."""
-    from robusttune.simulation import byzantine_ever_sampled
+    from robusttune.run.simulation import byzantine_ever_sampled
 
     def run(specs):
         log.append(list(specs))
@@ -472,7 +472,7 @@ def test_cells_bisected_each_on_its_own_give_the_lock_step_map():
     import threading
     import time
 
-    from robusttune.breakdown import bisect_concurrently
+    from robusttune.experiments.breakdown import bisect_concurrently
 
     cells = [Cell.of(20, aggregator=a, attack=t, participation=p)
              for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")
@@ -537,9 +537,9 @@ def test_a_run_without_byzantine_clients_ignores_its_attack():
     strength and its scope change nothing, bit for bit (a data-side attack included)."""
     import torch
 
-    from robusttune.breakdown import canonical_spec
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.experiments.breakdown import canonical_spec
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     base = {"dataset": "synthetic", "clients": 6, "rounds": 2, "participation": 0.5,
             "byzantine_fraction": 0.0, "local_epochs": 1, "checkpoint_every": 0}
@@ -571,7 +571,7 @@ def _same_run(a, b) -> list:
     """Both specs' runs, asserting equal records (timings aside) and final parameters."""
     import torch
 
-    from robusttune.simulation import Simulation
+    from robusttune.run.simulation import Simulation
 
     runs = [Simulation(s) for s in (a, b)]
     records = [[r.to_dict() for r in run] for run in runs]
@@ -587,9 +587,9 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
     """With Byzantine clients that the sampling stream never draws, the attack changes nothing
     either (a cache and a momentum method included): `byzantine_ever_sampled` replays the
     run's samples, and the run with attack none is the same bit for bit; beta stays."""
-    from robusttune.breakdown import canonical_spec
-    from robusttune.config import RunSpec
-    from robusttune.simulation import byzantine_ever_sampled
+    from robusttune.experiments.breakdown import canonical_spec
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import byzantine_ever_sampled
 
     values = {"dataset": "synthetic", "clients": 10, "participation": 0.2, "rounds": 3,
               "participation_mode": mode, "byzantine_fraction": 0.1, "seed": seed,
@@ -604,7 +604,7 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
     # one seed on, a Byzantine client is sampled: the attack matters and the spec is its own
     sampled = RunSpec.from_dict({**values, "seed": 42 if mode == "fixed" else 43, "attack": "ipm"})
     assert byzantine_ever_sampled(sampled) and canonical_spec(sampled) is sampled
-    from robusttune.simulation import Simulation
+    from robusttune.run.simulation import Simulation
 
     assert any(r.byzantine_sampled > 0 for r in Simulation(sampled))
 
@@ -614,7 +614,7 @@ def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
     failed point stops at the weakest strength below the bar: every breakdown, status and
     point verdict is the map's without it, for fewer runs, and a failed point names the first
     strength of the ladder whose accuracy (the runner's formula, worked out here) is below it."""
-    from robusttune.attacks import ATTACKS
+    from robusttune.methods.attacks import ATTACKS
 
     def make(survival):
         log: list = []
@@ -650,7 +650,7 @@ def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
 def test_under_tuning_the_ladder_stops_only_at_a_collapse():
     """A tuned point tells Optuna its worst variant's score, so ``survival`` is not used there:
     a point that fails the bar without collapsing still runs its whole ladder."""
-    from robusttune.sweep.space import Domain
+    from robusttune.experiments.sweep.space import Domain
 
     log: list = []
     evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1,
@@ -673,8 +673,8 @@ def test_under_tuning_the_ladder_stops_only_at_a_collapse():
 ])
 def test_min_client_rounds_gives_each_client_its_rounds(participation, mode, sample_size,
                                                         rounds, expected):
-    from robusttune.breakdown.plan import rounds_for_participation
-    from robusttune.config import RunSpec
+    from robusttune.experiments.breakdown.plan import rounds_for_participation
+    from robusttune.core.runspec import RunSpec
 
     spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 20, "rounds": rounds,
                               "participation": participation, "participation_mode": mode,
@@ -701,9 +701,9 @@ def test_the_default_map_has_every_method_at_every_regime():
     both sampling modes and at p = 1.0, every cell against every attack of the default worst
     case (the adversary's, run staged: the ladders first), and given at least
     min_client_rounds rounds per client."""
-    from robusttune.config import RunSpec
+    from robusttune.core.runspec import RunSpec
 
-    from robusttune.attacks import ATTACKS
+    from robusttune.methods.attacks import ATTACKS
 
     plan = load_plan(Path(__file__).resolve().parent.parent / "search_spaces" / "breakdown.yaml")
     # a method is its rule behind its pre-aggregation: NNM in front of median, Krum and CCLIP
@@ -780,7 +780,7 @@ def test_adaptive_is_a_breakdown_adversary_choice(tmp_path):
     space.write_text(body + "breakdown: {adversary: adaptive, adaptive_budget: 3}\n")
     plan = load_plan(space)
     assert plan.adaptive == 3 and plan.adversary == {}
-    from robusttune.breakdown.plan import plan_costs
+    from robusttune.experiments.breakdown.plan import plan_costs
     assert plan_costs(plan)[0].attacked_trials == 4 + 3            # IPM's ladder + the search
     space.write_text(body + "breakdown: {adaptive_budget: 3}\n")
     with pytest.raises(SpecError, match="adaptive_budget applies to adversary: adaptive"):

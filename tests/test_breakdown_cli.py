@@ -14,13 +14,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import robusttune.breakdown.command as command
-from robusttune.breakdown.store import (PLAN_FILE, RUNS_FILE, MapStore, StoredRunner,
+import robusttune.commands.breakdown as command
+from robusttune.experiments.breakdown.store import (PLAN_FILE, RUNS_FILE, MapStore, StoredRunner,
                                        interrupted_lines, open_stored_runner, run_key)
-from robusttune.cli import app
-from robusttune.config import RunSpec
-from robusttune.records import RunSummary
-from robusttune.runners import InProcessRunner
+from robusttune.commands.cli import app
+from robusttune.core.runspec import RunSpec
+from robusttune.core.records import RunSummary
+from robusttune.run.runners import InProcessRunner
 
 # 2 cells on N = 10 (lattice 0..5), 2 seeds, one attack strength: 2 runs per point, 0.1 s each
 TINY = """
@@ -281,8 +281,8 @@ def test_the_stored_runner_sends_a_wave_missing_runs_together_and_keeps_no_error
 def test_the_map_the_horizon_and_the_study_open_their_store_through_one_helper(tmp_path, space):
     """open_stored_runner: in process each run is kept as it ends; a resume tells the store's
     notes and the count of kept runs; the refusal names the command's own kind of folder."""
-    from robusttune.breakdown import load_plan
-    from robusttune.registry import SpecError
+    from robusttune.experiments.breakdown import load_plan
+    from robusttune.core.registry import SpecError
 
     plan = load_plan(space)
     specs = [RunSpec.from_dict({"dataset": "synthetic", "seed": s}) for s in (1, 2)]
@@ -315,7 +315,7 @@ def test_the_map_the_horizon_and_the_study_open_their_store_through_one_helper(t
 
 def test_set_seed_maps_that_seed_where_the_file_names_seeds():
     # breakdown.yaml names breakdown.seeds [42]: `--set seed=7` must map seed 7, not 42 silently
-    from robusttune.breakdown import load_plan
+    from robusttune.experiments.breakdown import load_plan
 
     shipped = Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml"
     plan = load_plan(shipped)
@@ -341,8 +341,8 @@ KEYS_OF_THE_FIRST_MAPS = frozenset((
 
 
 def test_every_runspec_key_added_since_the_first_maps_keeps_their_runs_resumable():
-    from robusttune.breakdown.store import KEYS_ADDED_LATER
-    from robusttune.schema import RunSchema
+    from robusttune.experiments.breakdown.store import KEYS_ADDED_LATER
+    from robusttune.core.schema import RunSchema
 
     added = set(RunSpec.from_dict({}).to_dict()) - KEYS_OF_THE_FIRST_MAPS
     assert added == set(KEYS_ADDED_LATER), "a new RunSpec key needs its old-behaviour value in KEYS_ADDED_LATER"

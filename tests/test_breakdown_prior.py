@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from robusttune.breakdown import Cell, bisect_breakdown, prior_starts, read_prior
-from robusttune.cli import app
-from robusttune.registry import SpecError
+from robusttune.experiments.breakdown import Cell, bisect_breakdown, prior_starts, read_prior
+from robusttune.commands.cli import app
+from robusttune.core.registry import SpecError
 
 
 @pytest.mark.parametrize("radius", [0, 1])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robusttune.config import RunSpec
-from robusttune.simulation import Simulation
+from robusttune.core.runspec import RunSpec
+from robusttune.run.simulation import Simulation
 from tests.scripts import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "cache_attacks.py"

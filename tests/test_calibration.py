@@ -11,9 +11,10 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from robusttune.calibration import (Deployment, analyze, byzantine_law, p_any_round,
-                                    p_exceeds_trim_round, p_majority_round, smallest_safe_trim)
-from robusttune.registry import SpecError
+from robusttune.problem.byzantine_law import (Deployment, analyze, byzantine_law, p_any_round,
+                                              p_exceeds_trim_round, p_majority_round,
+                                              smallest_safe_trim)
+from robusttune.core.registry import SpecError
 
 CASES = [
     # the case: N=20, p=0.1, beta=0.2 (B=4), T=10; fixed draws n=2
@@ -120,7 +121,7 @@ def test_safe_trim_and_validation():
 
 
 def test_cli_calibrate_json_and_bad_input():
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     runner = CliRunner()
     result = runner.invoke(app, ["calibrate", "--clients", "20", "--participation", "0.1",
@@ -141,7 +142,7 @@ def test_cli_calibrate_json_and_bad_input():
 
 
 def test_trim_grid_is_the_distinct_trims():
-    from robusttune.calibration import default_trim_grid
+    from robusttune.experiments.calibration import default_trim_grid
 
     # n_in = 10: floor(10 r) changes only at multiples of 0.1; beta 0.2 + margin 0.1 + 0.1 -> 0.4
     assert default_trim_grid(0.2, 0.1, 10) == [0.0, 0.1, 0.2, 0.3, 0.4]
@@ -149,7 +150,7 @@ def test_trim_grid_is_the_distinct_trims():
 
 
 def test_cli_calibrate_with_local_sweep(tmp_path):
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     result = CliRunner().invoke(app, [
         "calibrate", "--clients", "6", "--participation", "1.0", "--byzantine", "0.17",

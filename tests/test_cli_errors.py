@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from robusttune.cli import app
+from robusttune.commands.cli import app
 
 SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 TINY_BREAKDOWN = """
@@ -114,7 +114,7 @@ def test_a_bad_command_line_override_is_named_as_typed(option, value, words):
 ])
 def test_the_console_entry_point_turns_typer_usage_errors_into_one_line(capsys, args, words):
     """`robusttune` (cli.main), not typer's boxed usage panel: one line, the option, the value."""
-    from robusttune.cli import main
+    from robusttune.commands.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main(args)
@@ -127,7 +127,7 @@ def test_the_console_entry_point_turns_typer_usage_errors_into_one_line(capsys, 
 
 
 def test_the_console_entry_point_keeps_a_command_exit_status(capsys):
-    from robusttune.cli import main
+    from robusttune.commands.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main(["run", "--set", "clients=0"])
@@ -136,7 +136,7 @@ def test_the_console_entry_point_keeps_a_command_exit_status(capsys):
 
 
 def test_the_console_entry_point_without_arguments_shows_the_commands(capsys):
-    from robusttune.cli import main
+    from robusttune.commands.cli import main
 
     with pytest.raises(SystemExit):
         main([])

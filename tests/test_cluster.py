@@ -32,7 +32,7 @@ import pytest
 import torch
 import yaml
 
-from robusttune.sweep.trainable import cuda_memory_fraction, place_trial
+from robusttune.experiments.sweep.trainable import cuda_memory_fraction, place_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
@@ -105,7 +105,7 @@ def test_validation_catches_a_broken_file():
 def test_a_trial_shape_fits_one_node_or_is_refused_naming_the_amount():
     """shape_problem: a trial is one bundle, placed on one node; the line names the amount no
     node type holds and what is allowed (the live refusal is in tests/test_autoscaling.py)."""
-    from robusttune.sweep.cluster import shape_problem
+    from robusttune.experiments.sweep.cluster import shape_problem
 
     types = {"head": {"CPU": 0.0}, "gpu_worker": {"CPU": 4.0, "GPU": 1.0}, "cpu_worker": {"CPU": 16.0}}
     assert shape_problem({"CPU": 1, "GPU": 0.25}, [], types) is None
@@ -127,8 +127,8 @@ def test_readme_per_trial_flags_fit_cluster_yamls_gpu_workers():
     """The README's and cluster.yaml's suggested --gpus-per-trial/--cpus-per-trial fit a GPU
     worker of cluster.yaml (not the head), with the trials per node and the cluster size the
     README states; node types read as robusttune reads the autoscaler's config."""
-    from robusttune.sweep.cluster import holds, shape_problem
-    from robusttune.sweep.ray_compat import config_node_types
+    from robusttune.experiments.sweep.cluster import holds, shape_problem
+    from robusttune.experiments.sweep.ray_compat import config_node_types
 
     types = config_node_types(ROOT / "cluster.yaml")
     config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
@@ -172,8 +172,8 @@ def test_trial_device_and_memory_cap_on_a_fake_gpu(monkeypatch):
     count, as torch does) instead of made."""
     import torch
 
-    from robusttune.simulation import resolve_device
-    from robusttune.training import resolve_trainer
+    from robusttune.run.simulation import resolve_device
+    from robusttune.problem.training import resolve_trainer
 
     caps: list[tuple[float, int]] = []
 
@@ -204,7 +204,7 @@ def test_trial_device_and_memory_cap_on_a_fake_gpu(monkeypatch):
 
 # -- storage --------------------------------------------------------------------------------------
 def test_storage_paths_and_uris():
-    from robusttune.sweep.storage import experiment_path, is_local
+    from robusttune.experiments.sweep.storage import experiment_path, is_local
 
     assert is_local("/mnt/nfs/results") and is_local("file:///mnt/nfs/results")
     assert experiment_path("file:///mnt/nfs/results", "q") == str(Path("/mnt/nfs/results/q").resolve())
@@ -223,9 +223,9 @@ def test_a_trial_restored_elsewhere_gets_its_run_files_back(tmp_path):
 
     import pyarrow.fs
 
-    from robusttune.config import RunSpec
-    from robusttune.recording import RunWriter
-    from robusttune.sweep.trainable import fetch_run_files
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.recording import RunWriter
+    from robusttune.experiments.sweep.trainable import fetch_run_files
 
     stored = tmp_path / "bucket" / "sweep" / "00000_trial"  # stands in for s3://bucket/sweep/...
     stored.mkdir(parents=True)
@@ -323,8 +323,8 @@ def test_sweep_survives_losing_a_worker_node(failover):
 
     # The retried trial's run is the uninterrupted run, bit for bit (the checkpoint holds the
     # model, caches and RNG states), and its rounds.csv has each round once.
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the trial
@@ -348,8 +348,8 @@ def slowed_trainable(config: dict[str, Any], sweep: Any) -> None:
     so Ray ships it to the worker nodes by value."""
     import time as _time
 
-    from robusttune.simulation import Simulation
-    from robusttune.sweep.trainable import federated_trainable
+    from robusttune.run.simulation import Simulation
+    from robusttune.experiments.sweep.trainable import federated_trainable
 
     if not getattr(Simulation, "_slowed_for_test", False):  # actors are reused: patch once
         step = Simulation.step
@@ -397,8 +397,8 @@ def run_child(out: Path) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from robusttune.sweep.runner import run_sweep
-    from robusttune.sweep.space import parse_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.space import parse_sweep
 
     started = time.perf_counter()
     _CLUSTER = Cluster(initialize_head=True,

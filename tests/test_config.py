@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from robusttune.config import RUNSPEC_KEYS, RunSpec
-from robusttune.yaml_input import parse_assignment
-from robusttune.registry import SpecError
+from robusttune.core.runspec import RUNSPEC_KEYS, RunSpec
+from robusttune.core.yaml_input import parse_assignment
+from robusttune.core.registry import SpecError
 
 DESIGN_KEYS = """dataset data_root model clients rounds participation participation_mode sample_size
 byzantine_fraction assumed_byzantine_fraction attack attack_strength method algorithm aggregator
@@ -165,9 +165,9 @@ def test_schema_errors_name_the_key_the_rule_and_the_value(values, words):
 
 
 def test_name_keyed_defaults_live_on_the_registry_entries():
-    from robusttune.aggregators import AGGREGATORS
-    from robusttune.algorithms import ALGORITHMS
-    from robusttune.data import DATASETS
+    from robusttune.methods.aggregators import AGGREGATORS
+    from robusttune.methods.algorithms import ALGORITHMS
+    from robusttune.problem.data import DATASETS
 
     assert DATASETS["digits"].defaults == {"lr": 0.05, "batch_size": 16, "local_epochs": 5}
     assert RunSpec(method="demoa").server_lr == ALGORITHMS["demoa"].default_server_lr == 0.1
@@ -199,14 +199,17 @@ def test_no_module_imports_the_resolver_from_below():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "robusttune"
-    below = ["registry.py", "schema.py", "records.py", "sampling.py", "caches.py",
-             "models.py", "training.py"] + \
-        [str(p.relative_to(root)) for folder in ("aggregators", "algorithms", "attacks", "data")
+    below = ["core/registry.py", "core/registries.py", "core/schema.py", "core/records.py",
+             "problem/sampling.py", "methods/algorithms/caches.py", "problem/models.py",
+             "problem/training.py"] + \
+        [str(p.relative_to(root)) for folder in ("methods/aggregators", "methods/algorithms",
+                                                 "methods/attacks", "problem/data")
          for p in (root / folder).glob("*.py")]
+    assert len(below) > 30
     for name in below:
         imported = _imported_modules(ast.parse((root / name).read_text()))
-        if "robusttune.config" in imported:
-            raise AssertionError(f"{name} imports robusttune.config")
+        if "robusttune.core.runspec" in imported:
+            raise AssertionError(f"{name} imports robusttune.core.runspec")
 
 
 def test_the_registries_type_a_spec_against_the_schema_that_the_resolver_extends():
@@ -214,9 +217,9 @@ def test_the_registries_type_a_spec_against_the_schema_that_the_resolver_extends
     algorithms and loaders take a resolved RunSpec without knowing the resolver."""
     import inspect
 
-    from robusttune.algorithms import make_algorithm
-    from robusttune.data import load_federated
-    from robusttune.schema import RunSchema
+    from robusttune.methods.algorithms import make_algorithm
+    from robusttune.problem.data import load_federated
+    from robusttune.core.schema import RunSchema
 
     for function in (make_algorithm, load_federated):
         assert inspect.signature(function).parameters["spec"].annotation == "RunSchema"

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from robusttune.config import RunSpec
-from robusttune.data import (
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.data import (
     DATASETS,
     FederatedData,
     RawDataset,
@@ -25,9 +25,9 @@ from robusttune.data import (
     load_federated,
     root_set,
 )
-from robusttune.data import installed
-from robusttune.data.torchvision_files import _TORCHVISION_SOURCES
-from robusttune.registry import SpecError
+from robusttune.problem.data import installed
+from robusttune.problem.data.torchvision_files import _TORCHVISION_SOURCES
+from robusttune.core.registry import SpecError
 
 
 def _labels(n_per_class: int = 100, classes: int = 10) -> np.ndarray:
@@ -302,7 +302,7 @@ def test_partly_missing_dataset_names_the_missing_file(tmp_path):
 
 @pytest.mark.parametrize("fraction", [0.2, 0.5])
 def test_validation_split_is_stratified_seeded_and_disjoint(fraction):
-    from robusttune.data import validation_split
+    from robusttune.problem.data import validation_split
 
     labels = np.repeat(np.arange(4), [10, 7, 1, 22])
     validation, test = validation_split(labels, fraction, seed=3)
@@ -344,7 +344,7 @@ def test_the_validation_part_leaves_training_untouched_and_is_held_out():
 
 
 def test_training_subset_is_stratified_seeded_nested_and_bounded():
-    from robusttune.data import training_subset
+    from robusttune.problem.data import training_subset
 
     sizes = np.array([10, 7, 1, 22, 60])
     labels = np.random.default_rng(0).permutation(np.repeat(np.arange(5), sizes))

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from robusttune.aggregators import AGGREGATORS, Aggregator, make_aggregator
-from robusttune.aggregators.base import column_centre, pairwise_sq_distances, sort_values
-from robusttune.aggregators.swb import barycenter_rows
+from robusttune.methods.aggregators import AGGREGATORS, Aggregator, make_aggregator
+from robusttune.methods.aggregators.base import column_centre, pairwise_sq_distances, sort_values
+from robusttune.methods.aggregators.swb_blocks import barycenter_rows
 
 N, F = 11, 2  # Bulyan n >= 4f + 3, Krum n > 2f + 2, SWB k = floor(0.25 * 11) = 2 >= f
 SMALL_D, LARGE_D = 20, 40_000  # 11^2 * 40,000 = 4.84e6 > 2^22: the blocked Gram path

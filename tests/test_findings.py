@@ -14,16 +14,16 @@ import pandas as pd
 import pytest
 import torch
 
-from robusttune.aggregators import make_aggregator
-from robusttune.attacks import make_attack
-from robusttune.config import RunSpec
-from robusttune.data import load_federated
-from robusttune.models import flat_params, make_model
-from robusttune.records import COLLAPSE_MARGIN
-from robusttune.results import load_rounds, load_runs
-from robusttune.runners import InProcessRunner
-from robusttune.sweep.space import load_sweep
-from robusttune.training import train_clients
+from robusttune.methods.aggregators import make_aggregator
+from robusttune.methods.attacks import make_attack
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.data import load_federated
+from robusttune.problem.models import flat_params, make_model
+from robusttune.core.records import COLLAPSE_MARGIN
+from robusttune.reports.results import load_rounds, load_runs
+from robusttune.run.runners import InProcessRunner
+from robusttune.experiments.sweep.space import load_sweep
+from robusttune.problem.training import train_clients
 from tests.scripts import loaded_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,7 +219,7 @@ def test_claim6_mnist_seeds_are_the_smallest_with_the_first_majority_round_after
     """claim6_mnist_convnet.yaml's header: its seeds are the three smallest whose sampling stream
     puts the first Byzantine-majority round in rounds 45-55, each with 25 or more rounds after it.
     A change to the sampler or to the space's N, p or B makes the choice stale; this says so."""
-    from robusttune.simulation import byzantine_majority_rounds
+    from robusttune.run.simulation import byzantine_majority_rounds
 
     space = load_sweep(SPACES / "claim6_mnist_convnet.yaml")
     seeds = sorted({point["seed"] for point in space.expand().points})

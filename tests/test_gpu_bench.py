@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from robusttune.numerics import environment
-from robusttune.schema import NUMERICS_ENV
+from robusttune.core.numerics import environment
+from robusttune.core.schema import NUMERICS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 PORTABLE_VARIABLES = {*environment("portable"), NUMERICS_ENV}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robusttune.sweep.space import load_sweep
+from robusttune.experiments.sweep.space import load_sweep
 from tests.scripts import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "grid_in_process.py"

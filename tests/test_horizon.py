@@ -14,9 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from robusttune.breakdown.horizon import plateau_round
-from robusttune.breakdown.plan import load_plan
-from robusttune.cli import app
+from robusttune.experiments.breakdown.horizon import plateau_round
+from robusttune.experiments.breakdown.plan import load_plan
+from robusttune.commands.cli import app
 from tests.scripts import loaded_script
 
 
@@ -130,7 +130,7 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
                                              ("my_measurement", "my_measurement_at_plateau")])
 def test_the_map_at_the_plateau_is_named_after_the_measurement(tmp_path, name, expected):
     """Two measurements of one map (say --set dataset=...) give maps that can share a storage."""
-    from robusttune.breakdown.horizon import HorizonPlan, at_plateau
+    from robusttune.experiments.breakdown.horizon import HorizonPlan, at_plateau
 
     space = tmp_path / "tiny.yaml"
     space.write_text(yaml.safe_dump(MAP))

@@ -3,7 +3,7 @@
 A read-back (``bool(t)``, ``t.item()``, ``int(t)``, ``.tolist()``, ``nonzero``, a boolean-mask
 index, an index by a 0-dim integer tensor, which ATen resolves with ``item()``) stalls the CUDA
 pipeline until every queued kernel has run. The rules branch on such values only on the host,
-where it is free: :func:`robusttune.aggregators.base.on_host` decides, from the device types in
+where it is free: :func:`robusttune.methods.aggregators.base.on_host` decides, from the device types in
 ``base.HOST_DEVICE_TYPES``.
 
 Design: this machine has no GPU, so the test empties ``HOST_DEVICE_TYPES`` and runs every rule on
@@ -24,8 +24,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from robusttune.aggregators import AGGREGATORS, make_aggregator
-from robusttune.aggregators import base
+from robusttune.methods.aggregators import AGGREGATORS, make_aggregator
+from robusttune.methods.aggregators import base
 
 # Rules that still read back on the device path, with the reason. Empty: every rule is sync-free.
 ALLOWED_READBACKS: dict[str, str] = {}

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from robusttune.config import RunSpec
-from robusttune.recording import run_to_folder
-from robusttune.input_statistics import aggregation_error, honest_input_spread
-from robusttune.simulation import Simulation
+from robusttune.core.runspec import RunSpec
+from robusttune.run.recording import run_to_folder
+from robusttune.run.input_statistics import aggregation_error, honest_input_spread
+from robusttune.run.simulation import Simulation
 from tests.test_host_syncs import CountReadbacks
 
 FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
@@ -114,7 +114,7 @@ def test_a_refused_round_still_has_its_spread():
 
 
 def test_the_report_tabulates_the_spread_per_cell_and_counts_a_repeated_run_once(tmp_path):
-    from robusttune.results import report
+    from robusttune.reports.results import report
 
     for ablation in ("none", "coefficient_swap"):
         spec = RunSpec(**{**FULL, "rounds": 2, "participation_mode": "bernoulli",

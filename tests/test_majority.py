@@ -8,12 +8,12 @@ import math
 import pandas as pd
 import pytest
 
-from robusttune.config import RunSpec
-from robusttune.majority import (Evaluation, evaluations, first_majority_round, majority_summary,
+from robusttune.core.runspec import RunSpec
+from robusttune.reports.majority import (Evaluation, evaluations, first_majority_round, majority_summary,
                                  majority_table, run_events)
-from robusttune.recording import RunWriter
-from robusttune.records import RoundRecord, RunSummary
-from robusttune.results import report
+from robusttune.run.recording import RunWriter
+from robusttune.core.records import RoundRecord, RunSummary
+from robusttune.reports.results import report
 
 NAN = math.nan
 

@@ -9,8 +9,8 @@ import pytest
 
 import yaml
 
-from robusttune.breakdown.command import prepare_plan
-from robusttune.breakdown.horizon import HorizonPlan, at_plateau
+from robusttune.commands.breakdown import prepare_plan
+from robusttune.experiments.breakdown.horizon import HorizonPlan, at_plateau
 from tests.scripts import loaded_script
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,12 +9,12 @@ import math
 import pytest
 import torch
 
-from robusttune.aggregators import make_rule
-from robusttune.algorithms import (ClippedMomentumMarina, RoundPlan, make_algorithm,
+from robusttune.methods.aggregators import make_rule
+from robusttune.methods.algorithms import (ClippedMomentumMarina, RoundPlan, make_algorithm,
                                    marina_probability)
-from robusttune.config import RunSpec
-from robusttune.sampling import Sample
-from robusttune.simulation import Simulation, load_checkpoint
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.sampling import Sample
+from robusttune.run.simulation import Simulation, load_checkpoint
 
 EQ10 = dict(dataset="synthetic", method="byz_vr_marina_pp", marina_variant="clipped_momentum")
 

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from robusttune.models import (MODELS, flat_params, load_flat_params, make_model, param_layout,
+from robusttune.problem.models import (MODELS, flat_params, load_flat_params, make_model, param_layout,
                                param_views)
-from robusttune.registry import SpecError
+from robusttune.core.registry import SpecError
 
 SHAPES = [(1, 8, 8), (3, 32, 32), (1, 28, 28)]
 

@@ -1,4 +1,4 @@
-"""Portable numerics (robusttune.numerics, issue 21): the same RunSpec gives the same bits on every
+"""Portable numerics (robusttune.core.numerics, issue 21): the same RunSpec gives the same bits on every
 AVX2 x86-64 CPU.
 
 The golden values below were recorded on an AMD EPYC (Zen, AVX2 and FMA, no AVX-512; MKL 2024.2
@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from robusttune import numerics
-from robusttune.numerics import environment, float_path, pin, pinned_mode
-from robusttune.registry import SpecError
-from robusttune.schema import NUMERICS_ENV, default_numerics
+from robusttune.core import numerics
+from robusttune.core.numerics import environment, float_path, pin, pinned_mode
+from robusttune.core.registry import SpecError
+from robusttune.core.schema import NUMERICS_ENV, default_numerics
 
 # (label, RunSpec keys): FedAvg-style runs of both digits models, a robust rule under attack and
 # DeMoA, each a few seconds.
@@ -74,8 +74,8 @@ PINNED_KEYS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM
 
 def golden_runs(mode: str) -> dict[str, list[float]]:
     """Run GOLDEN_RUNS in this process in ``mode``; (final loss, parameter norm) per label."""
-    from robusttune.config import RunSpec
-    from robusttune.simulation import simulate
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import simulate
 
     out = {}
     for label, keys in GOLDEN_RUNS.items():
@@ -136,13 +136,13 @@ def test_the_golden_runs_see_the_float_path(portable_here):
 
 def test_the_alie_golden_run_sees_sigmas_last_bit(monkeypatch):
     # one ulp more in every sigma moves the recorded bits: the golden pins sigma's rounding
-    import robusttune.attacks.base as attack_base
+    import robusttune.methods.attacks.base as attack_base
 
     keys = {**BASE, **GOLDEN_RUNS["median mlp, alie"], "numerics": pinned_mode()}
     monkeypatch.setattr(attack_base, "sqrt", lambda t: torch.nextafter(
         numerics.sqrt(t), torch.tensor(math.inf, dtype=t.dtype)))
-    from robusttune.config import RunSpec
-    from robusttune.simulation import simulate
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import simulate
 
     for record in simulate(RunSpec.from_dict(keys)):
         last = record
@@ -185,7 +185,7 @@ def test_portable_sqrt_is_correctly_rounded_on_random_and_tie_heavy_inputs(dtype
         assert _same_bits(numerics.sqrt(x).flatten(), _correctly_rounded_sqrt(x.flatten()))
     # ALIE's statistics over rows many of which are identical (sign-flipped or cached copies):
     # sums of equal terms, near-zero variances and exact zeros
-    from robusttune.attacks.base import mean_std
+    from robusttune.methods.attacks.base import mean_std
 
     row = torch.randn(5_000, generator=g, dtype=dtype)
     rows = torch.cat([row.repeat(7, 1), (row + 1e-3).repeat(2, 1), -row[None]])
@@ -229,7 +229,7 @@ def test_the_package_calls_no_approximate_mkl_operation_but_through_numerics():
                           and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0.5)
             if node.func.attr in _APPROXIMATE_CALLS or power_half:
                 offenders.append(f"{path.relative_to(package)}:{node.lineno} .{node.func.attr}(")
-    assert offenders == [], "use robusttune.numerics.sqrt (MKL's kernel is CPU-dependent): " + \
+    assert offenders == [], "use robusttune.core.numerics.sqrt (MKL's kernel is CPU-dependent): " + \
         ", ".join(offenders)
 
 
@@ -274,7 +274,7 @@ def test_this_process_runs_the_float_path_it_was_pinned_to():
 
 def test_a_process_that_computed_first_is_refused_portable_in_one_line():
     code = ("import torch; torch.ones(64, 64) @ torch.ones(64, 64); "
-            "from robusttune.numerics import pin; pin('portable')")
+            "from robusttune.core.numerics import pin; pin('portable')")
     done = _python(code, _clean_environment())
     if torch.backends.mkl.is_available():  # MKL's branch was fixed at the matmul: detectable
         assert done.returncode != 0
@@ -286,9 +286,9 @@ def test_a_process_that_computed_first_is_refused_portable_in_one_line():
 
 def _summary_via_in_process_runner(first: str) -> list:
     code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); {first}; "
-            "import test_numerics as t; from robusttune.config import RunSpec; "
-            "from robusttune.numerics import pinned_mode; "
-            "from robusttune.runners import InProcessRunner; "
+            "import test_numerics as t; from robusttune.core.runspec import RunSpec; "
+            "from robusttune.core.numerics import pinned_mode; "
+            "from robusttune.run.runners import InProcessRunner; "
             "spec = RunSpec.from_dict({**t.BASE, **t.GOLDEN_RUNS['median mlp, alie'], "
             "'numerics': 'portable'}); s = InProcessRunner()([spec])[0]; "
             "print(json.dumps([s.final_loss, s.final_accuracy, s.error, pinned_mode()]))")
@@ -310,7 +310,7 @@ def test_a_process_that_computed_first_still_gets_portable_runs_from_the_runner(
 
 
 def test_a_process_keeps_its_mode():
-    code = ("from robusttune.numerics import pin; pin('portable'); pin('portable'); "
+    code = ("from robusttune.core.numerics import pin; pin('portable'); pin('portable'); "
             "pin('native')")
     done = _python(code, _clean_environment())
     assert done.returncode != 0
@@ -321,7 +321,7 @@ def test_a_process_keeps_its_mode():
 
 
 def test_the_default_mode_comes_from_the_environment_and_is_checked(monkeypatch):
-    from robusttune.config import RunSpec
+    from robusttune.core.runspec import RunSpec
 
     monkeypatch.setenv(NUMERICS_ENV, "native")
     spec = RunSpec(dataset="digits")
@@ -336,7 +336,7 @@ def test_the_default_mode_comes_from_the_environment_and_is_checked(monkeypatch)
 
 
 def test_a_sweep_stores_its_mode_and_takes_one(monkeypatch):
-    from robusttune.sweep.space import parse_sweep
+    from robusttune.experiments.sweep.space import parse_sweep
 
     monkeypatch.setenv(NUMERICS_ENV, "native")
     space = {"run": {"dataset": "digits", "rounds": 1}, "space": {"seed": {"grid": [1, 2]}}}
@@ -352,7 +352,7 @@ def test_a_sweep_stores_its_mode_and_takes_one(monkeypatch):
 def test_summary_records_the_mode_and_the_float_path(tmp_path):
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     out = tmp_path / "run"
     result = CliRunner().invoke(app, ["run", "--set", "dataset=synthetic", "--set", "model=mlp",

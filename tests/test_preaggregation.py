@@ -10,10 +10,10 @@ import pytest
 import torch
 from byzfl import ARC, NNM
 
-from robusttune.aggregators import make_aggregator, make_rule
-from robusttune.config import RunSpec
-from robusttune.registry import SpecError
-from robusttune.simulation import Simulation, simulate
+from robusttune.methods.aggregators import make_aggregator, make_rule
+from robusttune.core.runspec import RunSpec
+from robusttune.core.registry import SpecError
+from robusttune.run.simulation import Simulation, simulate
 
 
 def t(rows) -> torch.Tensor:

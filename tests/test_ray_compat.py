@@ -1,4 +1,4 @@
-"""robusttune.sweep.ray_compat against the pinned Ray: every private or developer API the sweep
+"""robusttune.experiments.sweep.ray_compat against the pinned Ray: every private or developer API the sweep
 layer relies on still exists and means what the adapter says. A Ray upgrade fails here first."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from robusttune.sweep import ray_compat
+from robusttune.experiments.sweep import ray_compat
 
 
 def test_ray_is_the_pinned_version():

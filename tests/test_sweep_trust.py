@@ -24,10 +24,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from robusttune.cli import app
-from robusttune.registry import SpecError
-from robusttune.sweep.preflight import preflight, preflight_specs
-from robusttune.sweep.space import parse_sweep
+from robusttune.commands.cli import app
+from robusttune.core.registry import SpecError
+from robusttune.experiments.sweep.preflight import preflight, preflight_specs
+from robusttune.experiments.sweep.space import parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -54,7 +54,7 @@ def test_a_missing_dataset_is_one_line_and_exit_2_before_ray(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
         from typer.testing import CliRunner
-        from robusttune.cli import app
+        from robusttune.commands.cli import app
         result = CliRunner().invoke(app, ["sweep", {str(space)!r}, "--storage", {str(tmp_path / "results")!r}])
         print(json.dumps({{"code": result.exit_code, "output": result.output,
                           "ray": "ray" in sys.modules}}))
@@ -120,7 +120,7 @@ def test_resume_with_a_change_is_refused_in_one_line(tmp_path, flags, named):
 
 
 def test_a_space_file_changed_since_the_stored_sweep_is_noted_on_resume(tmp_path):
-    from robusttune.sweep.command import differences
+    from robusttune.commands.sweep import differences
 
     stored = parse_sweep({"run": TINY, "space": {"seed": {"grid": [1, 2]}}})
     assert differences(stored, stored) == []
@@ -144,7 +144,7 @@ def fake_trial(number: int, status: str = "RUNNING", **result) -> SimpleNamespac
 
 
 def test_progress_off_a_terminal_is_one_line_per_trial_with_the_summary():
-    from robusttune.sweep.progress import ProgressCallback
+    from robusttune.experiments.sweep.progress import ProgressCallback
 
     out = io.StringIO()
     clock = Clock()
@@ -167,7 +167,7 @@ def test_progress_off_a_terminal_is_one_line_per_trial_with_the_summary():
 
 
 def test_progress_of_a_resumed_sweep_counts_the_kept_trials_against_the_stored_total():
-    from robusttune.sweep.progress import ProgressCallback
+    from robusttune.experiments.sweep.progress import ProgressCallback
 
     out = io.StringIO()
     clock = Clock()
@@ -182,7 +182,7 @@ def test_progress_of_a_resumed_sweep_counts_the_kept_trials_against_the_stored_t
 
 
 def test_progress_on_a_terminal_is_one_live_line():
-    from robusttune.sweep.progress import ProgressCallback
+    from robusttune.experiments.sweep.progress import ProgressCallback
 
     out = io.StringIO()
     progress = ProgressCallback("accuracy", 2, console=Console(file=out, force_terminal=True, width=120),
@@ -199,8 +199,8 @@ def test_progress_on_a_terminal_is_one_live_line():
 def test_a_configuration_error_in_a_trial_is_not_retried(ray_session, tmp_path, capfd):
     """Past the pre-flight (a node without the data): each trial runs once, ends at once, and
     counts as errored, with the message in its error.txt and in the progress line."""
-    from robusttune.sweep.ray_compat import grid_trials
-    from robusttune.sweep.runner import run_sweep
+    from robusttune.experiments.sweep.ray_compat import grid_trials
+    from robusttune.experiments.sweep.runner import run_sweep
 
     spec = parse_sweep({"run": {**TINY, "dataset": "mnist", "data_root": str(tmp_path / "none")},
                         "space": {"seed": {"grid": [1, 2]}}}, name="nodata")
@@ -220,8 +220,8 @@ def test_a_configuration_error_in_a_trial_is_not_retried(ray_session, tmp_path, 
 
 INTERRUPT_AND_RESUME = """
 import os, signal, sys
-from robusttune.sweep import progress, runner
-from robusttune.sweep.command import sweep_command
+from robusttune.experiments.sweep import progress, runner
+from robusttune.commands.sweep import sweep_command
 
 class InterruptAfterFirst(progress.ProgressCallback):
     def on_trial_complete(self, iteration, trials, trial, **info):

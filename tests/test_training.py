@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robusttune.models import flat_params, make_model
-from robusttune.training import (Evaluation, batch_orders, client_gradients, evaluate,
+from robusttune.problem.models import flat_params, make_model
+from robusttune.problem.training import (Evaluation, batch_orders, client_gradients, evaluate,
                                  resolve_trainer, train_clients)
 
 

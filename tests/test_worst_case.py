@@ -1,4 +1,4 @@
-"""The shared worst case (robusttune.adversary) and calibrate's trim sweep against it: the
+"""The shared worst case (robusttune.methods.adversary) and calibrate's trim sweep against it: the
 variants an adversary runs, the mean never recommended where a ladder attack breaks it, and
 calibrate's answer agreeing with a breakdown map of the same rule and setting."""
 
@@ -9,12 +9,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from robusttune.adversary import Adversary, default_attacks, worst_of
-from robusttune.attacks import ATTACKS
-from robusttune.breakdown import Cell, Outcome, bisect_breakdown, spec_evaluator
-from robusttune.calibration import trim_sweep
-from robusttune.records import RunSummary
-from robusttune.registry import SpecError
+from robusttune.methods.adversary import Adversary, default_attacks, worst_of
+from robusttune.methods.attacks import ATTACKS
+from robusttune.experiments.breakdown import Cell, Outcome, bisect_breakdown, spec_evaluator
+from robusttune.experiments.calibration import trim_sweep
+from robusttune.core.records import RunSummary
+from robusttune.core.registry import SpecError
 
 BASE = {"dataset": "synthetic", "model": "mlp", "clients": 10, "participation": 1.0,
         "method": "trimmed_mean", "rounds": 1, "attack": "none"}
@@ -90,7 +90,8 @@ def test_the_mean_is_never_recommended_where_a_ladder_attack_breaks_it(beta):
 
 
 def test_no_surviving_trim_is_one_line_naming_the_analytic_bound():
-    from robusttune.calibration import Deployment, analyze, no_survivor_line
+    from robusttune.problem.byzantine_law import Deployment, analyze
+    from robusttune.experiments.calibration import no_survivor_line
 
     sweep = trim_sweep(BASE, [0.0, 0.1], [0.3, 0.4], toy_runner([]),
                        adversary=Adversary.default(["sign_flip"]))
@@ -119,7 +120,7 @@ def test_calibrate_agrees_with_a_breakdown_map_of_the_same_rule_and_setting():
 def test_cli_calibrate_agrees_with_the_breakdown_command_on_real_runs(tmp_path):
     """Real runs (synthetic, N = 6): `calibrate --attack sign_flip` and `breakdown` of the
     cells trim_ratio in {0, 1/3} under adversary {attack: [sign_flip]} give the same verdicts."""
-    from robusttune.cli import app
+    from robusttune.commands.cli import app
 
     runner = CliRunner()
     setting = ["--set", "synthetic_samples=240", "--set", "local_epochs=1", "--set", "model=mlp"]
@@ -153,8 +154,8 @@ def test_cli_calibrate_agrees_with_the_breakdown_command_on_real_runs(tmp_path):
 def test_collapse_is_judged_on_validation_accuracy_where_there_is_a_validation_part(validation_fraction):
     # collapse decides survival in every selection, so it must not read the test part; a run
     # without a validation part has only its test accuracy to be judged on
-    from robusttune.config import RunSpec
-    from robusttune.simulation import Simulation
+    from robusttune.core.runspec import RunSpec
+    from robusttune.run.simulation import Simulation
 
     simulation = Simulation(RunSpec.from_dict({
         "dataset": "synthetic", "model": "mlp", "clients": 4, "synthetic_samples": 200,

@@ -8,17 +8,17 @@
     python analysis/findings/claim_tables.py aggregation RESULTS    # claim 9
 
 collapses    per method x participation x attack x beta: runs, collapsed runs (final accuracy
-             <= 1/K + 0.5 points or non-finite parameters, robusttune.records.is_collapsed) and
+             <= 1/K + 0.5 points or non-finite parameters, robusttune.core.records.is_collapsed) and
              final accuracy (%) mean and std over seeds; then collapses per method x attack
              summed over beta and p.
 gain         per run, 100 (acc(end) - acc(start)) from rounds.csv (the last evaluated accuracy at
-             or before each round, robusttune.results.round_value); per configuration (method x
+             or before each round, robusttune.reports.results.round_value); per configuration (method x
              participation x attack x beta) the mean accuracy (%) at both rounds and the gain's
              mean, std and min over seeds; per method x
              participation the mean over configurations and how many gained (mean > 0).
 demoa        DeMoA's comparison (demoa.yaml's runs, beta > 0, no ablation): per method x split x
              p the accuracy over attacks and seeds with the spread of the per-seed means, and the
-             Byzantine-majority events (robusttune.majority); what a majority round does to the
+             Byzantine-majority events (robusttune.reports.majority); what a majority round does to the
              accuracy, against the other rounds, once a run has trained; DeMoA (each rule) against
              each baseline per attack x split x p, counted as wins and losses beyond the larger
              seed std of the two cells; the beta = 0 arm (demoa_ablations.yaml) per method x split.
@@ -33,7 +33,7 @@ ablations    DeMoA's ablations (demoa_ablation none / coefficient_swap / no_deca
              and the accuracy, with seed spreads; V per round at a few rounds; each ablated arm
              against the unablated one per attack x split x p, beyond the seed spread.
 aggregation  per method x attack x beta the mean aggregation error over seeds with std, min and
-             max (robusttune.aggregation_report), SWB - Median per attack and beta against the
+             max (robusttune.reports.aggregation), SWB - Median per attack and beta against the
              larger of the two cells' seed std, and the E0 + C sqrt(beta) fits.
 
 Spreads are sample standard deviations over seeds (ddof = 1). Everything is a function of the
@@ -48,10 +48,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from robusttune import axes, majority
-from robusttune.aggregation_report import (aggregation_error_table, run_aggregation_errors,
+from robusttune.reports import axes, majority
+from robusttune.reports.aggregation import (aggregation_error_table, run_aggregation_errors,
                                            sqrt_fit_table)
-from robusttune.results import load_rounds, load_runs, markdown_table, round_value
+from robusttune.reports.results import load_rounds, load_runs, markdown_table, round_value
 
 CELL = ["method", "participation", "attack", "byzantine_fraction"]
 
@@ -219,7 +219,7 @@ def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
                  attacked.groupby(cell)["collapsed"].sum()), floatfmt=".1f"), ""]
     events = majority.majority_table(attacked, rounds[rounds["run_id"].isin(attacked["run_id"])])
     if not events.empty:
-        lines += ["## Byzantine-majority rounds per method x split x p (robusttune.majority)", "",
+        lines += ["## Byzantine-majority rounds per method x split x p (robusttune.reports.majority)", "",
                   markdown_table(majority.majority_summary(events, [c for c in cell if c in events]),
                                  floatfmt=".3g"), "",
                   "accuracy (%) before the first majority round, over runs that had one:", "",
@@ -309,8 +309,8 @@ def majority_aftermath_runs(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.Data
     ``before_round``); ``after`` (the first evaluation at or after it, at ``after_round``);
     ``change`` = after - before; ``lowest_after`` (the lowest evaluation from ``after_round`` to
     the end); ``at_chance_after`` (some evaluation from ``after_round`` on is collapsed,
-    robusttune.records.is_collapsed, a round with non-finite parameters included); ``final``
-    (final test accuracy). The rounds are robusttune.majority's (`first_majority_round`,
+    robusttune.core.records.is_collapsed, a round with non-finite parameters included); ``final``
+    (final test accuracy). The rounds are robusttune.reports.majority's (`first_majority_round`,
     `evaluations`), as its majority table reads them."""
     frame = _labelled(runs)
     frame = frame[frame["byzantine_fraction"] > 0]
@@ -376,7 +376,7 @@ def majority_aftermath(runs: pd.DataFrame, rounds: pd.DataFrame, drop: float = 5
                   "",
                   "before: the last evaluation before the round; first after: the first at or "
                   "after it; lowest after: the lowest from then to the end; at chance: "
-                  "robusttune.records.is_collapsed.", "",
+                  "robusttune.core.records.is_collapsed.", "",
                   markdown_table(summary), "",
                   f"Runs whose first evaluation after the round is more than {drop:g} points "
                   f"below the last one before ({len(dropped)}):", ""]

@@ -1,0 +1,188 @@
+"""What a run leaves behind, torch-free: one `RoundRecord` per round, one `RunSummary` per run, and
+the two rules every layer judges them by (collapse and survival). The simulation writes them,
+the run folder stores them, the trainable reports them, breakdown, calibration and results read
+them: nobody passes a loose dict or re-states a rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Iterable, Mapping
+
+__all__ = ["COLLAPSE_MARGIN", "RoundRecord", "RunSummary", "is_collapsed", "selection_accuracy", "survives",
+           "mean_accuracy"]
+
+# Collapse = final accuracy <= chance + 0.5 points (the SWB-DM paper's <= 10.5% on 10 classes).
+COLLAPSE_MARGIN = 0.005
+
+
+def is_collapsed(accuracy: float, num_classes: int, nonfinite: bool) -> bool:
+    """Collapsed: non-finite parameters, a non-finite accuracy, or accuracy <= 1/K + 0.005."""
+    return nonfinite or not math.isfinite(accuracy) or accuracy <= 1.0 / num_classes + COLLAPSE_MARGIN
+
+
+def selection_accuracy(test: float, validation: float, has_validation: bool) -> float:
+    """The accuracy selections and collapse read: ``validation`` when the run holds a
+    validation part out (``validation_fraction`` > 0), else ``test`` (issue 23)."""
+    return validation if has_validation else test
+
+
+def survives(accuracy: float, collapsed: bool, bar: float) -> bool:
+    """A run (or a point's runs) survives when nothing collapsed and its accuracy, finite, reaches
+    the bar (breakdown's and calibration's one survival rule)."""
+    return not collapsed and math.isfinite(accuracy) and accuracy >= bar
+
+
+def mean_accuracy(accuracies: Iterable[float | None]) -> float:
+    """Mean final accuracy where a run without a finite accuracy (it diverged, or errored) counts
+    as 0, not as missing; NaN for no runs."""
+    values = [_number(a) for a in accuracies]
+    if not values:
+        return math.nan
+    return sum(v if math.isfinite(v) else 0.0 for v in values) / len(values)
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What one round leaves behind. Accuracy is a fraction in [0, 1]; accuracy and loss are NaN
+    in rounds that were not evaluated (every ``eval_every`` rounds, and the last).
+
+    ``aggregation_error``: ||Agg - xbar_H||_2, the aggregate's L2 distance from the mean of the
+    rule's honest inputs, in the space the rule aggregates (SWB-DM's Figure 2 quantity;
+    `robusttune.run.input_statistics.aggregation_error` says which rows and weights). NaN when it
+    is not defined: no aggregate this round (a guarded refusal, nobody to aggregate) or no
+    honest input; +inf when the aggregate was not finite. ``honest_input_spread``: the mean
+    squared distance of those honest inputs from xbar_H
+    (`robusttune.run.input_statistics.honest_input_spread`; under DeMoA the honest cached momenta),
+    also in a refused round; NaN when the rule had no input or no honest one this round, +inf
+    when one was not finite. Both last, with NaN defaults, so records built by code that does
+    not measure them stay valid."""
+
+    round: int
+    accuracy: float
+    loss: float
+    param_norm: float
+    nonfinite_params: int
+    max_class_share: float
+    sampled: int
+    byzantine_sampled: int
+    nonfinite_messages: int  # messages sent this round with a NaN or infinite coordinate
+    byzantine_input_share: float
+    byzantine_majority: bool
+    f_assumed: int
+    precondition_held_assumed: bool
+    precondition_held_actual: bool
+    aggregated: bool
+    collapsed: bool
+    train_seconds: float
+    aggregate_seconds: float
+    aggregation_error: float = math.nan
+    honest_input_spread: float = math.nan
+    # accuracy on the validation part of the held-out set (``validation_fraction``), evaluated
+    # with ``accuracy``; NaN when not evaluated or without a validation part
+    validation_accuracy: float = math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The end of one run: summary.json's content, typed. Figures never measured or non-finite
+    are NaN here and null in JSON.
+
+    ``stopped_early``: a scheduler or an interruption ended the run before its last round (its
+    last accuracy is not a final one). ``run_dir``: its run folder, when it has one. ``error``:
+    why it has no final figures (a trial that errored or never ran); such a run is collapsed.
+    ``mean_aggregation_error``: the mean of its rounds' ``RoundRecord.aggregation_error`` over the
+    rounds where it was defined (+inf once an aggregate was not finite, null in JSON like every
+    non-finite figure; NaN when no round had one, or the summary predates the figure).
+    ``mean_honest_input_spread``: the same mean of ``RoundRecord.honest_input_spread``.
+    ``float_path``: the float path the run computed with (``robusttune.core.numerics.FloatPath.label``:
+    mode, ATen capability, MKL branch, threads), so two summaries that differ can be told apart
+    by machine; absent from summaries written before it existed."""
+
+    final_accuracy: float
+    final_loss: float
+    collapsed: bool
+    rounds_run: int
+    byzantine_majority_rounds: int
+    seconds: float
+    num_classes: int
+    spec: Mapping[str, Any] = field(default_factory=dict)  # the resolved RunSpec (to_dict())
+    stopped_early: bool = False
+    run_dir: str | None = None
+    error: str | None = None
+    mean_aggregation_error: float = math.nan
+    mean_honest_input_spread: float = math.nan
+    final_validation_accuracy: float = math.nan
+    float_path: str | None = None   # what the run computed with (robusttune.core.numerics.FloatPath)
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether the run held a validation part out (``validation_fraction`` > 0)."""
+        return float(self.spec.get("validation_fraction", 0) or 0) > 0
+
+    @property
+    def selection_accuracy(self) -> float:
+        """The accuracy every selection reads (`selection_accuracy`)."""
+        return selection_accuracy(self.final_accuracy, self.final_validation_accuracy,
+                                  self.has_validation)
+
+    @classmethod
+    def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,
+               run_dir: str | None = None) -> "RunSummary":
+        """A run with no final figures: NaN accuracy and loss, collapsed, ``error`` = reason."""
+        return cls(final_accuracy=math.nan, final_loss=math.nan, collapsed=True, rounds_run=0,
+                   byzantine_majority_rounds=0, seconds=0.0, num_classes=0,
+                   spec=dict(spec or {}), run_dir=run_dir, error=reason)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "RunSummary":
+        """Read summary.json's content; null figures become NaN. A missing ``collapsed`` is
+        judged from the accuracy (``is_collapsed``); keys this class does not know are ignored
+        (summaries written by newer versions stay readable)."""
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in values.items() if k in known}
+        accuracy = _number(data.get("final_accuracy"))
+        classes = int(data.get("num_classes") or 0)
+        collapsed = data.get("collapsed")
+        if collapsed is None:
+            collapsed = is_collapsed(accuracy, classes, False) if classes else not math.isfinite(accuracy)
+        return cls(final_accuracy=accuracy, final_loss=_number(data.get("final_loss")),
+                   collapsed=bool(collapsed), rounds_run=int(data.get("rounds_run") or 0),
+                   byzantine_majority_rounds=int(data.get("byzantine_majority_rounds") or 0),
+                   seconds=_number(data.get("seconds")), num_classes=classes,
+                   spec=dict(data.get("spec") or {}),
+                   stopped_early=bool(data.get("stopped_early", False)),
+                   run_dir=data.get("run_dir"), error=data.get("error"),
+                   mean_aggregation_error=_number(data.get("mean_aggregation_error")),
+                   mean_honest_input_spread=_number(data.get("mean_honest_input_spread")),
+                   final_validation_accuracy=_number(data.get("final_validation_accuracy")),
+                   float_path=data.get("float_path"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: NaN and infinities as None; ``run_dir``, ``error`` and ``float_path`` only when set."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["spec"] = dict(self.spec)
+        for key in ("run_dir", "error", "float_path"):
+            if out[key] is None:
+                del out[key]
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in out.items()}
+
+    def at(self, run_dir: str | None) -> "RunSummary":
+        """The same summary, pointing at its run folder."""
+        return replace(self, run_dir=None if run_dir is None else str(run_dir))
+
+    def stopped(self) -> "RunSummary":
+        """The same summary, marked as ended before its last round."""
+        return replace(self, stopped_early=True)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan

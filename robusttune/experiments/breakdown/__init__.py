@@ -1,0 +1,29 @@
+"""Breakdown maps: for every cell (aggregator x attack x participation [x dataset]) the largest
+Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
+
+- `bisection` the core: cells, lattice points, outcomes, the lock-step bisection    knows no runs
+- `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
+              the worst case over each attack's strength ladder; equal runs shared by
+              `canonical_spec`, each ladder stopped at its first collapse or failure)
+- `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
+- `prior`     `prior_starts`: each cell's answer in an earlier map, where its bisection starts
+- `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md,
+              frontier.csv and frontier.png (`frontier_table`: the p-frontier beta*(p))
+"""
+
+from __future__ import annotations
+
+from robusttune.experiments.breakdown.bisection import (BreakdownMap, Cell, CellResult, Evaluator, Outcome,
+                                            Point, Verdict, bisect_breakdown, bisect_concurrently,
+                                            lattice_top, survival_bar)
+from robusttune.experiments.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
+from robusttune.experiments.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
+from robusttune.experiments.breakdown.prior import prior_starts, read_prior
+from robusttune.experiments.breakdown.report import write_breakdown
+
+__all__ = [
+    "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown",
+    "bisect_concurrently", "lattice_top",
+    "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
+    "write_breakdown", "survival_bar", "prior_starts", "read_prior",
+]

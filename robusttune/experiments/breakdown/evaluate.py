@@ -1,0 +1,305 @@
+"""Evaluating lattice points with runs: `spec_evaluator` turns a base RunSpec, seeds, optional
+defence knobs tuned by Optuna (ask/tell, one batch per trial across all points) and an optional
+adversarial attack-strength list into an `Evaluator` for `bisect_breakdown`, on top of any
+`robusttune.run.runners.Runner` (the Ray Tune sweep layer, or the in-process `InProcessRunner`).
+Points -> RunSpecs -> one runner call per batch -> Outcomes."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from robusttune.methods.adversary import Adversary, adversary_variants, score as _score, worst_of
+from robusttune.methods.adaptive import StrengthSearch
+from robusttune.experiments.breakdown.bisection import Cell, Evaluator, Outcome, Point, survival_bar
+from robusttune.core.runspec import RunSpec
+from robusttune.core.records import RunSummary, survives
+from robusttune.core.registry import SpecError
+
+if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
+    from robusttune.run.runners import Runner
+
+__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec", "optuna_distribution"]
+
+
+def optuna_distribution(domain: Any) -> Any:
+    """The Optuna distribution of a sweep-layer Domain (uniform | loguniform | int | choice)."""
+    import optuna
+
+    if domain.kind in ("choice", "grid"):
+        return optuna.distributions.CategoricalDistribution(list(domain.values))
+    if domain.kind == "int":
+        return optuna.distributions.IntDistribution(int(domain.low), int(domain.high), step=int(domain.step or 1))
+    if domain.kind == "loguniform":
+        return optuna.distributions.FloatDistribution(domain.low, domain.high, log=True)
+    return optuna.distributions.FloatDistribution(domain.low, domain.high, step=domain.step)
+
+
+def canonical_spec(spec: RunSpec) -> RunSpec:
+    """The RunSpec a run is equal to with the knobs it ignores removed, so that equal runs share
+    one key (`spec_evaluator`'s ``share``).
+
+    Rule: a run in which no round samples a Byzantine client (none exists, k = floor(beta N) =
+    0, or the run's sampling stream never draws one: `simulation.byzantine_ever_sampled`) never
+    calls its attack (a round builds Byzantine messages only for its sampled Byzantine clients;
+    a data-side attack poisons only Byzantine clients' labels, and only sampled clients train;
+    a cache slot of a never-sampled client keeps its initial value), so attack,
+    attack_strength and attack_scope do not change a single number of it: they are set to none
+    and the defaults. beta itself stays (f = floor(n beta) still sets what a rule trims).
+    Every other spec is its own canonical form. tests/test_breakdown.py checks such runs bit
+    for bit against the originals."""
+    if spec.attack == "none" and spec.attack_strength is None and spec.attack_scope == "inputs":
+        return spec
+    from robusttune.run.simulation import byzantine_ever_sampled  # torch; only when sharing
+
+    if not byzantine_ever_sampled(spec):
+        return spec.updated(attack="none", attack_strength=None, attack_scope="inputs")
+    return spec
+
+
+class _SharedRuns:
+    """The runs an evaluator has already made, by canonical RunSpec: a spec equal to one run
+    before (in this batch, an earlier wave or another cell) is not run again. Without ``share``
+    every spec runs, as the runner is handed it. Cells evaluated in threads of their own share
+    it: a run another thread is making is waited for, not made twice."""
+
+    def __init__(self, runner: Runner, share: bool,
+                 on_trials: Callable[[int], None] | None) -> None:
+        self.runner, self.share, self.on_trials = runner, share, on_trials
+        self.done: dict[str, RunSummary] = {}
+        self._lock = threading.Lock()
+        self._making: dict[str, threading.Event] = {}
+
+    def __call__(self, specs: Sequence[RunSpec]) -> tuple[list[RunSummary], list[bool]]:
+        """Summaries for ``specs`` in order, and for each whether it was a new run (the first
+        spec of its key that was not run before): what the trial count charges."""
+        if not self.share:
+            summaries = self.runner(list(specs))
+            if self.on_trials is not None:
+                self.on_trials(len(specs))
+            return summaries, [True] * len(specs)
+        canonical = [canonical_spec(s) for s in specs]
+        keys = [s.to_json() for s in canonical]
+        fresh: dict[str, RunSpec] = {}
+        with self._lock:
+            for key, spec in zip(keys, canonical):
+                if key not in self.done and key not in self._making and key not in fresh:
+                    fresh[key] = spec
+            others = {self._making[k] for k in keys if k in self._making}
+            for key in fresh:
+                self._making[key] = threading.Event()
+        try:
+            if fresh:
+                summaries = self.runner(list(fresh.values()))
+                with self._lock:
+                    self.done.update(zip(fresh, summaries))
+                if self.on_trials is not None:
+                    self.on_trials(len(fresh))
+        finally:
+            with self._lock:
+                for key in fresh:
+                    self._making.pop(key).set()
+        for event in others:
+            event.wait()
+        new = []
+        for key in keys:
+            new.append(key in fresh)
+            fresh.pop(key, None)
+        with self._lock:
+            missing = [k for k in keys if k not in self.done]
+            if missing:  # the thread making it was interrupted
+                raise KeyboardInterrupt("a shared run was not finished")
+            return [self.done[k] for k in keys], new
+
+
+def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
+                   tune: Mapping[str, Any] | None = None, budget: int = 1,
+                   adversary: Adversary | Mapping[str, Sequence[Any]] | None = None,
+                   sampler_seed: int = 0,
+                   on_trials: Callable[[int], None] | None = None, share: bool = True,
+                   staged: bool = True,
+                   survival: tuple[float | None, float] | None = None,
+                   adaptive: int = 0) -> Evaluator:
+    """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
+    byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
+
+    The adversary is the worst case: without ``adversary`` every point with k > 0 runs each
+    strength of its attack's ``strength_ladder`` (robusttune.methods.attacks), and its outcome is the
+    worst of them (lowest score, the first in ladder order among equals), recorded in
+    ``Outcome.breaker``. ``adversary`` (key -> values, e.g. ``{attack_strength: [1.0]}`` or
+    ``{attack: [alie, ipm]}``) narrows or widens it: the worst over the product of those values,
+    each listed attack at its whole ladder unless attack_strength is listed too. ``tune`` (key ->
+    sweep-layer Domain) tunes the defence's knobs at every point with one Optuna study per point
+    (TPE seeded with ``sampler_seed``), ``budget`` trials each, driven by ask/tell so every
+    Optuna trial of every point of the wave goes to the runner as one batch; the point's outcome
+    is the best trial's. Trials per point at most: seeds x adversary values x budget.
+
+    Two savings that never change an outcome (tests/test_breakdown.py compares the maps with and
+    without each):
+
+    - ``share``: a run equal to one made before, once the knobs it ignores are removed
+      (`canonical_spec`: an attack without Byzantine clients), is not made again; every cell's
+      clean point then costs one run per seed however many attacks the map lists.
+    - ``staged``: a point's adversary variants run in ladder order, one variant per runner call
+      (every point of the batch together), and a point stops at the first variant that scores 0
+      (collapsed, or accuracy 0). The worst case is the first variant with the lowest score and
+      no run scores below 0, so the variants after it cannot change the outcome, its accuracy,
+      its collapse flag or its breaker. A point whose variants all score above 0 runs them all.
+      The cost is more runner calls per wave (at most the ladder's length).
+
+    ``survival`` = (threshold, relative_threshold), the bar `bisect_breakdown` judges points by
+    (`survival_bar`: the absolute threshold, else relative x the cell's clean accuracy), stops a
+    staged ladder earlier still: at the first variant that fails that bar (collapsed, or below
+    it). Bisection reads only whether a point survived, and a point survives the worst variant
+    iff it survives every variant, so no verdict changes; what changes is what a failed point
+    records: the weakest variant of the ladder that broke it (its accuracy and ``breaker``)
+    instead of the worst, and fewer runs. The clean accuracy is the cell's k = 0 point, which
+    bisection asks for in the cell's first wave, run in the wave's first stage (its only
+    variant), so from the second stage on the bar is known. With ``tune`` it is ignored: a
+    trial's score is what Optuna is told, and the worst one must be told for the study to go
+    on as without it.
+
+    ``adaptive`` > 0 (the adaptive adversary, `robusttune.methods.adaptive`): a point with
+    Byzantine clients whose ladder did not settle it (see above) runs up to ``adaptive`` more
+    strengths per attack whose ladder spans a range, each proposed by a seeded Optuna study that
+    knows that attack's ladder scores and minimises the score within the ladder's range; the
+    outcome is the worst over the ladders and those runs. ``adversary`` may be a
+    `robusttune.methods.adversary.Adversary` (which carries its own adaptive budget), the one worst
+    case `calibrate` and robust tuning use too."""
+    if budget < 1:
+        raise SpecError(f"budget must be >= 1; got {budget}")
+    if not isinstance(adversary, Adversary):
+        adversary = Adversary.of(adversary, adaptive)
+    elif adaptive:
+        raise SpecError("give the adaptive budget inside the Adversary, not beside it")
+    threat = adversary
+    if not seeds:
+        raise SpecError("seeds must list at least one seed")
+    shared = _SharedRuns(runner, share, on_trials)
+    stop_bar = survival if staged and not tune else None
+    clean_accuracy: dict[Cell, float] = {}   # each cell's k = 0 outcome, once run
+
+    def settled(point: Point, outcome: Outcome) -> bool:
+        """Whether no later variant can change the point's verdict (see ``staged``, ``survival``)."""
+        if _score(outcome) <= 0:
+            return True
+        if stop_bar is None or point.byzantine == 0:
+            return False
+        threshold, relative = stop_bar
+        if threshold is None and point.cell not in clean_accuracy:
+            return False
+        bar = survival_bar(threshold, relative, clean_accuracy.get(point.cell, float("nan")))
+        return not survives(outcome.accuracy, outcome.collapsed, bar)
+
+    def attack_of(point: Point) -> str:
+        return point.cell.as_dict().get("attack", base.get("attack", "none"))
+
+    def variants_for(point: Point) -> list[dict]:
+        return threat.variants(attack_of(point)) if point.byzantine > 0 else [{}]
+
+    def specs_for(point: Point, knobs: Mapping[str, Any], variant: Mapping[str, Any]) -> list[RunSpec]:
+        return [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
+                                   "byzantine_fraction": point.fraction, "seed": seed})
+                for seed in seeds]
+
+    def judge(per_variant: list[Outcome], variants: list[dict], trials: int,
+              full: int) -> Outcome:
+        """The worst variant run (the first with the lowest score); ``runs`` counts every
+        variant, run or not (``full`` of them): what the point costs in full."""
+        position = worst_of(per_variant)
+        worst = per_variant[position]
+        return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
+                       tuple(variants[position].items()), runs=full * len(seeds),
+                       test_accuracy=worst.test_accuracy)
+
+    def searches_of(point: Point) -> list[tuple[dict, tuple[float, ...]]]:
+        """The adaptive searches of ``point``: (group settings, ladder); none at k = 0."""
+        return threat.searches(attack_of(point)) if point.byzantine > 0 else []
+
+    def run_variants(todo: list[tuple[int, dict]], requests: list[tuple[Point, dict]],
+                     judged: list[list[Outcome]], trials: list[int]) -> None:
+        """Run variant ``todo[n][1]`` of point ``todo[n][0]``, all in one runner call."""
+        specs = [spec for i, variant in todo
+                 for spec in specs_for(requests[i][0], requests[i][1], variant)]
+        summaries, new = shared(specs)
+        for n, (i, variant) in enumerate(todo):
+            span = slice(n * len(seeds), (n + 1) * len(seeds))
+            judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1], **variant))
+            trials[i] += sum(new[span])
+            if requests[i][0].byzantine == 0:
+                clean_accuracy[requests[i][0].cell] = judged[i][-1].accuracy
+
+    def search(requests: list[tuple[Point, dict]], variants: list[list[dict]],
+               judged: list[list[Outcome]], trials: list[int]) -> None:
+        """The adaptive adversary's runs after the ladder (see ``adaptive``)."""
+        searches: dict[tuple[int, int], tuple[dict, StrengthSearch]] = {}
+        for i, (point, _) in enumerate(requests):
+            if settled(point, judged[i][worst_of(judged[i])]):
+                continue
+            for g, (group, ladder) in enumerate(searches_of(point)):
+                # the group's ladder runs, told first: the ladder is the search's floor
+                tried = [(v["attack_strength"], _score(o)) for v, o in zip(variants[i], judged[i])
+                         if {k: x for k, x in v.items() if k != "attack_strength"} == group]
+                searches[i, g] = (group, StrengthSearch(ladder, tried, sampler_seed))
+        for _ in range(threat.adaptive):
+            open_searches = [key for key in searches
+                             if not settled(requests[key[0]][0], judged[key[0]][worst_of(judged[key[0]])])]
+            if not open_searches:
+                break
+            todo = [(key, {**searches[key][0], **searches[key][1].ask()}) for key in open_searches]
+            run_variants([(key[0], variant) for key, variant in todo], requests, judged, trials)
+            for n, (key, variant) in enumerate(todo):
+                variants[key[0]].append(variant)
+                # run_variants appended each point's outcomes in todo order
+                position = len(judged[key[0]]) - sum(1 for k, _ in todo[n + 1:] if k[0] == key[0]) - 1
+                searches[key][1].tell(_score(judged[key[0]][position]))
+
+    def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
+        variants = [variants_for(point) for point, _ in requests]
+        judged: list[list[Outcome]] = [[] for _ in requests]
+        trials = [0] * len(requests)
+        stage, depth = 0, max(len(v) for v in variants) if variants else 0
+        while stage < depth:
+            # staged: variant `stage` of every point not yet settled; else every variant at once
+            todo = [(i, j) for i, v in enumerate(variants)
+                    for j in (range(stage, stage + 1) if staged else range(len(v)))
+                    if j < len(v) and not (staged and judged[i]
+                                           and settled(requests[i][0], judged[i][-1]))]
+            stage = stage + 1 if staged else depth
+            if not todo:
+                break
+            run_variants([(i, variants[i][j]) for i, j in todo], requests, judged, trials)
+        full = [len(v) + threat.adaptive * len(searches_of(p)) for v, (p, _) in zip(variants, requests)]
+        variants = [list(v) for v in variants]   # the search appends the strengths it ran
+        if threat.adaptive:
+            search(requests, variants, judged, trials)
+        return [judge(judged[i], variants[i], trials[i], full[i]) for i in range(len(requests))]
+
+    if not tune:
+        return lambda points: run_batch([(p, {}) for p in points])
+
+    def tuned(points: Sequence[Point]) -> list[Outcome]:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        distributions = {k: optuna_distribution(d) for k, d in tune.items()}
+        studies = [optuna.create_study(direction="maximize",
+                                       sampler=optuna.samplers.TPESampler(seed=sampler_seed))
+                   for _ in points]
+        best: list[Outcome | None] = [None] * len(points)
+        trials = [0] * len(points)
+        for _ in range(budget):
+            asked = [study.ask(distributions) for study in studies]
+            outcomes = run_batch([(p, dict(t.params)) for p, t in zip(points, asked)])
+            for i, (study, trial, outcome) in enumerate(zip(studies, asked, outcomes)):
+                study.tell(trial, _score(outcome))
+                trials[i] += outcome.trials
+                if best[i] is None or _score(outcome) > _score(best[i]):
+                    best[i] = outcome
+        # the point's trial count is the whole study's runs, not only the best trial's
+        return [Outcome(b.accuracy, b.collapsed, t, b.detail, b.breaker,  # type: ignore[union-attr]
+                        runs=b.runs * budget,  # type: ignore[union-attr, operator]
+                        test_accuracy=b.test_accuracy)  # type: ignore[union-attr]
+                for b, t in zip(best, trials)]
+
+    return tuned

@@ -1,0 +1,283 @@
+"""Writing a breakdown map to a folder: breakdown.csv (one row per cell), breakdown_points.csv
+(every evaluated point and the runs behind it), breakdown.png (the heatmap), frontier.csv and
+frontier.png (the breakdown fraction as a function of p, one curve per method) and breakdown.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from robusttune.experiments.breakdown.bisection import BreakdownMap, CellResult
+from robusttune.experiments.breakdown.theory import theory_columns
+from robusttune.display.markdown import markdown_table
+
+__all__ = ["write_breakdown", "breakdown_table", "breaking_family", "breakdown_label", "answer", "frontier_table",
+           "cells_by_method", "method_names"]
+
+
+def breakdown_label(row: Mapping[str, Any]) -> str:
+    """How a cell's answer reads: the fraction, ">= top" for a cell that never broke on the
+    lattice (its true breakdown lies above what was tried), "fails clean" without a baseline."""
+    if row["status"] == "fails_clean":
+        return "fails clean"
+    top = (row["lattice_points"] - 1) / row["clients"]
+    if row["status"] == "survives_all":
+        return f">= {top:.3g}"
+    text = f"{row['breakdown_fraction']:.3g}"
+    return text + " (non-monotone)" if row["status"] == "non_monotone" else text
+
+
+def answer(table: Any) -> list[str]:
+    """The map's answer in a few sentences, from its numbers: who breaks at the first Byzantine
+    client, who never broke, where the measurement falls below the rule's own bound, and where
+    sampling alone handed the Byzantine clients a majority at the failing point. Each sentence
+    names its cells by method (`cells_by_method`)."""
+    def cells(rows: Any) -> str:
+        return cells_by_method(rows, table)
+
+    lines = []
+    first = table[(table["status"] != "fails_clean") & (table["breakdown_byzantine"] == 0)]
+    if len(first):
+        lines.append(f"Breaks at the first Byzantine client ({len(first)} cells): {cells(first)}.")
+    never = table[table["status"] == "survives_all"]
+    if len(never):
+        lines.append(f"Never broke on the lattice ({len(never)} cells, breakdown above its top): "
+                     f"{cells(never)}.")
+    if "theory_fraction" in table:
+        theory = pd.to_numeric(table["theory_fraction"], errors="coerce")
+        measured = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
+        reached = table[table["status"].isin(["ok", "survives_all"]) & theory.notna()
+                        & (measured >= theory - 1e-9)]
+        if len(reached):
+            lines.append(f"Reached the rule's theoretical fraction over its inputs (measured >= "
+                         f"`theory_fraction`) in {len(reached)} cells: {cells(reached)}.")
+        below = table[(table["status"] == "ok") & (measured < theory - 1e-9)]
+        if len(below):
+            lines.append(f"Broke within the rule's own precondition (measured below its theoretical "
+                         f"fraction: the attack, not the count, broke it) in {len(below)} cells: "
+                         f"{cells(below)}.")
+    if "p_majority_run" in table:
+        sampled = table[pd.to_numeric(table["p_majority_run"], errors="coerce") > 0.5]
+        if len(sampled):
+            lines.append(f"Where sampling more likely than not hands the Byzantine clients a "
+                         f"majority of some round at the failing point ({len(sampled)} cells), a "
+                         f"collapse is the sampling's as much as the rule's: {cells(sampled)}.")
+    if "attack_family" in table:
+        aware = table[table["attack_family"] == "rule-aware"]
+        if len(aware):
+            lines.append(f"Broken first by a rule-aware attack, every strength ladder surviving "
+                         f"the failing point ({len(aware)} cells): {cells(aware)}.")
+    flagged = table[table["status"] == "fails_clean"]
+    if len(flagged):
+        lines.append(f"No baseline (the clean run itself failed) in {len(flagged)} cells: "
+                     f"{cells(flagged)}.")
+    return lines or ["Every cell broke somewhere inside the lattice; see the table."]
+
+
+CELL_AXES = ("method", "aggregator", "algorithm", "attack", "participation", "participation_mode",
+             "dataset")
+
+
+def cells_by_method(rows: Any, table: Any) -> str:
+    """``rows`` (cells of ``table``) named compactly, method by method in the table's order:
+    ``median: every cell``, or its regimes (``p=0.1 fixed``, the other axes' values), a regime
+    followed by its attacks in brackets when only some of that regime's attacks are among
+    ``rows``. Without a method axis each cell is named by its axes."""
+    axes = [c for c in CELL_AXES if c in table.columns]
+    method = _method_key(table)
+    if method is None:
+        return "; ".join(", ".join(f"{k}={r[k]}" for k in axes) for _, r in rows.iterrows())
+    regime = [c for c in axes if c not in (method, "attack")]
+
+    def regime_label(key: tuple) -> str:
+        words = [f"p={v:g}" if axis == "participation" else str(v) for axis, v in zip(regime, key)]
+        return " ".join(words) or "-"
+
+    parts = []
+    row_names, table_names = method_names(rows, method), method_names(table, method)
+    for name in dict.fromkeys(row_names):
+        picked, every = rows[row_names == name], table[table_names == name]
+        if len(picked) == len(every):
+            parts.append(f"{name}: every cell" if len(every) > 1 else str(name))
+            continue
+        if not regime:
+            attacks = ", ".join(map(str, picked["attack"])) if "attack" in picked else ""
+            parts.append(f"{name}: {attacks}")
+            continue
+        labels = []
+        for key, group in picked.groupby(regime, sort=False):
+            key = key if isinstance(key, tuple) else (key,)
+            whole = every
+            for axis, value in zip(regime, key):
+                whole = whole[whole[axis] == value]
+            label = regime_label(key)
+            if "attack" in group and len(group) < len(whole):
+                label += f" ({', '.join(map(str, group['attack']))})"
+            labels.append(label)
+        parts.append(f"{name}: {', '.join(labels)}")
+    return "; ".join(parts)
+
+
+def _method_key(table: Any) -> str | None:
+    return next((k for k in ("method", "aggregator", "algorithm") if k in table), None)
+
+
+def method_names(table: Any, key: str) -> Any:
+    """Each row's method as a report names it: the ``key`` column, prefixed by its
+    pre-aggregator where a cell sets one (``nnm+median``: NNM in front of the median), so a
+    method with and without a pre-aggregator are two methods of the frontier."""
+    names = table[key].astype(str)
+    if "pre_aggregator" in table:
+        pre = table["pre_aggregator"]
+        wrapped = pre.notna() & ~pre.astype(str).isin(["none", ""])
+        names = names.where(~wrapped, pre.astype(str) + "+" + names)
+    return names
+
+
+def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
+    """The p-frontier beta*(p): one row per (method, participation p), its value the minimum
+    breakdown fraction over every cell of that method at that p (the attacks, sampling modes and
+    any other axis: the worst case),
+
+        beta*(method, p) = min { breakdown_fraction(cell) : cell.method = method, cell.p = p },
+
+    taken over the cells with a baseline (a cell whose clean run failed has no breakdown and is
+    only counted, in ``fails_clean``; a (method, p) whose cells all failed clean has NaN).
+    ``never_broke`` is true when every cell at the minimum survived its whole lattice, so the
+    value is a floor (``>= top``); ``worst`` names the cell(s) at the minimum. The method is the
+    ``method`` axis (else ``aggregator``, else ``algorithm``, else one method "all"); p is the
+    ``participation`` axis, else ``base``'s participation (else the RunSpec default)."""
+    from robusttune.core.schema import RunSchema
+
+    columns = ["method", "participation", "breakdown_fraction", "never_broke", "lattice_top",
+               "label", "cells", "fails_clean", "worst"]
+    if table.empty:
+        return pd.DataFrame(columns=columns)
+    table = table.copy()
+    method_key = _method_key(table)
+    table["_method"] = method_names(table, method_key) if method_key else "all"
+    if "participation" not in table:
+        default = RunSchema.model_fields["participation"].default
+        table["participation"] = (base or {}).get("participation", default)
+    table["_top"] = (table["lattice_points"] - 1) / table["clients"]
+    table["_fraction"] = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
+    others = [c for c in ("attack", "participation_mode", "dataset", "aggregator", "algorithm")
+              if c in table and c != method_key and table[c].nunique(dropna=False) > 1]
+    rows = []
+    for (method, p), group in table.groupby(["_method", "participation"], sort=False):
+        measured = group[(group["status"] != "fails_clean") & group["_fraction"].notna()]
+        row = {"method": method, "participation": p, "cells": len(group),
+               "fails_clean": int((group["status"] == "fails_clean").sum()),
+               "lattice_top": float(group["_top"].min())}
+        if measured.empty:
+            rows.append({**row, "breakdown_fraction": float("nan"), "never_broke": False,
+                         "label": "fails clean", "worst": ""})
+            continue
+        value = float(measured["_fraction"].min())
+        at_min = measured[measured["_fraction"] <= value + 1e-12]
+        never = bool((at_min["status"] == "survives_all").all())
+        worst = "; ".join(", ".join(f"{k}={r[k]}" for k in others) or "-"
+                          for _, r in at_min.iterrows())
+        rows.append({**row, "breakdown_fraction": value, "never_broke": never,
+                     "label": f">= {value:.3g}" if never else f"{value:.3g}", "worst": worst})
+    frontier = pd.DataFrame(rows, columns=columns)
+    # methods in the map's order, p ascending within each
+    order = {m: i for i, m in enumerate(dict.fromkeys(frontier["method"]))}
+    frontier["_order"] = frontier["method"].map(order)
+    frontier = frontier.sort_values(["_order", "participation"], kind="stable")
+    return frontier.drop(columns="_order").reset_index(drop=True)
+
+
+def breaking_family(cell: CellResult, base: Mapping[str, Any] | None = None) -> str:
+    """The family (`robusttune.methods.adversary.family_of`: ladder or rule-aware) of the attack that
+    broke the cell's first failing point: the breaker's attack, else the cell's, else the base
+    run's; "" when no evaluated point failed or its verdict names no setting."""
+    from robusttune.methods.adversary import family_of
+
+    if not cell.broken_by:
+        return ""
+    failures = sorted(k for k in cell.outcomes if not cell.survived(k))
+    breaker = dict(cell.outcomes[failures[0]].breaker)
+    attack = breaker.get("attack", cell.cell.as_dict().get("attack", (base or {}).get("attack")))
+    return family_of(attack) if attack else ""
+
+
+def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Breakdown map",
+                    base: Mapping[str, Any] | None = None) -> Path:
+    """breakdown.csv (one row per cell), breakdown_points.csv (every evaluated point and the runs
+    behind it), breakdown.png (heatmap), frontier.csv and frontier.png (`frontier_table`, one
+    curve per method over p) and breakdown.md, which opens with the map's answer;
+    with ``base`` (the plan's run) each cell also gets the theory columns (`theory_columns`).
+    Returns the .md path."""
+    from robusttune.display.plots import breakdown_frontier, breakdown_heatmap
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = breakdown_table(result, base)
+    table.to_csv(out / "breakdown.csv", index=False)
+    result.points_frame().to_csv(out / "breakdown_points.csv", index=False)
+    figure = breakdown_heatmap(table, out / "breakdown.png")
+    frontier = frontier_table(table, base)
+    frontier.to_csv(out / "frontier.csv", index=False)
+    frontier_figure = breakdown_frontier(frontier, out / "frontier.png")
+    hidden = ("evaluated", "violations", "threshold", "breakdown_fraction", "breakdown_byzantine",
+              "monotone", "lattice_points")
+    shown = [c for c in table.columns if c not in hidden]
+    lines = [f"# {title}", "", *answer(table), "",
+             "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
+             "(no collapse, final accuracy >= threshold) against every adversary setting tried "
+             "(`broken_by` names the weakest setting of the ladder that broke the first failing "
+             "point, `attack_family` its family: `ladder` or `rule-aware`; the adversary runs the "
+             "ladders first, so `rule-aware` means every ladder survived that point); "
+             "`theory_fraction` is the rule's own bound over its `inputs`, `p_majority_round` "
+             "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point.",
+             "", markdown_table(table[shown], floatfmt=".3g", index=False), "",
+             f"Cost: {result.cost_line()}.", ""]
+    flagged = table[table["status"] == "non_monotone"]
+    if len(flagged):
+        lines += ["## Non-monotone cells", "",
+                  "Survival is not monotone in the Byzantine count here; the breakdown column is "
+                  "bisection's answer, `conservative_fraction` the first evaluated failure minus one.", ""]
+        keys = list(dict.fromkeys(k for c in result.cells for k in c.cell.as_dict()))
+        for _, row in flagged.iterrows():
+            # a key only some cells set (pre_aggregator) is blank, not "nan", in the others
+            cell = ", ".join(f"{k}={row[k]}" for k in keys if not pd.isna(row[k]))
+            lines.append(f"- {cell}: evaluated {row['evaluated']} (k+ survived, k- failed); "
+                         f"contradicting points: {row['violations']}")
+        lines.append("")
+    if figure is not None:
+        lines += [f"![breakdown heatmap]({figure.name})", ""]
+    if not frontier.empty:
+        pivot = frontier.pivot(index="method", columns="participation", values="label")
+        pivot = pivot.loc[list(dict.fromkeys(frontier["method"]))]
+        pivot.columns = [f"p={p:g}" for p in pivot.columns]
+        pivot.index.name = "method"
+        lines += ["## The p-frontier", "",
+                  "beta*(p): for each method and participation p the smallest breakdown fraction "
+                  "over its cells at that p (every attack and sampling mode: the worst case); "
+                  "`>=` marks a value no cell at the minimum broke below (the lattice top). "
+                  "`frontier.csv` names the cell that set each value.", "",
+                  markdown_table(pivot, index=True), ""]
+        if frontier_figure is not None:
+            lines += [f"![p-frontier]({frontier_figure.name})", ""]
+    lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
+    path = out / "breakdown.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def breakdown_table(result: BreakdownMap, base: Mapping[str, Any] | None = None) -> Any:
+    """One row per cell: `CellResult.row`, the readable ``breakdown`` label and, with ``base``,
+    the theory columns."""
+    table = result.to_frame()
+    if table.empty:
+        return table
+    table.insert(len(result.cells[0].cell.as_dict()), "breakdown",
+                 [breakdown_label(row) for _, row in table.iterrows()])
+    table.insert(list(table.columns).index("broken_by") + 1, "attack_family",
+                 [breaking_family(cell, base) for cell in result.cells])
+    if base is not None:
+        extra = pd.DataFrame([theory_columns(base, cell) for cell in result.cells])
+        table = pd.concat([table, extra], axis=1)
+    return table
