@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import re
 import signal
 import subprocess
 import sys
