@@ -128,3 +128,32 @@ def test_the_checks_see_an_upward_arrow_and_a_circle():
     edges = graph()
     assert "robusttune.core.registry" in edges["robusttune.core.schema"]
     assert "robusttune.run.simulation" in edges["robusttune.run.recording"]
+
+
+def test_a_registry_fills_itself_from_its_builtins_at_the_first_lookup(tmp_path, monkeypatch):
+    # the registries live in core; the entries' module is imported at the first lookup, once
+    import sys
+
+    from robusttune.core.registry import Registry
+
+    (tmp_path / "made_up_rules.py").write_text(
+        "from test_layers_registry import RULES\n"
+        "@RULES.register('mine')\n"
+        "class Mine: pass\n")
+    registry = Registry("rule", builtins="made_up_rules")
+    module = type(sys)("test_layers_registry")
+    module.RULES = registry
+    monkeypatch.setitem(sys.modules, "test_layers_registry", module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "made_up_rules", raising=False)
+    assert "made_up_rules" not in sys.modules
+    assert registry.names() == ["mine"] and "made_up_rules" in sys.modules
+    assert registry["mine"].name == "mine"
+    broken = Registry("rule", builtins="no_such_module_here")
+    for _ in range(2):  # a failed import is not remembered as done
+        try:
+            broken.names()
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("the missing builtins module went unnoticed")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -34,13 +35,24 @@ class Registry(Generic[T]):
         self.builtins = builtins
         self._entries: dict[str, T] = {}
         self._loaded = builtins is None
+        # re-entrant: the import's own modules look names up while it registers them
+        self._loading = threading.RLock()
 
     def _load(self) -> None:
         """Import the module that registers the built-in entries, once, at the first lookup: the
-        registry lives in the foundations, its entries in the layers above, which import it."""
-        if not self._loaded:
-            self._loaded = True
-            importlib.import_module(self.builtins)  # type: ignore[arg-type]
+        registry lives in the foundations, its entries in the layers above, which import it.
+        Another thread's lookup waits for that import to finish; a failed import is retried at
+        the next lookup rather than leaving the registry half filled."""
+        if self._loaded:
+            return
+        with self._loading:
+            if not self._loaded:
+                self._loaded = True
+                try:
+                    importlib.import_module(self.builtins)  # type: ignore[arg-type]
+                except BaseException:
+                    self._loaded = False
+                    raise
 
     def register(self, name: str, **attributes: Any) -> Callable[[T], T]:
         """``@REGISTRY.register("name", key=value ...)``: the entry gets ``name`` and every
