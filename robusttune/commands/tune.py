@@ -92,8 +92,8 @@ def tune(
 
     try:
         with ray_or_nothing(local, address):
-            # on Ray a wave's variants go to Tune's one experiment at once, not one ladder step
-            # after another (same outcomes, run_study); in process, staged
+            # on Ray a wave's variants run side by side, not one ladder step after another
+            # (same outcomes, run_study); in process, where runs go one at a time, staged
             result = drive(runner, lambda: run_study(plan, stored, on_wave=report, staged=local))
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):

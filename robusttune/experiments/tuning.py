@@ -267,9 +267,9 @@ def run_study(plan: TuningPlan, runner: Any,
     """Run the study of ``plan`` through ``runner`` (module docstring): waves of ``batch``
     proposals, each wave's clean and attacked points handed to one `spec_evaluator`, with
     shared runs. ``staged``: one runner call per adversary variant for every point of the wave,
-    a point stopping at its first zero score; off, every variant of the wave in one runner call
-    (one Ray Tune experiment per wave instead of one per variant, whose start costs more than a
-    short run). Either way a proposal's worst case is the first variant of lowest score, and no
+    a point stopping at its first zero score; off, every variant of the wave in one runner call,
+    so a runner with many slots (Ray Tune) runs them side by side instead of one stage after
+    another, each stage waiting for its slowest run. Either way a proposal's worst case is the first variant of lowest score, and no
     score is below 0, so the outcomes, the told values and the proposals are the same
     (`spec_evaluator`'s ``staged``); unstaged only runs the variants after a zero score too."""
     import optuna

@@ -362,6 +362,16 @@ class BreakdownMap:
         return pd.DataFrame(rows)
 
 
+def distinct_cells(cells: Iterable[Cell]) -> list[Cell]:
+    """The cells as a list; a cell listed twice is a configuration error (both drivers)."""
+    listed: list[Cell] = []
+    for cell in cells:
+        if cell in listed:
+            raise SpecError(f"cell {cell.label} is listed twice")
+        listed.append(cell)
+    return listed
+
+
 def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction: float = 0.5,
                      threshold: float | None = None, relative_threshold: float = 0.5,
                      verify_radius: int = 1, on_non_monotone: str = "flag",
@@ -381,9 +391,7 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
     if on_non_monotone not in ("flag", "scan"):
         raise SpecError(f"on_non_monotone {on_non_monotone!r} is not allowed; allowed: flag, scan")
     results = []
-    for cell in cells:
-        if any(r.cell == cell for r in results):
-            raise SpecError(f"cell {cell.label} is listed twice")
+    for cell in distinct_cells(cells):
         results.append(CellResult(cell, lattice_top(cell.clients, max_fraction), threshold,
                                   relative_threshold, radius=verify_radius,
                                   start=(starts or {}).get(cell)))
@@ -432,10 +440,7 @@ def bisect_concurrently(cells: Iterable[Cell], evaluate: Evaluator, *,
             on_cell_done(part.cells[0])
         return part
 
-    cells = list(cells)
-    if len(set(cells)) != len(cells):
-        duplicate = next(c for c in cells if cells.count(c) > 1)
-        raise SpecError(f"cell {duplicate.label} is listed twice")
+    cells = distinct_cells(cells)
     if not cells:
         return BreakdownMap([], 0)
     with ThreadPoolExecutor(max_workers=len(cells), thread_name_prefix="robusttune-cell") as pool:

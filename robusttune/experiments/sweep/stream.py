@@ -79,7 +79,10 @@ class TuneStreamRunner:
                  max_concurrent: int = 0, announce: Callable[[str], None] | None = None,
                  verbose: int = 0) -> None:
         self.folder = Path(folder).resolve()
-        self.resources = {k: v for k, v in (resources or {"cpu": 1}).items() if v is not None}
+        given = {k: v for k, v in (resources or {"cpu": 1}).items() if v is not None}
+        # one trial's bundle, as Tune takes it
+        self.resources = {"cpu": float(given.get("cpu", 1) or 0),
+                          "gpu": float(given.get("gpu", 0) or 0)}
         self.max_concurrent = max_concurrent
         self.announce = announce
         self.verbose = verbose
@@ -196,10 +199,8 @@ class TuneStreamRunner:
             from ray.tune.search import ConcurrencyLimiter
 
             searcher = ConcurrencyLimiter(searcher, max_concurrent=self.max_concurrent)
-        resources = {"cpu": float(self.resources.get("cpu", 1) or 0),
-                     "gpu": float(self.resources.get("gpu", 0) or 0)}
         tuner = tune.Tuner(
-            tune.with_resources(run_trial, resources),
+            tune.with_resources(run_trial, self.resources),
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, metric=METRIC,
                                         mode="max", trial_dirname_creator=stream_trial_name,
                                         reuse_actors=True),
@@ -227,8 +228,7 @@ class TuneStreamRunner:
         holds none yet sees the demand), at most ``max_concurrent``."""
         import ray
 
-        cpu = float(self.resources.get("cpu", 1) or 0)
-        gpu = float(self.resources.get("gpu", 0) or 0)
+        cpu, gpu = self.resources["cpu"], self.resources["gpu"]
         held = ray.cluster_resources()
         slots = [int(held.get("CPU", 0) // cpu)] if cpu > 0 else []
         slots += [int(held.get("GPU", 0) // gpu)] if gpu > 0 else []
