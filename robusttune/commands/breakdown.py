@@ -28,6 +28,7 @@ from robusttune.experiments.breakdown.plan import BreakdownPlan, load_plan, plan
 from robusttune.experiments.breakdown.prior import prior_starts, read_prior
 from robusttune.experiments.breakdown.progress import MapProgress
 from robusttune.experiments.breakdown.store import StoredRunner, open_stored_runner
+from robusttune.core.plugins import declared
 from robusttune.core.registry import SpecError
 from robusttune.display.terminal import print_table
 
@@ -158,4 +159,7 @@ def command_line(space: Path, plan: BreakdownPlan, storage: str, extra: Sequence
     if "--name" not in words:
         words += ["--name", plan.name]
     words += ["--storage", storage, *extra]
+    for plugin in declared():   # a resume must know the same names (--plugin ones included)
+        if plugin.kind in ("file", "module"):
+            words += ["--plugin", plugin.reference]
     return " ".join(shlex.quote(w) for w in words)

@@ -6,6 +6,7 @@ result folder is created for it."""
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import sys
@@ -43,14 +44,45 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+PLUGIN_HELP = ("A plugin to load first: a .py file, a package folder (name it with a /) or an "
+               "importable module, registering rules, attacks, algorithms, datasets or models "
+               "(repeatable).")
+
+
+def takes_plugins(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the repeatable ``--plugin PATH_OR_MODULE`` option, loaded (relative to the
+    working directory) before the command reads anything else."""
+    signature = inspect.signature(command)
+    option = inspect.Parameter("plugin", inspect.Parameter.KEYWORD_ONLY, annotation=list[str],
+                               default=typer.Option([], "--plugin", help=PLUGIN_HELP))
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, plugin: list[str] = [], **kwargs: Any) -> Any:  # noqa: B006
+        if plugin:
+            from robusttune.core.plugins import load_plugins
+
+            load_plugins(plugin)
+        return command(*args, **kwargs)
+
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), option])
+    wrapper.__annotations__ = {**command.__annotations__, "plugin": list[str]}
+    return wrapper
+
+
 def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[str, Any]:
     """RunSpec values from an optional YAML file (a mapping of RunSpec keys, or a search space
     whose `run:` section is used) overridden by ``--set key=value`` pairs."""
     from robusttune.core.yaml_input import parse_assignments, read_yaml
 
+    from robusttune.core.plugins import declare_plugins
+
     values: dict[str, Any] = {}
     if spec_file is not None:
         loaded = read_yaml(spec_file, "spec file") or {}
+        if isinstance(loaded, dict) and "plugins" in loaded:
+            declare_plugins(loaded, spec_file.name)
+            loaded.pop("plugins")
         if isinstance(loaded, dict) and "run" in loaded:
             loaded = loaded["run"] or {}
         if not isinstance(loaded, dict):
@@ -69,12 +101,13 @@ def _default_run_folder(spec: Any) -> Path:
 
 @app.command()
 @bad_input_exits
+@takes_plugins
 def run(
     spec_file: Optional[Path] = typer.Argument(None, help="YAML of RunSpec keys (or a search space's run: section)."),
     set_: list[str] = typer.Option([], "--set", help="key=value, repeatable; overrides the file."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default results/runs/NAME)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-) -> None:
+) -> Any:
     """Run one federated training and write its run folder (rounds.csv, summary.json, TensorBoard)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -106,6 +139,7 @@ def run(
         rows.append({"key": key, "value": f"{value:.4f}" if isinstance(value, float) else str(value)})
     rows.append({"key": "folder", "value": str(folder)})
     print_table(rows, title=f"{spec.method} on {spec.dataset}", show_header=False)
+    return folder, summary
 
 
 # =============================================================================================
@@ -114,6 +148,7 @@ def run(
 # =============================================================================================
 @app.command()
 @bad_input_exits
+@takes_plugins
 def sweep(
     space: Path = typer.Argument(..., help="Search-space YAML (run, space, search, scheduler, resources)."),
     name: Optional[str] = typer.Option(None, "--name", help="Sweep name (default: the YAML's name or file name)."),
@@ -155,6 +190,7 @@ def _json_ready(value: Any) -> Any:
 
 @app.command()
 @bad_input_exits
+@takes_plugins
 def calibrate(
     clients: int = typer.Option(..., "--clients", help="N, the population."),
     participation: float = typer.Option(..., "--participation", help="p: fraction sampled per round."),
@@ -179,7 +215,7 @@ def calibrate(
     out: Optional[Path] = typer.Option(None, "--out", help="Sweep: results folder (default results/calibrate-...)."),
     local: bool = typer.Option(False, "--local", help="Sweep: run trials in this process, without Ray."),
     address: Optional[str] = typer.Option(None, "--address", help="Sweep: join this Ray cluster."),
-) -> None:
+) -> Any:
     """Byzantine-count law, P(majority round) and P(count > trim) over T rounds; trim sweep.
 
     The per-round law of the number of Byzantine clients in a sample (hypergeometric for fixed,
@@ -239,14 +275,16 @@ def calibrate(
             figures["sweep"]["no_survivor"] = no_survivor_line(figures, trims)
     if as_json:
         typer.echo(json.dumps(_json_ready(figures), sort_keys=True))
-        return
+        return figures
     from robusttune.reports.calibration import print_calibration
 
     print_calibration(figures)
+    return figures
 
 
 @app.command()
 @bad_input_exits
+@takes_plugins
 def breakdown(
     space: Path = typer.Argument(..., help="Breakdown YAML: run, space (grid axes = cells, drawn "
                                  "axes = defence knobs tuned per point), breakdown."),
@@ -274,7 +312,7 @@ def breakdown(
     verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the progress line."),
     out: Optional[Path] = typer.Option(None, "--out", hidden=True,
                                        help="The results folder itself (--storage OUT's parent, --name its name)."),
-) -> None:
+) -> Any:
     """Largest surviving Byzantine fraction per cell, by parallel bisection over {0, 1/N, ...}.
 
     Writes breakdown.csv, breakdown_points.csv (the trials behind each number), breakdown.md and
@@ -335,22 +373,28 @@ def breakdown(
         typer.echo(f"resumed: {stored.reused} runs kept from before ({folder / 'runs.jsonl'}), "
                    f"{stored.ran} new")
     typer.echo(f"report: {path}")
+    return folder
 
 
 @app.command()
 @bad_input_exits
+@takes_plugins
 def report(
     results_dir: Path = typer.Argument(..., help="A sweep, breakdown, tuning study or runs folder."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where report.md goes (default RESULTS_DIR/report)."),
     runs: list[str] = typer.Option([], "--run", help="Run id (or unique part) to draw per round, repeatable."),
     gain_from: int = typer.Option(10, "--gain-from", help="Table IV: from this round."),
     gain_to: int = typer.Option(25, "--gain-to", help="Table IV: to this round."),
-) -> None:
+) -> Any:
     """report.md with the SWB-DM paper's tables (CSV beside them) and PNG figures."""
+    from robusttune.core.plugins import load_plugins
+    from robusttune.core.yaml_input import stored_plugins
     from robusttune.reports.results import report as write_report
 
     if not results_dir.is_dir():
         raise SpecError(f"results folder {str(results_dir)!r} does not exist")
+    # the folder's rules may be a plugin's (their theory, their presets): load what it names
+    load_plugins(stored_plugins(results_dir))
     if not 1 <= gain_from < gain_to:
         raise SpecError(f"--gain-from must be >= 1 and below --gain-to; got {gain_from}, {gain_to}")
     path = write_report(results_dir, out=out, curve_runs=runs or None, gain_rounds=(gain_from, gain_to))
@@ -360,7 +404,25 @@ def report(
     print_table(attack_spread_table(load_runs(results_dir)).reset_index(), floatfmt=".1f",
                 title="final accuracy (%) by attack: mean ± sd over seeds")
     typer.echo(f"report: {path}")
+    return path
 # ============================================================================ end of issue 6 ==
+
+
+@app.command(name="list")
+@bad_input_exits
+@takes_plugins
+def list_entries(
+    concept: Optional[str] = typer.Argument(None, help="Only this concept: aggregator, attack, "
+                                            "method, algorithm, dataset or model."),
+) -> None:
+    """Every rule, attack, method, algorithm, dataset and model the tool can run: one line
+    each, with the first line of its docstring and where it came from (built-in, or the plugin
+    that registered it; --plugin adds yours)."""
+    from robusttune.display.terminal import print_table
+    from robusttune.reports.catalogue import catalogue
+
+    rows = catalogue(concept)
+    print_table(rows, title=None)
 
 
 # typer vendors click: its usage errors (BadParameter, NoSuchOption, MissingParameter, ...) share
@@ -383,7 +445,7 @@ def _register_tune() -> None:
     """`robusttune tune` (robust tuning) lives in robusttune.commands.tune."""
     from robusttune.commands.tune import tune
 
-    app.command(name="tune")(bad_input_exits(tune))
+    app.command(name="tune")(bad_input_exits(takes_plugins(tune)))
 
 
 _register_tune()
@@ -393,7 +455,7 @@ def _register_horizon() -> None:
     """`robusttune horizon` (a map's plateau rounds) lives in robusttune.commands.horizon."""
     from robusttune.commands.horizon import horizon
 
-    app.command(name="horizon")(bad_input_exits(horizon))
+    app.command(name="horizon")(bad_input_exits(takes_plugins(horizon)))
 
 
 _register_horizon()

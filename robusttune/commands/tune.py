@@ -37,7 +37,7 @@ def tune(
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
     local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
     verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the per-proposal lines."),
-) -> None:
+) -> Any:
     """Tune a defence's knobs against the worst case: Optuna proposes knobs, each scored clean
     and against the shared adversary on validation accuracy (NSGA-II on both, or TPE on the worst
     case); prints the Pareto front and the recommended knobs with their test accuracy."""
@@ -110,3 +110,4 @@ def tune(
     if resume:
         typer.echo(f"resumed: {stored.reused} runs kept from before, {stored.ran} new")
     typer.echo(f"report: {path}")
+    return folder

@@ -8,13 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from robusttune.core.registry import Registry
+from robusttune.core.plugins import builtins_then_installed
+from robusttune.core.registry import _REGISTRIES, Registry
 from robusttune.core.schema import RUNSPEC_KEYS
 
-__all__ = ["AGGREGATORS", "ATTACKS", "ALGORITHMS", "DATASETS", "MODELS"]
+__all__ = ["AGGREGATORS", "ATTACKS", "ALGORITHMS", "DATASETS", "MODELS", "REGISTRIES"]
 
-AGGREGATORS: Registry[Any] = Registry("aggregator", RUNSPEC_KEYS, "robusttune.methods.aggregators")
-ATTACKS: Registry[Any] = Registry("attack", RUNSPEC_KEYS, "robusttune.methods.attacks")
-ALGORITHMS: Registry[Any] = Registry("algorithm", RUNSPEC_KEYS, "robusttune.methods.algorithms")
-DATASETS: Registry[Any] = Registry("dataset", RUNSPEC_KEYS, "robusttune.problem.data")
-MODELS: Registry[Any] = Registry("model", RUNSPEC_KEYS, "robusttune.problem.models")
+# What a plugin entry subclasses, and the parameters the tool itself passes every entry of a
+# concept (so they are not the entry's own knobs): a rule's wrapped rule, an algorithm's
+# run, initial model, sample counts and Byzantine mask, a dataset loader's run, a model's shape.
+AGGREGATORS: Registry[Any] = Registry(
+    "aggregator", RUNSPEC_KEYS, "robusttune.methods.aggregators",
+    base="robusttune.methods.aggregators.base:Aggregator", standard=frozenset({"inner"}))
+ATTACKS: Registry[Any] = Registry(
+    "attack", RUNSPEC_KEYS, "robusttune.methods.attacks",
+    base="robusttune.methods.attacks.base:Attack")
+ALGORITHMS: Registry[Any] = Registry(
+    "algorithm", RUNSPEC_KEYS, "robusttune.methods.algorithms",
+    base="robusttune.methods.algorithms.base:ServerAlgorithm",
+    standard=frozenset({"spec", "initial", "sample_counts", "byzantine"}))
+DATASETS: Registry[Any] = Registry("dataset", RUNSPEC_KEYS, "robusttune.problem.data",
+                                   standard=frozenset({"spec"}))
+MODELS: Registry[Any] = Registry("model", RUNSPEC_KEYS, "robusttune.problem.models",
+                                 standard=frozenset({"input_shape", "num_classes"}))
+
+# the concepts in the order `robusttune list` shows them
+REGISTRIES: tuple[Registry[Any], ...] = (AGGREGATORS, ATTACKS, ALGORITHMS, DATASETS, MODELS)
+_REGISTRIES.extend(REGISTRIES)
+
+# the first lookup of any registry loads every registry's built-ins, then installed plugins
+Registry.after_builtins = staticmethod(builtins_then_installed)

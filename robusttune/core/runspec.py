@@ -15,15 +15,23 @@ dataset). A method preset fixes its algorithm and rule; a conflicting explicit `
 from __future__ import annotations
 
 import json
+import inspect
 from typing import Any, Mapping
 
-from pydantic import PrivateAttr, ValidationError
+from pydantic import ConfigDict, PrivateAttr, ValidationError
 
 from robusttune.core.registries import AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS, MODELS
-from robusttune.core.registry import SpecError
-from robusttune.core.schema import RUNSPEC_KEYS, RunSchema, check_model, default_numerics, spec_error
+from robusttune.core.registry import Registry, SpecError, plugin_keys, plugin_parameters
+from robusttune.core.schema import (RUNSPEC_KEYS, RunSchema, check_model, check_value,
+                                    default_numerics, spec_error)
 
-__all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "method_presets"]
+__all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "method_presets", "run_keys"]
+
+
+def run_keys() -> frozenset[str]:
+    """Every key a run may be given: the RunSpec's, and the own knobs of the plugin entries
+    loaded in this process (`robusttune.core.plugins`)."""
+    return RUNSPEC_KEYS | plugin_keys()
 
 # Aggregator entries that are not rules of their own (a wrapper around another rule).
 _NOT_METHODS = ("bucketing",)
@@ -48,6 +56,9 @@ class RunSpec(RunSchema):
     """Every knob of one federated run. Build it with ``RunSpec(...)`` or ``RunSpec.from_dict``;
     both validate and resolve defaults, so the engine never sees a bad value."""
 
+    # a plugin entry's own knobs are kept beside the schema's keys (checked in __init__)
+    model_config = ConfigDict(frozen=True, extra="allow", validate_default=True)
+
     _explicit: frozenset[str] = PrivateAttr(default=frozenset())
 
     def __init__(self, **values: Any) -> None:
@@ -58,10 +69,21 @@ class RunSpec(RunSchema):
             # resolved here, never where the spec runs: a trial carries its driver's mode
             values["numerics"] = default_numerics()
             explicit |= {"numerics"}
+        own = {k: values.pop(k) for k in list(values) if k not in RUNSPEC_KEYS}
+        unknown = sorted(set(own) - plugin_keys())
+        if unknown:
+            raise SpecError(f"unknown key {unknown[0]!r}; allowed keys: "
+                            f"{', '.join(sorted(run_keys()))}")
         typed = check_model(RunSchema, values)
         resolved = _resolve({k: getattr(typed, k) for k in values}, explicit)
+        own = _own_knobs(resolved, own)
+        strength = resolved.get("attack_strength")
+        if isinstance(strength, (int, float)) and not isinstance(strength, bool):
+            # a strength outside the attack's meaningful range (IPM's eps < 0 sends +mu) is a
+            # configuration error: found here, before any run folder or progress line exists
+            ATTACKS.make(resolved.get("attack", "none"), attack_strength=strength, **own)
         try:
-            super().__init__(**resolved)
+            super().__init__(**resolved, **own)
         except ValidationError as error:  # a resolved value out of range: one line, as ever
             raise spec_error(error, model=RunSchema) from None
         self._explicit = explicit
@@ -104,11 +126,21 @@ class RunSpec(RunSchema):
         return ALGORITHMS[self.algorithm].aggregates_cache
 
     def aggregator_params(self) -> dict[str, Any]:
-        """The knobs a rule may take, spelled as RunSpec keys."""
+        """The knobs a rule may take, spelled as RunSpec keys, and the plugin knobs this spec
+        sets (a rule that does not take one drops it: `Registry.make`)."""
         keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_scale", "cclip_iters", "gm_iters",
                 "bucket_size", "pre_aggregator", "swb_chunk", "swb_views", "swb_rotation",
                 "median_even", "seed")
-        return {k: getattr(self, k) for k in keys}
+        return {**{k: getattr(self, k) for k in keys}, **self.own_knobs}
+
+    @property
+    def own_knobs(self) -> dict[str, Any]:
+        """The plugin entries' own knobs this spec holds (resolved: their defaults included)."""
+        return dict(self.__pydantic_extra__ or {})
+
+    def params_for(self, registry: Registry[Any], name: str) -> dict[str, Any]:
+        """The plugin knobs entry ``name`` of ``registry`` takes, from this spec."""
+        return {k: v for k, v in self.own_knobs.items() if registry.takes(name, k)}
 
 
 def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
@@ -125,11 +157,6 @@ def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
     for key, registry in (("model", MODELS), ("attack", ATTACKS)):
         if key in values:
             _known(key, values[key], registry)
-    strength = values.get("attack_strength")
-    if isinstance(strength, (int, float)) and not isinstance(strength, bool):
-        # a strength outside the attack's meaningful range (IPM's eps < 0 sends +mu) is a
-        # configuration error: found here, before any run folder or progress line exists
-        ATTACKS[values.get("attack", "none")](attack_strength=strength)
     values["method"] = _label(algorithm, aggregator, values.get("method"))
 
     beta = values.get("byzantine_fraction", 0.0)
@@ -144,6 +171,34 @@ def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
         values["trim_ratio"] = AGGREGATORS[aggregator].calibrated_trim_ratio(
             values["assumed_byzantine_fraction"])
     return values
+
+
+def _own_knobs(resolved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The plugin knobs of a run: each given one checked against the annotation of an entry
+    that takes it (the run's own entries first), then the defaults of the run's entries' knobs
+    that were not given; a knob without a default that the run's entry needs is an error."""
+    entries = [(AGGREGATORS, resolved["aggregator"]), (ATTACKS, resolved.get("attack", "none")),
+               (ALGORITHMS, resolved["algorithm"]),
+               (DATASETS, resolved.get("dataset", RunSchema.model_fields["dataset"].default)),
+               (MODELS, resolved.get("model", RunSchema.model_fields["model"].default))]
+    own = dict(given)
+    declared = plugin_parameters()
+    for key, value in given.items():
+        mine = [(r, n, p) for r, n, p in declared[key] if (r, n) in entries]
+        registry, name, parameter = (mine or declared[key])[0]
+        if parameter.annotation is not inspect.Parameter.empty and not isinstance(
+                parameter.annotation, str):
+            own[key] = check_value(key, value, parameter.annotation)
+    for registry, name in entries:
+        for key, parameter in registry.own_parameters(name).items():
+            if key in own:
+                continue
+            if parameter.default is inspect.Parameter.empty:
+                raise SpecError(f"{registry.concept} {name!r} needs {key!r}; allowed: set it "
+                                f"in the run (run: in YAML, or --set {key}=VALUE)")
+            if isinstance(parameter.default, (type(None), bool, int, float, str)):
+                own[key] = parameter.default   # shown in the run's summary and tables
+    return own
 
 
 def _known(key: str, value: Any, registry: Any) -> None:

@@ -13,10 +13,14 @@ from typing import Any, Iterable
 
 import yaml
 
-from robusttune.core.runspec import RUNSPEC_KEYS
+from robusttune.core.plugins import absolute_references
+from robusttune.core.runspec import run_keys
 from robusttune.core.registry import SpecError
 
-__all__ = ["parse_assignment", "parse_assignments", "parse_yaml", "read_yaml"]
+__all__ = ["parse_assignment", "parse_assignments", "parse_yaml", "read_yaml", "stored_plugins"]
+
+# the inputs a results folder keeps (a sweep's, a map's or a study's), which name its plugins
+STORED_INPUTS = ("sweep.yaml", "plan.yaml")
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -25,8 +29,9 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         raise SpecError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
     key = key.strip()
-    if key not in RUNSPEC_KEYS:
-        raise SpecError(f"unknown RunSpec key {key!r}; allowed keys: {', '.join(sorted(RUNSPEC_KEYS))}")
+    keys = run_keys()
+    if key not in keys:
+        raise SpecError(f"unknown RunSpec key {key!r}; allowed keys: {', '.join(sorted(keys))}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
@@ -54,4 +59,21 @@ def read_yaml(path: str | Path, what: str) -> Any:
     path = Path(path)
     if not path.exists():
         raise SpecError(f"{what} {str(path)!r} does not exist")
-    return parse_yaml(path.read_text(), path.name)
+    data = parse_yaml(path.read_text(), path.name)
+    if isinstance(data, dict) and "plugins" in data:
+        # a plugin file is named relative to the YAML that names it
+        data["plugins"] = absolute_references(data["plugins"], path.resolve().parent)
+    return data
+
+
+def stored_plugins(folder: str | Path) -> list[str]:
+    """The plugins a results folder's stored input names (``plugins:`` of its sweep.yaml or
+    plan.yaml; absolute paths and module names), for ``report`` and a resume to load."""
+    names: list[str] = []
+    for stored in STORED_INPUTS:
+        path = Path(folder) / stored
+        if path.exists():
+            data = parse_yaml(path.read_text(), str(path))
+            if isinstance(data, dict) and isinstance(data.get("plugins"), list):
+                names += [p for p in data["plugins"] if isinstance(p, str) and p not in names]
+    return names

@@ -34,6 +34,7 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Union
 from pydantic import Field
 
 from robusttune.methods.adversary import Adversary, score
+from robusttune.core.plugins import declare_plugins
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import Checked, Number
 from robusttune.core.yaml_input import read_yaml
@@ -98,7 +99,8 @@ class TuningPlan:
         max_concurrent and tuning.num_samples. A resume with more (or fewer) proposals replays
         the seeded study from its first proposal and reuses every run runs.jsonl has, so it
         ends as a fresh study of that size ends."""
-        kept = {k: v for k, v in mapping.items() if k not in ("name", "resources", "max_concurrent")}
+        kept = {k: v for k, v in mapping.items()
+                if k not in ("name", "resources", "max_concurrent", "plugins")}
         if isinstance(kept.get("tuning"), dict):
             kept["tuning"] = {k: v for k, v in kept["tuning"].items() if k != "num_samples"}
         return kept
@@ -135,7 +137,8 @@ def parse_tuning(mapping: Any, *, source: str, default_name: str) -> TuningPlan:
     if not isinstance(mapping, dict):
         raise SpecError(f"{source}: a tuning space is a mapping (run, space, tuning ...)")
     kept = copy.deepcopy(mapping)
-    raw = copy.deepcopy(mapping)
+    declare_plugins(kept, source)   # first: the names a plugin registers are checked below
+    raw = copy.deepcopy(kept)
     section_values = raw.pop("tuning", None) or {}
     if not isinstance(section_values, dict):
         raise SpecError(f"{source}: tuning must be a mapping with keys "

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from robusttune.core.schema import RUNSPEC_KEYS
+from robusttune.core.runspec import run_keys
 
 __all__ = ["AXIS_ORDER", "NOT_AXES", "THREAT_KEYS", "varying_axes", "split_label", "labelled",
            "row_axes", "cell_index", "accuracy_percent", "seed_table", "NOT_CONFIGURATION",
@@ -53,7 +53,7 @@ def varying_axes(runs: pd.DataFrame, exclude: Sequence[str] = NOT_AXES) -> list[
     earlier one (algorithm by method) is dropped. ``exclude`` keys are never axes."""
     keys = [k for k in AXIS_ORDER if k in runs and k not in exclude]
     keys += sorted(k for k in runs.columns
-                   if k in RUNSPEC_KEYS and k not in keys and k not in exclude)
+                   if k in run_keys() and k not in keys and k not in exclude)
     if runs.empty:
         return []
     spelled = pd.DataFrame({k: runs[k].map(_comparable) for k in keys}, index=runs.index)
@@ -140,7 +140,8 @@ def distinct_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     demoa.yaml's), and counting both would count one seed twice. Of repeats the run with more
     recorded summary figures is kept (a newer run records figures an older one lacks), then
     the first by ``run_id``."""
-    keys = [k for k in runs.columns if k in RUNSPEC_KEYS and k not in NOT_CONFIGURATION]
+    known = run_keys()
+    keys = [k for k in runs.columns if k in known and k not in NOT_CONFIGURATION]
     if runs.empty or not keys:
         return runs, 0
     spelled = pd.DataFrame({k: runs[k].map(_comparable) for k in keys}, index=runs.index)

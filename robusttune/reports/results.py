@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from robusttune.reports import axes
-from robusttune.core.runspec import RUNSPEC_KEYS
+from robusttune.core.runspec import run_keys
 from robusttune.display.plots import threat_label
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
@@ -73,6 +73,7 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
     left out unless ``include_partial``: their last accuracy is not a final one."""
     root = Path(results_dir)
     rows = []
+    keys = run_keys()   # a plugin's knobs are columns too
     for path in sorted(root.rglob("summary.json")):
         try:
             summary = json.loads(path.read_text())
@@ -86,7 +87,7 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
         row: dict[str, Any] = {"run_id": path.parent.relative_to(root).as_posix() or ".",
                                "run_dir": str(path.parent)}
         row.update({key: getattr(run, key) for key in SUMMARY_KEYS})
-        row.update({k: v for k, v in run.spec.items() if k in RUNSPEC_KEYS})
+        row.update({k: v for k, v in run.spec.items() if k in keys})
         rows.append(row)
     columns = ["run_id", "run_dir", *SUMMARY_KEYS]
     frame = pd.DataFrame(rows, columns=None if rows else columns)
@@ -169,9 +170,9 @@ def attack_spread_table(runs: pd.DataFrame) -> pd.DataFrame:
             mean, sd = table.at[row, column], spread.at[row, column]
             several = seeds.at[row, column] > 1
             text.at[row, column] = f"{mean:.1f} ± {sd:.1f}" if several else f"{mean:.1f}"
-        if "worst" in table.columns:
-            text.at[row, "worst"] = text.at[row, table.loc[row, [c for c in attacked
-                                                                 if c != "none"]].idxmin()]
+        under_attack = table.loc[row, [c for c in attacked if c != "none"]]
+        if "worst" in table.columns and under_attack.notna().any():
+            text.at[row, "worst"] = text.at[row, under_attack.idxmin()]
     return text
 
 

@@ -27,6 +27,7 @@ from robusttune.run.input_statistics import error_from, honest_inputs, spread_fr
 from robusttune.problem.models import flat_params, make_model
 from robusttune.core.numerics import float_path, pin
 from robusttune.core.records import RoundRecord, RunSummary, is_collapsed, selection_accuracy
+from robusttune.core.registries import ATTACKS, MODELS
 from robusttune.core.registry import SpecError
 from robusttune.problem.sampling import Sample, draw_clients, is_byzantine_majority
 from robusttune.problem.training import evaluate, resolve_trainer
@@ -182,7 +183,7 @@ class Simulation:
         self.num_classes = self.data.num_classes
 
         self.model = make_model(spec.model, self.data.input_shape, self.data.num_classes,
-                                seed=spec.seed).to(self.device)
+                                seed=spec.seed, **spec.params_for(MODELS, spec.model)).to(self.device)
         self.params = flat_params(self.model).detach().clone()
 
         self.sampling_rng = sampling_generator(spec)
@@ -190,7 +191,8 @@ class Simulation:
         self.byzantine = byzantine_clients(spec)
 
         self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength,
-                                  attack_direction=spec.attack_direction)
+                                  attack_direction=spec.attack_direction,
+                                  **spec.params_for(ATTACKS, spec.attack))
         self.client_x = self.data.client_x
         self.client_y = [
             self.attack.poison_labels(y, self.num_classes) if bool(self.byzantine[i]) else y

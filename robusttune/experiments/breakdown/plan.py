@@ -14,9 +14,10 @@ from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Union
 from pydantic import Field
 
 from robusttune.experiments.breakdown.bisection import Cell
-from robusttune.core.runspec import RunSpec
+from robusttune.core.plugins import declare_plugins
+from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.registry import SpecError
-from robusttune.core.schema import RUNSPEC_KEYS, Checked, Number, optional_finite
+from robusttune.core.schema import Checked, Number, optional_finite
 from robusttune.experiments.sweep.domains import format_value
 from robusttune.experiments.sweep.space import parse_sweep
 from robusttune.core.yaml_input import read_yaml
@@ -134,7 +135,8 @@ class BreakdownPlan:
     def identity(self) -> dict[str, Any]:
         """What decides the map's outcomes: the mapping without its name, resources and
         max_concurrent (where and how fast it runs). A resumed map must match it."""
-        return {k: v for k, v in self.raw.items() if k not in ("name", "resources", "max_concurrent")}
+        return {k: v for k, v in self.raw.items()
+                if k not in ("name", "resources", "max_concurrent", "plugins")}
 
 
 def _override_grids(space: Any, key: str, value: Any) -> Any:
@@ -173,7 +175,8 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     if not isinstance(mapping, dict):
         raise SpecError(f"{where}: a breakdown space is a mapping (run, space, breakdown ...)")
     kept = copy.deepcopy(mapping)
-    raw = copy.deepcopy(mapping)
+    declare_plugins(kept, where)   # first: the names a plugin registers are checked below
+    raw = copy.deepcopy(kept)
     section_values = raw.pop("breakdown", None) or {}
     if not isinstance(section_values, dict):
         raise SpecError(f"{where}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
@@ -230,7 +233,7 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     adversary = plan.adversary
     cell_keys = {k for cell in cells for k in cell.as_dict()}
     for key in adversary:
-        if key not in RUNSPEC_KEYS:
+        if key not in run_keys():
             raise SpecError(f"{where}: breakdown.adversary.{key} is not a RunSpec key")
         if key in cell_keys or key in tune or key == "byzantine_fraction":
             raise SpecError(f"{where}: breakdown.adversary.{key} is also set by space; "

@@ -90,7 +90,8 @@ class MapStore:
         if not self.plan_path.exists():
             return None
         mapping = yaml.safe_load(self.plan_path.read_text()) or {}
-        return {k: v for k, v in mapping.items() if k not in ("name", "resources", "max_concurrent")}
+        return {k: v for k, v in mapping.items()
+                if k not in ("name", "resources", "max_concurrent", "plugins")}
 
     # -- the runs --------------------------------------------------------------------------
     def finished(self) -> dict[str, RunSummary]:

@@ -9,6 +9,7 @@ import contextlib
 import os
 from typing import Callable, Iterator
 
+from robusttune.core.plugins import declared, shipping_folder
 from robusttune.core.registry import SpecError
 from robusttune.experiments.sweep.ray_compat import autoscaling_ceiling, autoscaling_node_types
 from robusttune.experiments.sweep.space import SweepSpec, format_value
@@ -30,8 +31,11 @@ def ray_session(address: str | None, num_cpus: int | None) -> Iterator[bool]:
     # would drown the one line per trial that the command prints.
     quiet = ray.LoggingConfig(log_level="WARNING")
     if address:
+        # the plugin files travel with the job: a node without them imports the copies
+        shipped = shipping_folder(declared())
+        runtime_env = {"py_modules": [str(shipped)]} if shipped is not None else None
         try:
-            ray.init(address=address, logging_config=quiet)
+            ray.init(address=address, logging_config=quiet, runtime_env=runtime_env)
         except ConnectionError as error:
             raise SpecError(f"--address {address}: no Ray cluster reachable there "
                             f"({str(error).splitlines()[0]}); allowed: auto on a cluster node, "

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Mapping, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from robusttune.core.registry import SpecError
-from robusttune.core.schema import RUNSPEC_KEYS, Finite, Int, KeyedError
+from robusttune.core.runspec import run_keys
+from robusttune.core.schema import Finite, Int, KeyedError
 
 __all__ = ["Domain", "Axis", "DomainBody", "build_axis", "format_value", "DOMAIN_KINDS",
            "RANDOM_KINDS"]
@@ -241,7 +242,8 @@ def build_axis(name: str, body: DomainBody) -> Axis:
     a joint axis whose grid or choice lists mappings of RunSpec keys set together. Errors are
     KeyedError located below ``space``."""
     kind = body.kind
-    if name in RUNSPEC_KEYS:
+    keys = run_keys()
+    if name in keys:
         if kind not in ("grid", "choice"):
             return Axis(name, body.range_domain())
         values = body.values
@@ -251,7 +253,7 @@ def build_axis(name: str, body: DomainBody) -> Axis:
         if len({format_value(v) for v in values}) != len(values):
             raise KeyedError("lists a value twice", key=(name, kind), value=values)
         return Axis(name, Domain(kind, values=tuple(values)))
-    allowed = ", ".join(sorted(RUNSPEC_KEYS))
+    allowed = ", ".join(sorted(keys))
     if kind not in ("grid", "choice"):
         raise KeyedError(f"is not a RunSpec key; allowed: {allowed}", key=(name,))
     if not all(isinstance(v, Mapping) and v for v in body.values):
@@ -261,7 +263,7 @@ def build_axis(name: str, body: DomainBody) -> Axis:
     for index, value in enumerate(body.values):
         for inner, setting in value.items():
             where = (name, kind, index, str(inner))
-            if inner not in RUNSPEC_KEYS:
+            if inner not in keys:
                 raise KeyedError(f"is not a RunSpec key; allowed: {allowed}", key=where)
             if isinstance(setting, (Mapping, list)):
                 raise KeyedError("must be a scalar", key=where, value=setting)

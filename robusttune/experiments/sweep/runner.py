@@ -14,11 +14,13 @@ checkpoint; ``sweep.yaml`` (the space as run, so ``--resume`` rebuilds the same 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import yaml
 
+from robusttune.core.plugins import declared
 from robusttune.run.recording import declare_experiment
 from robusttune.core.registry import SpecError
 from robusttune.experiments.sweep.cluster import check_cluster, ray_session
@@ -75,7 +77,7 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
     say = announce or (lambda text: None)
     timeline = Timeline()
     path = experiment_path(storage, spec.name)
-    spec = _sweep_to_run(spec, path, resume)
+    spec = dataclasses.replace(_sweep_to_run(spec, path, resume), plugins=declared())
     with ray_session(address, num_cpus):
         timeline.mark("ray_ready")
         check_cluster(spec, joined=address is not None, announce=say)

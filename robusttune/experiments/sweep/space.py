@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from robusttune.core.plugins import declare_plugins
 from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import check_model, default_numerics
@@ -111,6 +112,8 @@ class SweepSpec:
     constraints: ConstraintSpec
     raw: dict[str, Any] = field(repr=False, compare=False)
     source: str = "<mapping>"
+    # what every trial loads before it builds its run (robusttune.core.plugins; set by run_sweep)
+    plugins: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     # -- configurations ----------------------------------------------------------------------
     @property
@@ -375,6 +378,7 @@ def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>")
     if not isinstance(mapping, Mapping):
         raise SpecError(f"{source}: a search space is a mapping with keys {', '.join(TOP_KEYS)}")
     raw = _deep_copy(dict(mapping))
+    declare_plugins(raw, source)
     parsed: SweepFile = check_model(SweepFile, {"name": name, **raw}, where=source)
     run = dict(parsed.run)
     if "numerics" not in run:

@@ -27,7 +27,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       StrictBool, TypeAdapter, field_validator, model_validator)
 
 from robusttune.core.records import RoundRecord
-from robusttune.core.schema import RUNSPEC_KEYS, Finite, Int, KeyedError
+from robusttune.core.runspec import run_keys
+from robusttune.core.schema import Finite, Int, KeyedError
 from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value
 
 __all__ = [
@@ -110,9 +111,10 @@ def _listed(value: Any) -> Any:
 
 def _runspec_keys(values: dict[str, Any]) -> dict[str, Any]:
     """Every key of a mapping of RunSpec values is a RunSpec key."""
+    keys = run_keys()
     for key in values:
-        if key not in RUNSPEC_KEYS:
-            raise KeyedError(f"is not a RunSpec key; allowed: {', '.join(sorted(RUNSPEC_KEYS))}",
+        if key not in keys:
+            raise KeyedError(f"is not a RunSpec key; allowed: {', '.join(sorted(keys))}",
                              key=(str(key),))
     return values
 
@@ -279,6 +281,8 @@ class SweepFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Annotated[str, AfterValidator(_word)]
+    # loaded before the file is checked (parse_sweep), so the names they register are known
+    plugins: list[str] = Field(default_factory=list)
     run: RunValues = Field(default_factory=dict)
     space: Annotated[dict[str, DomainBody], BeforeValidator(_empty_if_none)] = Field(default_factory=dict)
     search: SearchSpec = Field(default_factory=SearchSpec)

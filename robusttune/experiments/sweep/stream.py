@@ -29,6 +29,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
+from robusttune.core.plugins import declared, load_plugins
 from robusttune.core.runspec import RunSpec
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
@@ -199,8 +200,10 @@ class TuneStreamRunner:
             from ray.tune.search import ConcurrencyLimiter
 
             searcher = ConcurrencyLimiter(searcher, max_concurrent=self.max_concurrent)
+        # every trial loads the driver's plugins before it builds its run (one object, bound once)
+        trainable = tune.with_parameters(run_trial, plugins=declared())
         tuner = tune.Tuner(
-            tune.with_resources(run_trial, self.resources),
+            tune.with_resources(trainable, self.resources),
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, metric=METRIC,
                                         mode="max", trial_dirname_creator=stream_trial_name,
                                         reuse_actors=True),
@@ -294,7 +297,7 @@ def stream_trial_name(trial: Any) -> str:
     return "_".join(p for p in pieces if p)[:120]
 
 
-def run_trial(config: dict[str, Any]) -> None:
+def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
     """One streamed trial = one federated run: its run folder in the trial folder, one report at
     the end (with the summary), and a checkpoint every ``checkpoint_every`` rounds if the spec
     asks for them, from which a retried trial continues."""
@@ -316,6 +319,7 @@ def run_trial(config: dict[str, Any]) -> None:
                          ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
     folder = trial_folder(context)
     try:
+        load_plugins(plugins)   # a plugin missing here ends the trial, not retried
         spec = RunSpec.from_dict({**values, "device": device})
         simulation = Simulation(spec)
     except SpecError as error:

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from robusttune.core.plugins import load_plugins
 from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
 from robusttune.experiments.sweep.ray_compat import TrialStopped, trial_storage
@@ -126,6 +127,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     device = place_trial(requested, resources, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
     run_folder = trial_folder(context)
     try:
+        load_plugins(sweep.plugins)   # a plugin missing here ends the trial, not retried
         spec = RunSpec.from_dict({**values, "device": device})
         simulation = Simulation(spec)
     except SpecError as error:

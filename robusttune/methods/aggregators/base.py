@@ -75,7 +75,11 @@ class Aggregator:
         """The largest corrupted fraction of n inputs the rule's guarantee covers,
         max{f : precondition(n, f)} / n (Krum (n - 3) / 2n rounded down, Bulyan (n - 3) / 4n,
         median and the geometric median (n - 1) / 2n, a trimmed rule its trim), for a breakdown
-        map to print beside the measured one. None: the rule has no bound in n (FLTrust)."""
+        map to print beside the measured one. None: the rule has no bound in n (FLTrust), or
+        states neither a precondition nor a bound (a plugin rule that defines neither gets no
+        theory figure rather than a bound of (n - 1) / n it never claimed)."""
+        if type(self).precondition is Aggregator.precondition:
+            return None
         covered = [f for f in range(n) if self.precondition(n, f)]
         return max(covered) / n if covered else 0.0
 

@@ -192,4 +192,5 @@ def make_algorithm(spec: RunSchema, initial: Tensor, sample_counts: Tensor,
     if byzantine is None:
         byzantine = torch.zeros(spec.clients, dtype=torch.bool)
     built = ALGORITHMS[spec.algorithm].variant(spec)
-    return built(spec, initial, sample_counts, byzantine.to(initial.device))
+    own = spec.params_for(ALGORITHMS, spec.algorithm) if hasattr(spec, "params_for") else {}
+    return built(spec, initial, sample_counts, byzantine.to(initial.device), **own)

@@ -67,7 +67,8 @@ def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData
     in client order and transferred as one block; each client's shard is a view of it.
     """
     device = torch.device(device)
-    raw = DATASETS[spec.dataset](spec)
+    own = spec.params_for(DATASETS, spec.dataset) if hasattr(spec, "params_for") else {}
+    raw = DATASETS[spec.dataset](spec, **own)
     train_x, train_y = raw.train_x, raw.train_y
     if spec.train_samples is not None:
         kept = torch.from_numpy(training_subset(train_y.numpy(), spec.train_samples,
