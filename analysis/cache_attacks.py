@@ -62,7 +62,7 @@ from typing import Any, Sequence
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.recording import run_to_folder
+from robusttune.engine.recording import run_to_folder
 from robusttune.core.registry import SpecError
 from robusttune.core.yaml_input import parse_assignments
 

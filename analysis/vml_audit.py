@@ -65,7 +65,7 @@ for dtype in ("float32", "float64"):
 RUN = r'''
 import json, sys
 from robusttune.core.runspec import RunSpec
-from robusttune.run.simulation import simulate
+from robusttune.engine.simulation import simulate
 BASE = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 0.5, "rounds": 2,
         "local_epochs": 1, "byzantine_fraction": 0.2, "checkpoint_every": 0, "device": "cpu",
         "numerics": "portable"}

@@ -47,7 +47,7 @@ def main() -> None:
     import torch
 
     from robusttune.experiments.breakdown import bisect_breakdown, load_plan, spec_evaluator
-    from robusttune.run.runners import InProcessRunner
+    from robusttune.engine.runners import InProcessRunner
 
     torch.set_num_threads(1)
     plan = load_plan(args.space)

@@ -54,7 +54,7 @@ from robusttune.methods.aggregators import AGGREGATORS, make_aggregator
 from robusttune.methods.aggregators.swb_blocks import ROTATIONS
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.models import flat_params, make_model
-from robusttune.run.simulation import Simulation
+from robusttune.engine.simulation import Simulation
 from robusttune.problem.training import client_gradients, train_clients
 
 # SWB-DM paper, Table V (N = 500, p = 0.1): aggregation seconds per round of SWB over the 50

@@ -44,7 +44,7 @@ def worker(values: dict) -> None:
 
     torch.set_num_threads(1)
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     simulation = Simulation(RunSpec.from_dict(values))
     started = time.perf_counter()

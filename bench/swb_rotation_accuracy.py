@@ -20,7 +20,7 @@ import torch
 
 from robusttune.methods.aggregators.swb_blocks import ROTATIONS
 from robusttune.core.runspec import RunSpec
-from robusttune.run.simulation import Simulation
+from robusttune.engine.simulation import Simulation
 
 
 

@@ -37,7 +37,7 @@ def worker(specs: list[dict]) -> None:
 
     torch.set_num_threads(1)
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     images = 0.0
     for values in specs:

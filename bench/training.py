@@ -7,7 +7,7 @@
 Part 1 times ``train_clients`` on one workload with each strategy at 1 thread and at all threads
 (``torch.set_num_threads``) and reports client-images/s = sum_i n_i * E / seconds. Part 2 times
 DeMoA rounds (N=25, bernoulli p=0.1, one minibatch gradient per sampled client, cnn2 on 1x8x8):
-through ``robusttune.run.simulation.Simulation`` when it exists and runs ``method=demoa``, otherwise
+through ``robusttune.engine.simulation.Simulation`` when it exists and runs ``method=demoa``, otherwise
 by timing ``client_gradients`` alone (the output says which). Numbers are of this machine and
 this run (shared CPUs are noisy): read the ratios. The last line is
 ``auto_vs_fastest: <throughput of what trainer=auto runs / fastest measured>``.
@@ -54,7 +54,7 @@ def warm_up(model, start, data, args) -> None:
 def demoa_rounds_simulation(rounds: int) -> float:
     """Rounds/s of Simulation.step() for a DeMoA run on digits (N=25, bernoulli p=0.1)."""
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     spec = RunSpec(dataset="digits", model="cnn2", clients=25, participation=0.1,
                    participation_mode="bernoulli", method="demoa", rounds=rounds + 5,

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.recording import run_to_folder
-from robusttune.run.input_statistics import aggregation_error
-from robusttune.run.simulation import Simulation, byzantine_clients
+from robusttune.engine.recording import run_to_folder
+from robusttune.engine.input_statistics import aggregation_error
+from robusttune.engine.simulation import Simulation, byzantine_clients
 
 FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
             local_epochs=1, synthetic_samples=300, aggregate_weights="uniform")

@@ -13,7 +13,7 @@ from robusttune.methods.algorithms import make_algorithm
 from robusttune.methods.attacks import make_attack
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.sampling import Sample
-from robusttune.run.simulation import Simulation, byzantine_messages
+from robusttune.engine.simulation import Simulation, byzantine_messages
 
 D = 3
 

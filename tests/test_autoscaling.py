@@ -115,7 +115,7 @@ def reference_rounds(spec_keys: dict[str, Any]) -> list[Any]:
     import torch
 
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

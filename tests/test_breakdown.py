@@ -268,7 +268,7 @@ REAL = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 1.0
 
 def _real_map(tmp_path, aggregator: str, attack: str):
     from robusttune.experiments.breakdown.report import breakdown_table
-    from robusttune.run.runners import InProcessRunner
+    from robusttune.engine.runners import InProcessRunner
 
     cells = [Cell.of(10, aggregator=aggregator, attack=attack)]
     result = bisect_breakdown(cells, spec_evaluator(REAL, InProcessRunner()), verify_radius=0)
@@ -407,7 +407,7 @@ def ladder_runner(log):
     collapse past a damage of 0.45; where no round samples a Byzantine client (none exists, or
     the sampling stream never draws one) the attack plays no part, as in a real run, so such
     points may be shared. Records every batch."""
-    from robusttune.run.simulation import byzantine_ever_sampled
+    from robusttune.engine.simulation import byzantine_ever_sampled
 
     def run(specs):
         log.append(list(specs))
@@ -539,7 +539,7 @@ def test_a_run_without_byzantine_clients_ignores_its_attack():
 
     from robusttune.experiments.breakdown import canonical_spec
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     base = {"dataset": "synthetic", "clients": 6, "rounds": 2, "participation": 0.5,
             "byzantine_fraction": 0.0, "local_epochs": 1, "checkpoint_every": 0}
@@ -571,7 +571,7 @@ def _same_run(a, b) -> list:
     """Both specs' runs, asserting equal records (timings aside) and final parameters."""
     import torch
 
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     runs = [Simulation(s) for s in (a, b)]
     records = [[r.to_dict() for r in run] for run in runs]
@@ -589,7 +589,7 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
     run's samples, and the run with attack none is the same bit for bit; beta stays."""
     from robusttune.experiments.breakdown import canonical_spec
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import byzantine_ever_sampled
+    from robusttune.engine.simulation import byzantine_ever_sampled
 
     values = {"dataset": "synthetic", "clients": 10, "participation": 0.2, "rounds": 3,
               "participation_mode": mode, "byzantine_fraction": 0.1, "seed": seed,
@@ -604,7 +604,7 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
     # one seed on, a Byzantine client is sampled: the attack matters and the spec is its own
     sampled = RunSpec.from_dict({**values, "seed": 42 if mode == "fixed" else 43, "attack": "ipm"})
     assert byzantine_ever_sampled(sampled) and canonical_spec(sampled) is sampled
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     assert any(r.byzantine_sampled > 0 for r in Simulation(sampled))
 

@@ -20,7 +20,7 @@ from robusttune.experiments.breakdown.store import (PLAN_FILE, RUNS_FILE, MapSto
 from robusttune.commands.cli import app
 from robusttune.core.runspec import RunSpec
 from robusttune.core.records import RunSummary
-from robusttune.run.runners import InProcessRunner
+from robusttune.engine.runners import InProcessRunner
 
 # 2 cells on N = 10 (lattice 0..5), 2 seeds, one attack strength: 2 runs per point, 0.1 s each
 TINY = """

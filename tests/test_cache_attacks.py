@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.simulation import Simulation
+from robusttune.engine.simulation import Simulation
 from tests.scripts import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "cache_attacks.py"

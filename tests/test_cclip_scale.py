@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.simulation import Simulation
+from robusttune.engine.simulation import Simulation
 
 MAP_CELL = dict(dataset="digits", model="mlp", clients=20, local_epochs=1, lr=0.05,
                 trainer="sequential", method="demoa+cclip", rounds=30, server_lr=0.5,

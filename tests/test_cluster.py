@@ -172,7 +172,7 @@ def test_trial_device_and_memory_cap_on_a_fake_gpu(monkeypatch):
     count, as torch does) instead of made."""
     import torch
 
-    from robusttune.run.simulation import resolve_device
+    from robusttune.engine.simulation import resolve_device
     from robusttune.problem.training import resolve_trainer
 
     caps: list[tuple[float, int]] = []
@@ -224,7 +224,7 @@ def test_a_trial_restored_elsewhere_gets_its_run_files_back(tmp_path):
     import pyarrow.fs
 
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.recording import RunWriter
+    from robusttune.engine.recording import RunWriter
     from robusttune.experiments.sweep.trainable import fetch_run_files
 
     stored = tmp_path / "bucket" / "sweep" / "00000_trial"  # stands in for s3://bucket/sweep/...
@@ -324,7 +324,7 @@ def test_sweep_survives_losing_a_worker_node(failover):
     # The retried trial's run is the uninterrupted run, bit for bit (the checkpoint holds the
     # model, caches and RNG states), and its rounds.csv has each round once.
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the trial
@@ -348,7 +348,7 @@ def slowed_trainable(config: dict[str, Any], sweep: Any) -> None:
     so Ray ships it to the worker nodes by value."""
     import time as _time
 
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
     from robusttune.experiments.sweep.trainable import federated_trainable
 
     if not getattr(Simulation, "_slowed_for_test", False):  # actors are reused: patch once

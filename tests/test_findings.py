@@ -21,7 +21,7 @@ from robusttune.problem.data import load_federated
 from robusttune.problem.models import flat_params, make_model
 from robusttune.core.records import COLLAPSE_MARGIN
 from robusttune.reports.results import load_rounds, load_runs
-from robusttune.run.runners import InProcessRunner
+from robusttune.engine.runners import InProcessRunner
 from robusttune.experiments.sweep.space import load_sweep
 from robusttune.problem.training import train_clients
 from tests.scripts import loaded_script
@@ -219,7 +219,7 @@ def test_claim6_mnist_seeds_are_the_smallest_with_the_first_majority_round_after
     """claim6_mnist_convnet.yaml's header: its seeds are the three smallest whose sampling stream
     puts the first Byzantine-majority round in rounds 45-55, each with 25 or more rounds after it.
     A change to the sampler or to the space's N, p or B makes the choice stale; this says so."""
-    from robusttune.run.simulation import byzantine_majority_rounds
+    from robusttune.engine.simulation import byzantine_majority_rounds
 
     space = load_sweep(SPACES / "claim6_mnist_convnet.yaml")
     seeds = sorted({point["seed"] for point in space.expand().points})

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.recording import run_to_folder
-from robusttune.run.input_statistics import aggregation_error, honest_input_spread
-from robusttune.run.simulation import Simulation
+from robusttune.engine.recording import run_to_folder
+from robusttune.engine.input_statistics import aggregation_error, honest_input_spread
+from robusttune.engine.simulation import Simulation
 from tests.test_host_syncs import CountReadbacks
 
 FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,

@@ -17,7 +17,7 @@ LAYERS = (
     "problem",      # the learning problem: datasets and their split, models, local training,
                     # who takes part in a round, the law of the Byzantine share of a sample
     "methods",      # aggregation rules, attacks, server algorithms, the adversary made of them
-    "run",          # one federated run: the round loop, its run folder, the runners
+    "engine",       # one federated run: the round loop, its run folder, the runners
     "experiments",  # many runs: sweeps on Ray Tune, breakdown maps, calibration, tuning
     "reports",      # robusttune report: the tables and figures of a results folder
     "commands",     # the command line: the typer app and one module per command
@@ -127,7 +127,7 @@ def test_the_checks_see_an_upward_arrow_and_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     edges = graph()
     assert "robusttune.core.registry" in edges["robusttune.core.schema"]
-    assert "robusttune.run.simulation" in edges["robusttune.run.recording"]
+    assert "robusttune.engine.simulation" in edges["robusttune.engine.recording"]
 
 
 def test_a_registry_fills_itself_from_its_builtins_at_the_first_lookup(tmp_path, monkeypatch):

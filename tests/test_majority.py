@@ -11,7 +11,7 @@ import pytest
 from robusttune.core.runspec import RunSpec
 from robusttune.reports.majority import (Evaluation, evaluations, first_majority_round, majority_summary,
                                  majority_table, run_events)
-from robusttune.run.recording import RunWriter
+from robusttune.engine.recording import RunWriter
 from robusttune.core.records import RoundRecord, RunSummary
 from robusttune.reports.results import report
 

@@ -14,7 +14,7 @@ from robusttune.methods.algorithms import (ClippedMomentumMarina, RoundPlan, mak
                                    marina_probability)
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.sampling import Sample
-from robusttune.run.simulation import Simulation, load_checkpoint
+from robusttune.engine.simulation import Simulation, load_checkpoint
 
 EQ10 = dict(dataset="synthetic", method="byz_vr_marina_pp", marina_variant="clipped_momentum")
 

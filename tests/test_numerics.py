@@ -75,7 +75,7 @@ PINNED_KEYS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM
 def golden_runs(mode: str) -> dict[str, list[float]]:
     """Run GOLDEN_RUNS in this process in ``mode``; (final loss, parameter norm) per label."""
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import simulate
+    from robusttune.engine.simulation import simulate
 
     out = {}
     for label, keys in GOLDEN_RUNS.items():
@@ -142,7 +142,7 @@ def test_the_alie_golden_run_sees_sigmas_last_bit(monkeypatch):
     monkeypatch.setattr(attack_base, "sqrt", lambda t: torch.nextafter(
         numerics.sqrt(t), torch.tensor(math.inf, dtype=t.dtype)))
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import simulate
+    from robusttune.engine.simulation import simulate
 
     for record in simulate(RunSpec.from_dict(keys)):
         last = record
@@ -288,7 +288,7 @@ def _summary_via_in_process_runner(first: str) -> list:
     code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); {first}; "
             "import test_numerics as t; from robusttune.core.runspec import RunSpec; "
             "from robusttune.core.numerics import pinned_mode; "
-            "from robusttune.run.runners import InProcessRunner; "
+            "from robusttune.engine.runners import InProcessRunner; "
             "spec = RunSpec.from_dict({**t.BASE, **t.GOLDEN_RUNS['median mlp, alie'], "
             "'numerics': 'portable'}); s = InProcessRunner()([spec])[0]; "
             "print(json.dumps([s.final_loss, s.final_accuracy, s.error, pinned_mode()]))")

@@ -13,7 +13,7 @@ from byzfl import ARC, NNM
 from robusttune.methods.aggregators import make_aggregator, make_rule
 from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
-from robusttune.run.simulation import Simulation, simulate
+from robusttune.engine.simulation import Simulation, simulate
 
 
 def t(rows) -> torch.Tensor:

@@ -28,7 +28,7 @@ from robusttune.problem.data import DATASETS, clear_dataset_cache, installed, lo
 from robusttune.problem.data.installed import read_idx
 from robusttune.problem.models import flat_params, make_model
 from robusttune.core.registry import SpecError
-from robusttune.run.simulation import Simulation
+from robusttune.engine.simulation import Simulation
 from robusttune.experiments.sweep.preflight import preflight
 from robusttune.experiments.sweep.space import load_sweep, parse_sweep
 from robusttune.problem.training import evaluate, train_clients

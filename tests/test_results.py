@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.recording import RunWriter
+from robusttune.engine.recording import RunWriter
 from robusttune.reports.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
                                 markdown_table, report)
 from robusttune.core.records import RoundRecord, RunSummary
@@ -204,7 +204,7 @@ def test_the_html_report_loads_every_figure_in_a_real_browser(results, tmp_path)
 
 
 def test_real_run_folder_and_cli(tmp_path):
-    from robusttune.run.runners import InProcessRunner
+    from robusttune.engine.runners import InProcessRunner
     from robusttune.commands.cli import app
 
     spec = RunSpec(dataset="synthetic", model="mlp", clients=4, rounds=2, participation=0.5,
@@ -307,7 +307,7 @@ def test_a_resumed_folder_from_before_a_column_keeps_its_rows_aligned(tmp_path):
 def test_a_run_started_over_in_a_folder_a_killed_attempt_left_has_each_round_once(tmp_path):
     # a sweep trial restarted without a checkpoint, or `robusttune run` after a kill: the first
     # attempt's rows must not stay in front of the second attempt's
-    from robusttune.run.recording import run_to_folder
+    from robusttune.engine.recording import run_to_folder
 
     spec = RunSpec(dataset="synthetic", clients=4, rounds=2, local_epochs=1)
     killed = RunWriter(tmp_path, spec)

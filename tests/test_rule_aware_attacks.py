@@ -262,7 +262,7 @@ def test_optimal_attacks_search_against_fltrust_as_the_round_calls_it(name):
     attack carries this round's server message (before, every such run raised "fltrust needs the
     server's own message"); the attacked run completes and its messages differ from honest ones."""
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 10, "rounds": 2, "participation": 1.0,
                               "method": "fltrust", "attack": name, "byzantine_fraction": 0.2,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from robusttune.commands.cli import app
 from robusttune.core.runspec import RunSpec
-from robusttune.run.simulation import Simulation, load_checkpoint, simulate
+from robusttune.engine.simulation import Simulation, load_checkpoint, simulate
 
 FAST = dict(dataset="synthetic", model="mlp", clients=8, rounds=3, participation=0.5,
             local_epochs=1, synthetic_samples=400)
@@ -177,7 +177,7 @@ def test_first_fixed_sample_is_not_the_byzantine_set():
 def test_replayed_majority_rounds_are_the_rounds_a_run_records(method, participation, seed):
     """`byzantine_majority_rounds` replays the sampling stream without training; the run's own
     records (2 b_t >= |S_t|, b_t >= 1) must flag exactly those rounds, whatever the method."""
-    from robusttune.run.simulation import byzantine_majority_rounds
+    from robusttune.engine.simulation import byzantine_majority_rounds
 
     spec = RunSpec(**{**FAST, "clients": 25, "byzantine_fraction": 0.2, "rounds": 12,
                       "participation_mode": "bernoulli", "participation": participation,

@@ -46,7 +46,7 @@ SPECIAL = {("median", "fang_trmean"): 12.0, ("krum", "fang_krum"): 15.0,
 
 
 def modelled_runner(log: list):
-    from robusttune.run.simulation import byzantine_ever_sampled
+    from robusttune.engine.simulation import byzantine_ever_sampled
 
     def run(specs):
         log.extend(specs)

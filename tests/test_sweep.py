@@ -214,7 +214,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(resumed_swe
 
 def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     _, _, second, run = resumed_sweep
     folder = trial_folders(second)[1]  # the trial interrupted at round 2
@@ -310,7 +310,7 @@ def test_streamed_runs_are_tune_trials_with_the_in_process_figures(ray_session, 
     nothing starts no experiment."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from robusttune.run.runners import InProcessRunner, drive
+    from robusttune.engine.runners import InProcessRunner, drive
     from robusttune.experiments.sweep.stream import TuneStreamRunner
 
     specs = [RunSpec.from_dict({**TINY, **threat}) for threat in THREATS["grid"]]

@@ -155,7 +155,7 @@ def test_collapse_is_judged_on_validation_accuracy_where_there_is_a_validation_p
     # collapse decides survival in every selection, so it must not read the test part; a run
     # without a validation part has only its test accuracy to be judged on
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.simulation import Simulation
 
     simulation = Simulation(RunSpec.from_dict({
         "dataset": "synthetic", "model": "mlp", "clients": 4, "synthetic_samples": 200,

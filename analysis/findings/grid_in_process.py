@@ -3,7 +3,7 @@
     python analysis/findings/grid_in_process.py SPACE.yaml FOLDER [--from I] [--to J] [--shard K/M]
 
 The in-process counterpart of `robusttune sweep SPACE.yaml` for a grid: the same trials in the same
-order (robusttune.experiments.sweep.space.SweepSpec.expand), each written by robusttune.run.recording.run_to_folder
+order (robusttune.experiments.sweep.space.SweepSpec.expand), each written by robusttune.engine.recording.run_to_folder
 to ``FOLDER/trials/IIIII-<method>-<attack>-b<fraction>-p<participation>-s<seed>`` where IIIII is
 the trial's index in the grid. A trial whose folder holds summary.json is skipped, and a folder
 without one (a killed run) is started over, so the same command continues an interrupted job, in
@@ -28,14 +28,14 @@ from pathlib import Path
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.run.recording import run_to_folder
+from robusttune.engine.recording import run_to_folder
 from robusttune.experiments.sweep.space import load_sweep
 
 from part_argument import part_of  # analysis/findings/: a script's folder is on sys.path
 
 
 def trial_folder(out: Path, index: int, spec: RunSpec) -> Path:
-    """FOLDER/trials/IIIII-... for grid index ``index`` (robusttune.run.runners.InProcessRunner's
+    """FOLDER/trials/IIIII-... for grid index ``index`` (robusttune.engine.runners.InProcessRunner's
     naming, with the grid index in place of its counter)."""
     name = (f"{index:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
             f"-p{spec.participation:g}-s{spec.seed}")

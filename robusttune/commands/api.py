@@ -97,7 +97,11 @@ class ReportResult:
 def run(spec: str | Path | Mapping[str, Any] | None = None, *, plugins: Iterable[Any] = (),
         out: str | Path | None = None, quiet: bool = True, **values: Any) -> RunResult:
     """``robusttune run``: one federated run from a YAML of RunSpec keys or a dict, with
-    ``values`` as ``--set`` (``robusttune.run(method="median", rounds=5)``)."""
+    ``values`` as ``--set``::
+
+        result = robusttune.run(method="median", attack="ipm", byzantine_fraction=0.2, rounds=5)
+        result.summary.final_accuracy, result.rounds[["round", "accuracy"]]
+    """
     load_plugins(plugins)
     if isinstance(spec, Mapping):
         values = {**spec, **values}
@@ -110,7 +114,11 @@ def run(spec: str | Path | Mapping[str, Any] | None = None, *, plugins: Iterable
 def sweep(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
           set: Mapping[str, Any] | None = None, **options: Any) -> SweepResult:  # noqa: A002
     """``robusttune sweep``: ``options`` are its long options (name, storage, address,
-    num_samples, max_concurrent, cpus_per_trial, gpus_per_trial, resume, dry_run, verbose)."""
+    num_samples, max_concurrent, cpus_per_trial, gpus_per_trial, resume, dry_run, verbose)::
+
+        result = robusttune.sweep("search_spaces/quickstart.yaml", set={"rounds": 5})
+        result.trials.head()
+    """
     from robusttune.commands.sweep import prepare_spec, sweep_command
     from robusttune.experiments.sweep.storage import DEFAULT_STORAGE, TRIALS_FILE, experiment_path
 
@@ -128,7 +136,11 @@ def breakdown(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] =
               set: Mapping[str, Any] | None = None, **options: Any) -> BreakdownResult:  # noqa: A002
     """``robusttune breakdown``: ``options`` are its long options (name, storage, resume,
     local, address, cpus_per_trial, max_concurrent, threshold, relative_threshold, budget,
-    max_fraction, verify_radius, start_from ...)."""
+    max_fraction, verify_radius, start_from ...)::
+
+        result = robusttune.breakdown("examples/meamed_map.yaml", local=True)
+        result.table[["method", "breakdown", "broken_by", "theory_fraction"]]
+    """
     load_plugins(plugins)
     folder = Path(_invoke(cli.breakdown, space=_yaml_file(space, "breakdown"),
                           set_=_assignments(set or {}), **options))
@@ -140,7 +152,12 @@ def calibrate(*, clients: int, participation: float, byzantine: float, rounds: i
               plugins: Iterable[Any] = (), set: Mapping[str, Any] | None = None,  # noqa: A002
               **options: Any) -> CalibrationResult:
     """``robusttune calibrate``: the deployment (N, p, beta, T) and its long options (method,
-    dataset, attack, trim, seed, margin, sweep_rounds, local, out, analytic_only ...)."""
+    dataset, attack, trim, seeds, margin, sweep_rounds, local, out, analytic_only ...)::
+
+        result = robusttune.calibrate(clients=100, participation=0.1, byzantine=0.1,
+                                      rounds=200, analytic_only=True)
+        result.figures["analytic_safe_trim"]
+    """
     load_plugins(plugins)
     figures = _invoke(cli.calibrate, clients=clients, participation=participation,
                       byzantine=byzantine, rounds=rounds, set_=_assignments(set or {}),
@@ -153,7 +170,11 @@ def calibrate(*, clients: int, participation: float, byzantine: float, rounds: i
 def tune(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
          set: Mapping[str, Any] | None = None, **options: Any) -> TuningResult:  # noqa: A002
     """``robusttune tune``: ``options`` are its long options (name, storage, num_samples,
-    resume, local, address, cpus_per_trial, max_concurrent ...)."""
+    resume, local, address, cpus_per_trial, max_concurrent ...)::
+
+        result = robusttune.tune("search_spaces/tune_defence.yaml", num_samples=8)
+        result.table.sort_values("worst_validation", ascending=False).head()
+    """
     load_plugins(plugins)
     folder = Path(_invoke(tune_command, wrapped=False, space=_yaml_file(space, "tuning"),
                           set_=_assignments(set or {}), **options))
@@ -161,7 +182,11 @@ def tune(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
 
 
 def report(results_dir: str | Path, *, plugins: Iterable[Any] = (), **options: Any) -> ReportResult:
-    """``robusttune report``: report.md of a results folder (out, run, gain_from, gain_to)."""
+    """``robusttune report``: report.md of a results folder (out, runs, gain_from, gain_to)::
+
+        result = robusttune.report("results/quickstart")
+        result.runs.groupby("method")["final_accuracy"].mean()
+    """
     from robusttune.reports.results import load_runs
 
     load_plugins(plugins)
@@ -170,7 +195,10 @@ def report(results_dir: str | Path, *, plugins: Iterable[Any] = (), **options: A
 
 
 def catalogue(concept: Optional[str] = None, *, plugins: Iterable[Any] = ()) -> pd.DataFrame:
-    """``robusttune list``: every registered entry (concept, name, source, summary)."""
+    """``robusttune list``: every registered entry (concept, name, source, summary)::
+
+        robusttune.catalogue("aggregator", plugins=["examples/my_defence/"])
+    """
     from robusttune.reports.catalogue import catalogue as rows
 
     load_plugins(plugins)

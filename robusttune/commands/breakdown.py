@@ -117,7 +117,7 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
                               adversary=Adversary.of(plan.adversary or None, plan.adaptive),
                               sampler_seed=plan.sampler_seed,
                               survival=(plan.threshold, plan.relative_threshold))
-    from robusttune.run.runners import drive
+    from robusttune.engine.runners import drive
 
     options = dict(max_fraction=plan.max_fraction, threshold=plan.threshold,
                    relative_threshold=plan.relative_threshold, verify_radius=plan.verify_radius,

@@ -113,7 +113,7 @@ def run(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from robusttune.core.runspec import RunSpec
-    from robusttune.run.recording import run_to_folder
+    from robusttune.engine.recording import run_to_folder
     from robusttune.display.terminal import print_table
 
     spec = RunSpec.from_dict(load_run_values(spec_file, set_))
@@ -229,7 +229,7 @@ def calibrate(
     from robusttune.experiments.calibration import default_trim_grid, no_survivor_line, trim_sweep
     from robusttune.core.runspec import RunSpec
     from robusttune.core.numerics import pin
-    from robusttune.run.runners import drive
+    from robusttune.engine.runners import drive
     from robusttune.commands.trial_runner import choose_runner, ray_or_nothing
     from robusttune.core.yaml_input import parse_assignments
 

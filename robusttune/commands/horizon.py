@@ -47,7 +47,7 @@ def horizon(
     from robusttune.experiments.breakdown.horizon import HorizonPlan, cell_horizons, measure_horizon, write_horizon
     from robusttune.experiments.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.core.numerics import pin
-    from robusttune.run.runners import drive
+    from robusttune.engine.runners import drive
     from robusttune.commands.trial_runner import choose_runner, ray_or_nothing
     from robusttune.core.schema import default_numerics
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, ContextManager, Optional
 
-from robusttune.run.runners import InProcessRunner, Runner
+from robusttune.engine.runners import InProcessRunner, Runner
 
 __all__ = ["choose_runner", "ray_or_nothing"]
 
@@ -18,7 +18,7 @@ def choose_runner(out: Path, local: bool, resources: dict[str, float], max_concu
                   notes: bool = True, tune_verbose: int = 0) -> Runner:
     """The runner trials go through: one Ray Tune experiment for the whole command whose trials
     are proposed as the command asks for runs (robusttune.experiments.sweep.stream; the experiment folder
-    under OUT; drive the command's logic with `robusttune.run.runners.drive`) or, with --local, one
+    under OUT; drive the command's logic with `robusttune.engine.runners.drive`) or, with --local, one
     run after another in this process (no Ray). ``notes``: the sweep layer's one-line notes on
     stderr; ``tune_verbose``: Tune's own verbosity (0: none of its tables). The Ray session it
     runs in, local or joined with ``--address``, is `ray_or_nothing`'s."""

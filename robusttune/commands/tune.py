@@ -44,16 +44,15 @@ def tune(
     from robusttune.commands.breakdown import EXIT_INTERRUPTED, map_folder, runner_flags
     from robusttune.experiments.breakdown.store import interrupted_lines, open_stored_runner
     from robusttune.core.numerics import pin
-    from robusttune.run.runners import drive
+    from robusttune.engine.runners import drive
     from robusttune.commands.trial_runner import choose_runner, ray_or_nothing
     from robusttune.core.schema import default_numerics
     from robusttune.display.terminal import print_table
     from robusttune.experiments.tuning import load_tuning, run_study, study_cost
     from robusttune.reports.tuning import write_tuning
     from robusttune.reports.tuning import front_table
-    from robusttune.core.yaml_input import parse_assignments
 
-    plan = load_tuning(space, run=parse_assignments(set_), num_samples=num_samples,
+    plan = load_tuning(space, assignments=set_, num_samples=num_samples,
                        cpu=cpus_per_trial, gpu=gpus_per_trial, max_concurrent=max_concurrent)
     if name is not None:
         plan.name = name

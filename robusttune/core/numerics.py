@@ -221,7 +221,7 @@ def pin(mode: str) -> None:
                  and branch in (None, "compatible") else
                  "torch computed in this process before numerics were pinned")
         remedy = ("numerics: native" if cause == "this CPU lacks AVX2" else
-                  "run it through robusttune.run.runners.InProcessRunner or a command (they start a "
+                  "run it through robusttune.engine.runners.InProcessRunner or a command (they start a "
                   "fresh worker process), import robusttune and run before computing with torch, "
                   "or numerics: native")
         raise SpecError(f"numerics portable: {'; '.join(problems)} ({cause}); allowed: {remedy}")

@@ -50,11 +50,11 @@ class RoundRecord:
 
     ``aggregation_error``: ||Agg - xbar_H||_2, the aggregate's L2 distance from the mean of the
     rule's honest inputs, in the space the rule aggregates (SWB-DM's Figure 2 quantity;
-    `robusttune.run.input_statistics.aggregation_error` says which rows and weights). NaN when it
+    `robusttune.engine.input_statistics.aggregation_error` says which rows and weights). NaN when it
     is not defined: no aggregate this round (a guarded refusal, nobody to aggregate) or no
     honest input; +inf when the aggregate was not finite. ``honest_input_spread``: the mean
     squared distance of those honest inputs from xbar_H
-    (`robusttune.run.input_statistics.honest_input_spread`; under DeMoA the honest cached momenta),
+    (`robusttune.engine.input_statistics.honest_input_spread`; under DeMoA the honest cached momenta),
     also in a refused round; NaN when the rule had no input or no honest one this round, +inf
     when one was not finite. Both last, with NaN defaults, so records built by code that does
     not measure them stay valid."""

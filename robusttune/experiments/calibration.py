@@ -1,6 +1,6 @@
 """Calibration of a deployment against the worst case: `trim_sweep` runs a short sweep over trim
-ratios through any `robusttune.run.runners.Runner` (the Ray Tune sweep layer, or
-`robusttune.run.runners.InProcessRunner`) against the shared worst case
+ratios through any `robusttune.engine.runners.Runner` (the Ray Tune sweep layer, or
+`robusttune.engine.runners.InProcessRunner`) against the shared worst case
 (`robusttune.methods.adversary`, the breakdown map's), and recommends the smallest trim ratio that
 survives every attack at the deployment's Byzantine fraction and at a margin above it. The
 analytic figures it is read beside (the law of a round's Byzantine share, the trim a round
@@ -17,7 +17,7 @@ from robusttune.problem.byzantine_law import EPS, check_trim, lattice_byzantine
 
 if TYPE_CHECKING:  # the runners import torch; the trim sweep needs only their protocol
     from robusttune.methods.adversary import Adversary
-    from robusttune.run.runners import Runner
+    from robusttune.engine.runners import Runner
 
 __all__ = ["trim_sweep", "TrimSweep", "default_trim_grid", "no_survivor_line"]
 

@@ -29,7 +29,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Union
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Sequence, Union
 
 from pydantic import Field
 
@@ -37,7 +37,7 @@ from robusttune.methods.adversary import Adversary, score
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import Checked, Number
-from robusttune.core.yaml_input import read_yaml
+from robusttune.core.yaml_input import parse_assignments, read_yaml
 
 __all__ = ["TuningPlan", "Proposal", "TuningResult", "load_tuning", "parse_tuning", "run_study",
            "pareto_front", "study_cost", "NOT_KNOBS"]
@@ -108,12 +108,17 @@ class TuningPlan:
 
 def load_tuning(path: str | Path, run: Mapping[str, Any] | None = None,
                 num_samples: int | None = None, cpu: float | None = None,
-                gpu: float | None = None, max_concurrent: int | None = None) -> TuningPlan:
-    """Read a tuning YAML (see `parse_tuning`); ``run`` (``--set``), ``num_samples`` and the
+                gpu: float | None = None, max_concurrent: int | None = None,
+                assignments: Sequence[str] = ()) -> TuningPlan:
+    """Read a tuning YAML (see `parse_tuning`); ``run`` (``--set``, or ``assignments`` as typed,
+    read once the file's plugins are loaded: their knobs are keys), ``num_samples`` and the
     per-trial ``cpu``/``gpu`` and ``max_concurrent`` (None: the file's) are written into the
     mapping first, so they are validated as the file's values are."""
     path = Path(path)
     raw = read_yaml(path, "tuning space")
+    if isinstance(raw, dict) and assignments:
+        declare_plugins(copy.deepcopy(raw), path.name)
+        run = {**(run or {}), **parse_assignments(assignments)}
     if isinstance(raw, dict):
         if run:
             raw["run"] = {**(raw.get("run") or {}), **run}

@@ -1,6 +1,6 @@
 """The spread of the honest inputs each run's rule aggregated, per cell of the axes that vary.
 
-A round's ``honest_input_spread`` (rounds.csv, `robusttune.run.input_statistics.honest_input_spread`) is
+A round's ``honest_input_spread`` (rounds.csv, `robusttune.engine.input_statistics.honest_input_spread`) is
 V = mean_{i in H} ||x_i - xbar_H||^2 over the rule's honest input rows (under DeMoA the honest
 clients' cached momenta, fresh and decayed); a run's figure is its mean over its rounds
 (summary.json's ``mean_honest_input_spread``). DeMoA's ablations (arXiv 2509.02970, Sec. 3) are

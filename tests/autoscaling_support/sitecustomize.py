@@ -1,7 +1,7 @@
 """Test-only: every round of a federated run made ROBUSTTUNE_TEST_ROUND_DELAY_S seconds slower,
 in every Python process of tests/test_autoscaling.py's fake cluster (this folder is on its
 PYTHONPATH; Python imports ``sitecustomize`` at start-up). Tiny test rounds take milliseconds, and
-a worker must be lost while trials run. ``robusttune.run.simulation`` is patched when it is first
+a worker must be lost while trials run. ``robusttune.engine.simulation`` is patched when it is first
 imported (a meta-path hook), so processes that never run a round pay nothing for it."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ _DELAY_S = float(os.environ.get("ROBUSTTUNE_TEST_ROUND_DELAY_S") or 0)
 
 
 class _SlowRounds:
-    """Finds robusttune.run.simulation once, then slows Simulation.step after the module loads."""
+    """Finds robusttune.engine.simulation once, then slows Simulation.step after the module loads."""
 
-    name = "robusttune.run.simulation"
+    name = "robusttune.engine.simulation"
 
     def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201
         if fullname != self.name:

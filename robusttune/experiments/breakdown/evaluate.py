@@ -1,7 +1,7 @@
 """Evaluating lattice points with runs: `spec_evaluator` turns a base RunSpec, seeds, optional
 defence knobs tuned by Optuna (ask/tell, one batch per trial across all points) and an optional
 adversarial attack-strength list into an `Evaluator` for `bisect_breakdown`, on top of any
-`robusttune.run.runners.Runner` (the Ray Tune sweep layer, or the in-process `InProcessRunner`).
+`robusttune.engine.runners.Runner` (the Ray Tune sweep layer, or the in-process `InProcessRunner`).
 Points -> RunSpecs -> one runner call per batch -> Outcomes."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from robusttune.core.records import RunSummary, survives
 from robusttune.core.registry import SpecError
 
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
-    from robusttune.run.runners import Runner
+    from robusttune.engine.runners import Runner
 
 __all__ = ["spec_evaluator", "adversary_variants", "canonical_spec", "optuna_distribution"]
 
@@ -50,7 +50,7 @@ def canonical_spec(spec: RunSpec) -> RunSpec:
     for bit against the originals."""
     if spec.attack == "none" and spec.attack_strength is None and spec.attack_scope == "inputs":
         return spec
-    from robusttune.run.simulation import byzantine_ever_sampled  # torch; only when sharing
+    from robusttune.engine.simulation import byzantine_ever_sampled  # torch; only when sharing
 
     if not byzantine_ever_sampled(spec):
         return spec.updated(attack="none", attack_strength=None, attack_scope="inputs")

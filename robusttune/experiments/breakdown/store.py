@@ -151,7 +151,7 @@ def _identity(values: dict[str, Any]) -> str:
 
 
 class StoredRunner:
-    """A `robusttune.run.runners.Runner` that answers runs kept in ``store`` without running them,
+    """A `robusttune.engine.runners.Runner` that answers runs kept in ``store`` without running them,
     hands the others to ``inner`` and keeps each as it finishes.
 
     ``one_at_a_time``: give ``inner`` one run per call, so each run is kept the moment it ends
@@ -197,8 +197,8 @@ class StoredRunner:
             return [fresh[k] if k in fresh else self.finished[k] for k in keys]
 
     def drive(self, body: Callable[[], Any]) -> Any:
-        """The inner runner's way of running a command's logic (`robusttune.run.runners.drive`)."""
-        from robusttune.run.runners import drive
+        """The inner runner's way of running a command's logic (`robusttune.engine.runners.drive`)."""
+        from robusttune.engine.runners import drive
 
         return drive(self.inner, body)
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import yaml
 
 from robusttune.core.plugins import declared
-from robusttune.run.recording import declare_experiment
+from robusttune.engine.recording import declare_experiment
 from robusttune.core.registry import SpecError
 from robusttune.experiments.sweep.cluster import check_cluster, ray_session
 from robusttune.experiments.sweep.preflight import with_absolute_data_root

@@ -2,7 +2,7 @@
 
 A breakdown map, calibrate's trim sweep, a horizon measurement and a tuning study each need runs
 whose RunSpecs depend on earlier results (the next bisection point, a point's next adversary
-stage, the next Optuna trial). `TuneStreamRunner` is the `robusttune.run.runners.Runner` behind them
+stage, the next Optuna trial). `TuneStreamRunner` is the `robusttune.engine.runners.Runner` behind them
 on Ray: its ``drive(body)`` runs the command's logic (``body``) in a thread of its own and one Tune
 experiment in the calling thread; every call ``runner(specs)`` from the body (from any of its
 threads) queues those runs and waits for their summaries, and the experiment's searcher
@@ -104,7 +104,7 @@ class TuneStreamRunner:
         with self._lock:
             if not self._driving:
                 raise RuntimeError("TuneStreamRunner runs only inside its drive(body): call it "
-                                   "from the body (robusttune.run.runners.drive)")
+                                   "from the body (robusttune.engine.runners.drive)")
             if self._stopped:
                 raise KeyboardInterrupt("the experiment was interrupted")
             run = self._running.get(key)
@@ -305,8 +305,8 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
     import torch
     from ray import tune
 
-    from robusttune.run.recording import RunWriter
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.recording import RunWriter
+    from robusttune.engine.simulation import Simulation
     from robusttune.experiments.sweep.trainable import (CHECKPOINT_FILE, place_trial, report_config_error,
                                             restore_checkpoint, trial_folder, trial_threads)
 

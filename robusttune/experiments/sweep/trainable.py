@@ -114,8 +114,8 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     import ray
     from ray import tune
 
-    from robusttune.run.recording import RunWriter
-    from robusttune.run.simulation import Simulation
+    from robusttune.engine.recording import RunWriter
+    from robusttune.engine.simulation import Simulation
 
     started = time.perf_counter()
     context = tune.get_context()
@@ -172,7 +172,7 @@ def restore_checkpoint(simulation: Any, context: Any, folder: Path) -> int:
     left."""
     from ray import tune
 
-    from robusttune.run.simulation import load_checkpoint
+    from robusttune.engine.simulation import load_checkpoint
 
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:

@@ -17,7 +17,7 @@ import torch
 from robusttune.core.runspec import RunSpec
 from robusttune.core.numerics import fresh_process_environment, pin, try_pin
 from robusttune.core.records import RunSummary
-from robusttune.run.recording import run_to_folder
+from robusttune.engine.recording import run_to_folder
 
 __all__ = ["Runner", "InProcessRunner", "drive"]
 

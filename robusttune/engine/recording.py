@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from robusttune.core.runspec import RunSpec
 from robusttune.core.files import write_json_atomic, write_text_atomic
 from robusttune.core.records import RoundRecord, RunSummary
-from robusttune.run.simulation import Simulation
+from robusttune.engine.simulation import Simulation
 
 # Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
 TENSORBOARD_SCALARS = ("accuracy", "validation_accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",

@@ -23,7 +23,7 @@ from robusttune.methods.algorithms import RoundPlan, RoundState, ServerAlgorithm
 from robusttune.methods.attacks import Attack, make_attack
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.data import load_federated
-from robusttune.run.input_statistics import error_from, honest_inputs, spread_from
+from robusttune.engine.input_statistics import error_from, honest_inputs, spread_from
 from robusttune.problem.models import flat_params, make_model
 from robusttune.core.numerics import float_path, pin
 from robusttune.core.records import RoundRecord, RunSummary, is_collapsed, selection_accuracy
