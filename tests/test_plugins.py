@@ -334,3 +334,44 @@ def test_the_examples_map_runs_through_ray_with_the_plugin_on_every_worker(tmp_p
     resumed = cli(*command, "--resume", "--local", timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"{len(runs)} runs kept from before" in resumed.stdout and ", 0 new" in resumed.stdout
+
+
+def test_a_joined_cluster_gets_the_plugin_files_with_the_job(tmp_path, rule_file):
+    # --address: the driver's plugin files travel with the job (Ray's py_modules); here the
+    # driver's file is gone once the job has started, so the workers can only use the copy
+    (tmp_path / "pkg").mkdir()
+    rule_file.replace(tmp_path / "pkg" / "joined_rule.py")
+    out = python('''
+        import contextlib, json, os
+        from ray.cluster_utils import Cluster
+        import robusttune
+        from robusttune.experiments.sweep import cluster
+
+        head = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+        joined = cluster.ray_session
+
+        @contextlib.contextmanager
+        def then_hide_the_file(address, num_cpus):
+            with joined(address, num_cpus) as started:
+                os.rename("pkg", "pkg_elsewhere")
+                yield started
+
+        cluster.ray_session = then_hide_the_file
+        space = {"name": "joined", "plugins": ["pkg/joined_rule.py"],
+                 "run": {"dataset": "digits", "model": "mlp", "clients": 10, "rounds": 2,
+                         "train_samples": 300, "local_epochs": 1, "eval_every": 2,
+                         "checkpoint_every": 0},
+                 "space": {"method": {"grid": ["shrunk_median"]}},
+                 "breakdown": {"adversary": {"attack": ["sign_flip"], "attack_strength": [10.0]},
+                               "max_fraction": 0.1, "verify_radius": 0}}
+        try:
+            robusttune.breakdown(space, storage="results", address=head.address)
+        finally:
+            head.shutdown()
+        runs = [json.loads(line) for line in open("results/joined/runs.jsonl")]
+        print(json.dumps([[r["summary"]["spec"]["method"], r["summary"].get("error")]
+                          for r in runs]))
+    ''', cwd=tmp_path, timeout=300)
+    runs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert runs and all(method == "shrunk_median" and not error for method, error in runs)
+    assert not (tmp_path / "pkg").exists()
