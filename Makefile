@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install browser tools data test sweep bench clean
+.PHONY: install browser tools data test sweep bench docs clean
 
 install: $(STAMP)
 
@@ -13,7 +13,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[test,docs]"
 	touch $(STAMP)
 
 # Headless Chromium (Debian's package) opens report.html in the tests; CI runs as root.
@@ -58,6 +58,12 @@ test: install browser tools data
 sweep: install
 	$(VENV)/bin/robusttune sweep search_spaces/quickstart.yaml
 	$(VENV)/bin/robusttune report results/quickstart
+
+# The documentation site, built offline (no intersphinx, no CDN maths); any warning fails it.
+# Its reference pages are generated from the code at every build (docs/_ext/reference_pages.py).
+docs: install
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
 
 bench: install
 	$(PY) bench/training.py --quick

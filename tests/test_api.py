@@ -4,6 +4,7 @@ SpecError instead of exiting."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -15,7 +16,10 @@ import pytest
 
 import robusttune
 from robusttune.core.registries import AGGREGATORS, ATTACKS
+from robusttune.core.records import ROUND_COLUMNS, RunSummary
 from robusttune.core.registry import SpecError
+from robusttune.experiments.breakdown.report import BREAKDOWN_COLUMNS, POINTS_COLUMNS
+from robusttune.reports.tuning import RESULT_COLUMN_DOCS
 from robusttune.reports.catalogue import CONCEPTS
 
 TINY = {"dataset": "digits", "model": "mlp", "clients": 10, "rounds": 2, "local_epochs": 1,
@@ -36,6 +40,9 @@ def test_run_returns_its_summary_and_rounds_and_raises_bad_input(tmp_path):
     assert result.folder == tmp_path / "run" and (result.folder / "summary.json").exists()
     assert result.summary.spec["method"] == "median" and result.summary.rounds_run == 2
     assert list(result.rounds["round"]) == [1, 2]
+    assert list(result.rounds.columns) == list(ROUND_COLUMNS)
+    written = set(json.loads((result.folder / "summary.json").read_text()))
+    assert written <= set(RunSummary.KEYS) == {f.name for f in dataclasses.fields(RunSummary)}
     assert math.isclose(result.rounds["accuracy"].iloc[-1], result.summary.final_accuracy)
     with pytest.raises(SpecError, match="^unknown RunSpec key 'roundz'; allowed keys: "):
         robusttune.run(TINY, roundz=3)
@@ -54,6 +61,10 @@ def test_breakdown_and_report_from_a_dict_in_process(tmp_path):
     assert result.table.equals(pd.read_csv(tmp_path / "api_map" / "breakdown.csv"))
     assert set(result.points["method"]) == {"median", "fedavg"}
     assert set(result.table["breakdown_fraction"]) <= {0.0, 0.1, 0.2, 0.3}
+    # the reference documents every column the files have (beside the cell's own axes)
+    axes = ["method", "participation"]
+    assert list(result.table.columns) == axes + list(BREAKDOWN_COLUMNS)
+    assert list(result.points.columns) == axes + list(POINTS_COLUMNS)
     report = robusttune.report(result.folder)
     assert report.path.exists() and set(report.runs["method"]) == {"median", "fedavg"}
 
@@ -92,6 +103,7 @@ def test_tune_in_process_returns_its_proposals(tmp_path):
     result = robusttune.tune(study, storage=str(tmp_path), local=True)
     assert result.folder == tmp_path / "api_tune" and result.report.exists()
     assert len(result.table) == 2 and result.table["trim_ratio"].between(0.2, 0.45).all()
+    assert sorted(result.table.columns) == sorted([*RESULT_COLUMN_DOCS, "trim_ratio"])
 
 
 def test_sweep_through_ray_returns_its_trials(tmp_path, ray_session):

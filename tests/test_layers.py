@@ -1,4 +1,4 @@
-"""The package's layers, read from its own imports (docs/architecture.md): every import points to
+"""The package's layers, read from its own imports (docs/explanations/architecture.md): every import points to
 the importing module's own layer or one below it, and no module reaches itself again through
 its imports (no import circle). Every import counts: at the top of a module, inside a function
 (a lazy import is still a dependency) and under TYPE_CHECKING."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
-__all__ = ["COLLAPSE_MARGIN", "RoundRecord", "RunSummary", "is_collapsed", "selection_accuracy", "survives",
+__all__ = ["COLLAPSE_MARGIN", "ROUND_COLUMNS", "RoundRecord", "RunSummary", "is_collapsed", "selection_accuracy", "survives",
            "mean_accuracy"]
 
 # Collapse = final accuracy <= chance + 0.5 points (the SWB-DM paper's <= 10.5% on 10 classes).
@@ -87,6 +87,32 @@ class RoundRecord:
         return asdict(self)
 
 
+# rounds.csv's columns (one per RoundRecord field), as the reference documents them
+ROUND_COLUMNS: dict[str, str] = {
+    "round": "The round, from 1.",
+    "accuracy": "Test accuracy (a fraction) of the global model; NaN in rounds not evaluated.",
+    "loss": "Test loss; NaN in rounds not evaluated.",
+    "param_norm": "L2 norm of the global model's parameters.",
+    "nonfinite_params": "Parameters that are NaN or infinite (a diverged run).",
+    "max_class_share": "The largest share of test predictions given to one class (1.0: one class for every input).",
+    "sampled": "n, the clients sampled this round.",
+    "byzantine_sampled": "The Byzantine clients among them.",
+    "nonfinite_messages": "Messages sent this round with a NaN or infinite coordinate.",
+    "byzantine_input_share": "The Byzantine share of the rule's input rows (cached rows included).",
+    "byzantine_majority": "Whether the Byzantine rows were a majority of the rule's input.",
+    "f_assumed": "f, the corruption the rule was told to expect: floor(n_in x assumed fraction).",
+    "precondition_held_assumed": "Whether the rule's precondition held for f_assumed.",
+    "precondition_held_actual": "Whether it held for the actual Byzantine rows.",
+    "aggregated": "Whether the rule ran (not when nobody was sampled, or a guarded run refused).",
+    "collapsed": "The collapse rule at this round: non-finite parameters or accuracy <= 1/K + 0.005.",
+    "train_seconds": "Seconds of client training.",
+    "aggregate_seconds": "Seconds of aggregation.",
+    "aggregation_error": "||Agg - xbar_H||_2, the aggregate's distance from the mean of the rule's honest inputs (SWB-DM's Figure 2 quantity).",
+    "honest_input_spread": "The mean squared distance of the honest inputs from their mean (under DeMoA the honest cached momenta's variance).",
+    "validation_accuracy": "Accuracy on the validation part of the held-out set; NaN when not evaluated or without one.",
+}
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """The end of one run: summary.json's content, typed. Figures never measured or non-finite
@@ -118,6 +144,25 @@ class RunSummary:
     mean_honest_input_spread: float = math.nan
     final_validation_accuracy: float = math.nan
     float_path: str | None = None   # what the run computed with (robusttune.core.numerics.FloatPath)
+
+    # summary.json's keys, as the reference documents them
+    KEYS: ClassVar[dict[str, str]] = {
+        "final_accuracy": "Test accuracy after the last round (a fraction).",
+        "final_loss": "Test loss after the last round.",
+        "collapsed": "The run collapsed: non-finite parameters or final accuracy <= 1/K + 0.005 (on validation accuracy when there is a validation part).",
+        "rounds_run": "Rounds run (fewer than asked when stopped early).",
+        "byzantine_majority_rounds": "Rounds whose rule input had a Byzantine majority.",
+        "seconds": "Wall-clock seconds of the run.",
+        "num_classes": "K, the dataset's classes.",
+        "spec": "The resolved RunSpec: every key's value, plugin knobs included.",
+        "stopped_early": "A scheduler or an interruption ended the run before its last round.",
+        "run_dir": "The run folder.",
+        "error": "Why the run did not finish (a configuration error), else null.",
+        "mean_aggregation_error": "The mean of the rounds' aggregation_error over rounds where it is defined.",
+        "mean_honest_input_spread": "The same mean of honest_input_spread.",
+        "final_validation_accuracy": "Validation accuracy after the last round (what selections read).",
+        "float_path": "The float path the run computed with (numerics mode, kernels, threads, torch).",
+    }
 
     @property
     def has_validation(self) -> bool:

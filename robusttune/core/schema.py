@@ -104,101 +104,159 @@ class RunSchema(BaseModel):
     ones (the SWB-DM cifar10 setup, with the embedded digits as the dataset); ``None`` marks the
     keys the resolver fills (method, assumed fraction, trim ratio, server step)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # each key's docstring is its description (the reference and the JSON schema show it)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
+                              use_attribute_docstrings=True)
 
     dataset: str = "digits"
+    """The dataset (`robusttune list dataset`): `digits` ships with scikit-learn; others are
+    read from disk, never downloaded."""
     data_root: str = "./data"
+    """Folder of torchvision's dataset files (mnist, emnist, cifar10, cifar100,
+    fashion_mnist)."""
     model: str = "cnn2"
+    """The model (`robusttune list model`); a dataset may set its own default."""
     clients: Annotated[Int, Field(ge=1)] = 20
+    """N, the number of clients."""
     rounds: Annotated[Int, Field(ge=1)] = 10
+    """T, the number of rounds."""
     participation: Annotated[Finite, Field(gt=0, le=1)] = 0.5
+    """p, the share of the N clients sampled per round."""
     participation_mode: Literal["fixed", "bernoulli"] = "fixed"
+    """`fixed`: exactly n = round(p N) clients a round (SWB-DM's draw); `bernoulli`: each
+    client independently with probability p."""
     sample_size: optional_int(ge=1) = None
+    """n of a fixed draw (none: round(p N))."""
     byzantine_fraction: Annotated[Finite, Field(ge=0, lt=1)] = 0.0
+    """beta, the share of the N clients that are Byzantine (B = floor(beta N))."""
     assumed_byzantine_fraction: optional_finite(ge=0, lt=1) = None
+    """The corruption a rule is told to expect, f = floor(n_in x this); none: beta."""
     attack: str = "none"
+    """What the Byzantine clients send (`robusttune list attack`)."""
     attack_strength: optional_finite() = None
-    # What the omniscient attacker computes its statistics over (mu, sigma, ALIE's n and f):
-    # `inputs` = every row the rule aggregates (all N cached rows under state_cache and demoa),
-    # `sample` = this round's sampled messages (how the SWB-DM grid ran ALIE and IPM);
-    # `population` = the rows of `inputs`, but ALIE's n and f are the run's N and B Byzantine
-    # clients, the same under every algorithm (DeMoA's comparison; the epfml code).
+    """The attack's one knob (none: the attack's documented default)."""
     attack_scope: Literal["inputs", "sample", "population"] = "inputs"
-    # MinMax / MinSum's perturbation p (m = mu + gamma p): -std, -unit mean or -sign of the mean
+    """What the omniscient attacker computes its statistics over (mu, sigma, ALIE's n and
+    f): `inputs`, every row the rule aggregates (all N cached rows under state_cache and
+    demoa); `sample`, this round's sampled messages (how the SWB-DM grid ran ALIE and IPM);
+    `population`, the rows of `inputs`, but ALIE's n and f are the run's N and B (DeMoA's
+    comparison)."""
     attack_direction: Literal["std", "unit", "sign"] = "std"
+    """MinMax and MinSum's perturbation p (m = mu + gamma p): minus the std, the unit mean
+    or the sign of the mean."""
     method: OptionalStr = None
+    """A method preset: an algorithm with its rule (`robusttune list method`), or
+    ALGORITHM+RULE."""
     algorithm: str = "fedavg"
+    """The server algorithm (`robusttune list algorithm`); set by `method` when given."""
     aggregator: str = "mean"
+    """The robust aggregation rule (`robusttune list aggregator`); set by `method` when
+    given."""
     trim_ratio: optional_finite(ge=0, lt=0.5) = None
+    """The share trimmed from each side (trimmed mean, SWB); none: the rule's calibrated
+    trim for the assumed fraction."""
     krum_m: optional_int(ge=1) = None
-    # CCLIP's radius r (Karimireddy et al., 2021): `median_distance` = cclip_tau times the lower
-    # median of the inputs' distances to the centre (the inputs' own scale: momenta, MARINA's
-    # clipped differences and trained states alike); `absolute` = cclip_tau itself. tau = 2
-    # (tau = 1 starved DeMoA at p = 0.1; measured in aggregators/distance.py).
+    """Multi-Krum's m, the messages averaged (none: n - f)."""
     cclip_scale: Literal["median_distance", "absolute"] = "median_distance"
+    """CCLIP's radius r (Karimireddy et al., 2021): `median_distance`, cclip_tau times the
+    lower median of the inputs' distances to the centre (the inputs' own scale); `absolute`,
+    cclip_tau itself."""
     cclip_tau: Annotated[Finite, Field(gt=0)] = 2.0
+    """CCLIP's tau (tau = 1 starved DeMoA at p = 0.1; measured in
+    methods/aggregators/distance.py)."""
     cclip_iters: Annotated[Int, Field(ge=1)] = 1
+    """CCLIP's clipping iterations L."""
     gm_iters: Annotated[Int, Field(ge=1)] = 10
+    """Weiszfeld steps of the geometric median."""
     bucket_size: Annotated[Int, Field(ge=0)] = 0
-    # a pre-aggregation in front of the rule (and its buckets): nearest-neighbour mixing
-    # (Allouah et al., AISTATS 2023) or adaptive robust clipping (Allouah et al., ICLR 2025)
+    """Bucketing's s (Karimireddy, He and Jaggi, ICLR 2022) in front of the rule; 0 or 1:
+    none."""
     pre_aggregator: Literal["none", "nnm", "arc"] = "none"
+    """A pre-aggregation in front of the rule and its buckets: nearest-neighbour mixing
+    (`nnm`, Allouah et al., AISTATS 2023) or adaptive robust clipping (`arc`, Allouah et
+    al., ICLR 2025)."""
     swb_chunk: Annotated[Int, Field(ge=1)] = 512
+    """SWB's chunk of C coordinates rotated together."""
     swb_views: Annotated[Int, Field(ge=1)] = 2
+    """SWB's P random views per chunk."""
     swb_rotation: Literal["haar", "shared", "hadamard"] = "haar"
+    """SWB's rotation: `haar`, an independent Haar rotation per chunk and view (exact);
+    `shared`, one per view for all full chunks; `hadamard`, a randomized Hadamard transform
+    (swb_chunk a power of 2)."""
     guarded: bool = False
+    """Skip the aggregation (keep the model) in a round where the rule's precondition fails
+    for the assumed corruption."""
     median_even: Literal["midpoint", "lower"] = "midpoint"
+    """The median of an even count: `midpoint` averages the two middle values; `lower` takes
+    the lower one."""
     local_epochs: Annotated[Int, Field(ge=1)] = 2
+    """E, local epochs per round (algorithms that train locally)."""
     batch_size: Annotated[Int, Field(ge=1)] = 32
+    """Client minibatch size."""
     lr: Annotated[Finite, Field(gt=0)] = 0.01
+    """Client step size."""
     momentum: Annotated[Finite, Field(ge=0, lt=1)] = 0.9
+    """Client SGD momentum (local training)."""
     trainer: Literal["auto", "sequential", "batched"] = "auto"
+    """How clients train: `sequential`, one after another; `batched`, stacked with
+    torch.func (vmap); `auto`, batched on CUDA, else sequential."""
     demoa_alpha: Annotated[Finite, Field(gt=0, le=1)] = 0.1
+    """DeMoA's momentum coefficient alpha (and FedCM's)."""
     demoa_ablation: Literal["none", "coefficient_swap", "no_decay"] = "none"
+    """A DeMoA ablation: `coefficient_swap` or `no_decay` (the paper's Section 5)."""
     server_lr: optional_finite(gt=0) = None
-    # How the rule weighs its inputs: `samples` = by the clients' sample counts (FedAvg's n_i/n),
-    # `uniform` = one vote per client. `auto` resolves to the algorithm's paper default
-    # (`default_weights`): samples for fedavg/state_cache, uniform for the gradient-space
-    # algorithms (demoa, fedcm, fedcm_xu, fedsgd, byz_vr_marina_pp), whose robust rules the papers
-    # state over the n clients unweighted.
+    """eta, the server step on the aggregate (none: the algorithm's default)."""
     aggregate_weights: Literal["auto", "samples", "uniform"] = "auto"
-    # Byz-VR-MARINA-PP (Malinovsky et al., 2024; robusttune/methods/algorithms/marina.py).
-    # marina_variant: `variance_reduction` = the paper's Algorithm 1; `clipped_momentum` = its
-    # heuristic eq. (10) on robust momentum SGD (what its authors' network experiments and DeMoA's
-    # comparison ran): g <- g + Agg(clip_lambda(m_i - g)), lambda = multiplier ||g||.
-    # marina_p: Algorithm 1's probability of a full-participation round (None: the paper's
-    # p = min{C/n, b/m, zeta_Q/d}, from the clients' data sizes when the run starts).
-    # marina_clip_multiplier: alpha in lambda_{k+1} = alpha ||x^{k+1} - x^k|| (Algorithm 1) or
-    # lambda_k = alpha ||g^{k-1}|| (eq. 10, as the authors' code scales it). The authors' grid is
-    # {0.1, 1, 10, 100} (Appendix H.1 tunes {0.1, 1, 10}). None: the level 1 x ||g^k|| of their
-    # code at 1, i.e. 1 for eq. (10) and 10 for Algorithm 1 (alpha gamma ||g^k|| at gamma 0.1);
-    # what the grid measured on digits: algorithms/marina.py, DEFAULT_CLIP_MULTIPLIER.
-    # marina_compressor: the unbiased compressor Q of the differences (`none`: Q = id, the
-    # default; `rand_k`: keep a random marina_compress_ratio share of coordinates, scaled by d/k).
+    """How the rule weighs its inputs: `samples`, by the clients' sample counts (FedAvg's
+    n_i / n); `uniform`, one vote per client; `auto`, the algorithm's paper default (samples
+    for fedavg and state_cache, uniform for the gradient-space algorithms)."""
     marina_variant: Literal["variance_reduction", "clipped_momentum"] = "variance_reduction"
+    """Byz-VR-MARINA-PP (Malinovsky et al., 2024): `variance_reduction`, the paper's
+    Algorithm 1; `clipped_momentum`, its heuristic eq. (10) on robust momentum SGD."""
     marina_p: optional_finite(gt=0, le=1) = None
+    """Algorithm 1's probability of a full-participation round (none: the paper's p =
+    min{C/n, b/m, zeta_Q/d})."""
     marina_clip_multiplier: optional_finite(gt=0) = None
+    """alpha in the clipping level lambda = alpha ||x^{k+1} - x^k|| (Algorithm 1) or alpha
+    ||g^{k-1}|| (eq. 10); none: 10 for Algorithm 1, 1 for eq. (10)."""
     marina_compressor: Literal["none", "rand_k"] = "none"
+    """The unbiased compressor of the differences: `none` (Q = id) or `rand_k`."""
     marina_compress_ratio: Annotated[Finite, Field(gt=0, le=1)] = 0.1
-    # inf: IID (no Dirichlet skew)
+    """rand_k's share of coordinates kept (scaled by d/k)."""
     dirichlet_alpha: Annotated[float, Number, Field(gt=0)] = 0.5
+    """The Dirichlet concentration of the per-class split over clients (Hsu, Qi and Brown,
+    2019); inf: IID."""
     partition_seed: Annotated[Int, Field(ge=0)] = 1234
+    """Seeds the split, the root set and the validation part: every method and run seed
+    trains on the same split."""
     seed: Annotated[Int, Field(ge=0)] = 42
+    """Seeds the model's initialisation, the sampling and the attacks' noise."""
     device: Annotated[str, AfterValidator(_device)] = "auto"
+    """`auto` (CUDA when there is one), `cpu`, `cuda` or `cuda:N`."""
     eval_every: Annotated[Int, Field(ge=1)] = 1
-    # the share of the held-out set, per class, that is validation (what every selection reads);
-    # the rest is the test part reports state. Taken from the held-out set so training is
-    # unchanged (robusttune.problem.data.partition.validation_split). 0: no validation part.
+    """Evaluate every this many rounds (and at the last)."""
     validation_fraction: Annotated[Finite, Field(ge=0, lt=1)] = 0.5
-    train_samples: optional_int(ge=1) = None  # stratified: data.partition.training_subset
+    """The share of the held-out set, per class, that is validation (what every selection
+    reads); the rest is the test part reports state. 0: no validation part."""
+    train_samples: optional_int(ge=1) = None
+    """A stratified subset of the training set of this size (none: all)."""
     cache_dtype: Literal["float32", "bfloat16"] = "float32"
+    """The dtype of cached messages and momenta (bfloat16 halves their memory; reads are
+    float32)."""
     fltrust_root_size: Annotated[Int, Field(ge=1)] = 100
+    """FLTrust's clean root set, drawn from the training set."""
     synthetic_shape: Annotated[str, AfterValidator(_shape)] = "1x8x8"
+    """The synthetic dataset's input shape (3x32x32 or 20)."""
     synthetic_classes: Annotated[Int, Field(ge=2)] = 10
+    """The synthetic dataset's classes."""
     synthetic_samples: Annotated[Int, Field(ge=1)] = 2000
+    """The synthetic dataset's training samples."""
     checkpoint_every: Annotated[Int, Field(ge=0)] = 5
-    # robusttune.core.numerics: `portable` = the same bits on every AVX2 x86-64 CPU; `native` = none
+    """A trial's checkpoint every this many rounds (0: none); a resumed trial continues from
+    it."""
     numerics: Literal["native", "portable"] = "portable"
+    """`portable`, the same bits on every AVX2 x86-64 CPU; `native`, ATen's fastest kernels
+    (robusttune.core.numerics). Default: $ROBUSTTUNE_NUMERICS, else portable."""
 
     @model_validator(mode="after")
     def _across_keys(self) -> "RunSchema":

@@ -24,12 +24,24 @@ from robusttune.core.registry import SpecError
 if TYPE_CHECKING:
     from robusttune.experiments.tuning import TuningPlan, TuningResult
 
-__all__ = ["write_tuning", "RESULT_COLUMNS", "knob_columns", "front_table", "recommended_line", "study_intro",
+__all__ = ["write_tuning", "RESULT_COLUMNS", "RESULT_COLUMN_DOCS", "knob_columns", "front_table", "recommended_line", "study_intro",
            "study_lines", "tuning_section"]
 
 TUNING_FILE = "tuning.csv"
-RESULT_COLUMNS = ("proposal", "pareto", "recommended", "clean_validation", "worst_validation",
-                  "worst_attack", "clean_test", "worst_test", "worst_collapsed")
+# tuning.csv's columns beside the knobs (one column per knob searched), as the reference
+# documents them
+RESULT_COLUMN_DOCS: dict[str, str] = {
+    "proposal": "The proposal's number, in the order Optuna made them.",
+    "pareto": "Not dominated in (clean_validation, worst_validation).",
+    "recommended": "The front's highest worst case, then highest clean accuracy, then the earliest.",
+    "clean_validation": "Validation accuracy without attack (0 when collapsed): one objective.",
+    "worst_validation": "The worst validation accuracy over the adversary (0 when collapsed): the other.",
+    "worst_attack": "The adversary's variant that gave the worst case.",
+    "clean_test": "Test accuracy of the clean runs (not selected on).",
+    "worst_test": "Test accuracy of the worst-case runs.",
+    "worst_collapsed": "Whether the worst-case run collapsed.",
+}
+RESULT_COLUMNS = tuple(RESULT_COLUMN_DOCS)
 
 
 def knob_columns(table: pd.DataFrame) -> list[str]:

@@ -13,7 +13,46 @@ from robusttune.experiments.breakdown.bisection import BreakdownMap, CellResult
 from robusttune.experiments.breakdown.theory import theory_columns
 from robusttune.display.markdown import markdown_table
 
-__all__ = ["write_breakdown", "breakdown_table", "breaking_family", "breakdown_label", "answer", "frontier_table",
+# the columns of breakdown.csv and breakdown_points.csv after the cell's own axes (method,
+# participation ...), as the reference documents them
+BREAKDOWN_COLUMNS: dict[str, str] = {
+    "breakdown": "The answer as it reads: the fraction, '>= top' for a cell that never broke on the lattice, 'fails clean' without a baseline.",
+    "clients": "N, the cell's clients (the lattice is {0, 1/N, 2/N, ...}).",
+    "breakdown_fraction": "The largest surviving fraction b/N below the first failing point (empty when the cell fails clean).",
+    "breakdown_byzantine": "b, that fraction's Byzantine clients.",
+    "status": "ok, survives_all (never broke up to max_fraction), non_monotone (a survivor above a failure) or fails_clean.",
+    "monotone": "No point above a failing one survived.",
+    "conservative_fraction": "For a non-monotone cell, the fraction below its first failure.",
+    "largest_surviving_fraction": "The largest fraction any evaluated point survived.",
+    "clean_accuracy": "Validation accuracy at beta = 0, the cell's baseline.",
+    "clean_test_accuracy": "Test accuracy of the same clean runs.",
+    "threshold": "The survival bar: relative_threshold x clean accuracy, or the absolute threshold.",
+    "points_evaluated": "Lattice points evaluated (bisection, verification).",
+    "lattice_points": "Points of the cell's lattice up to max_fraction.",
+    "trials": "Runs the cell took.",
+    "broken_by": "The adversary setting that broke the first failing point.",
+    "attack_family": "Its family: ladder (a strength ladder) or rule-aware.",
+    "evaluated": "Each evaluated point k with + (survived) or - (failed).",
+    "violations": "Points that survived above a failure (non-monotone cells).",
+    "inputs": "n_in, the rows the cell's rule aggregates (the sample, or all N cached rows).",
+    "theory_fraction": "The rule's own bound as a fraction of n_in (from its precondition); empty where it states none.",
+    "p_majority_round": "At the first failing point: the chance one round's sample is Byzantine-majority.",
+    "p_majority_run": "The chance some round of the run is.",
+}
+POINTS_COLUMNS: dict[str, str] = {
+    "clients": "N.",
+    "byzantine": "k, the point's Byzantine clients.",
+    "byzantine_fraction": "k / N.",
+    "survived": "Every adversary setting's runs survived at this point.",
+    "accuracy": "What survival read: validation accuracy (mean over seeds) of the setting named in adversary.",
+    "test_accuracy": "The same runs' test accuracy.",
+    "collapsed": "A run of that setting collapsed.",
+    "trials": "Runs the point took.",
+    "adversary": "The setting that gave the accuracy: a survivor's worst, a failed point's breaker.",
+    "detail": "Every run folder behind the point.",
+}
+
+__all__ = ["BREAKDOWN_COLUMNS", "POINTS_COLUMNS", "write_breakdown", "breakdown_table", "breaking_family", "breakdown_label", "answer", "frontier_table",
            "cells_by_method", "method_names"]
 
 
