@@ -7,7 +7,7 @@ algorithms, datasets and models (`robusttune.core.plugins`)."""
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _API = ("run", "sweep", "breakdown", "calibrate", "tune", "report", "catalogue")
 __all__ = ["__version__", "load_plugins", *_API]

@@ -40,6 +40,9 @@ def test_licence_citation_and_changelog_agree_with_the_package():
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert citation["cff-version"] == "1.2.0" and citation["license"] == project["license"]
     assert citation["version"] == project["version"]
+    import robusttune
+
+    assert robusttune.__version__ == project["version"]
     assert {"title", "authors", "message"} <= set(citation)
     assert all(r["title"] and r["authors"] for r in citation["references"])
     changelog = (ROOT / "CHANGELOG.md").read_text()

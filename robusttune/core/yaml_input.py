@@ -17,7 +17,8 @@ from robusttune.core.plugins import absolute_references
 from robusttune.core.runspec import run_keys
 from robusttune.core.registry import SpecError
 
-__all__ = ["parse_assignment", "parse_assignments", "parse_yaml", "read_yaml", "stored_plugins"]
+__all__ = ["parse_assignment", "parse_assignments", "parse_yaml", "read_yaml", "find_yaml",
+           "packaged_spaces", "stored_plugins"]
 
 # the inputs a results folder keeps (a sweep's, a map's or a study's), which name its plugins
 STORED_INPUTS = ("sweep.yaml", "plan.yaml")
@@ -54,11 +55,35 @@ def parse_yaml(text: str, source: str) -> Any:
         raise SpecError(f"{source}: not valid YAML ({first})") from None
 
 
-def read_yaml(path: str | Path, what: str) -> Any:
-    """Read a YAML file the user named; ``what`` names it in the one-line error if it is missing."""
+# the example spaces shipped inside the package (`robusttune sweep quickstart`)
+PACKAGED_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
+
+
+def packaged_spaces() -> dict[str, Path]:
+    """The search spaces that ship with the package, by name: ``quickstart``,
+    ``findings/claim3_bulyan`` ..."""
+    return {p.relative_to(PACKAGED_SPACES).with_suffix("").as_posix(): p
+            for p in sorted(PACKAGED_SPACES.rglob("*.yaml"))}
+
+
+def find_yaml(path: str | Path, what: str) -> Path:
+    """The YAML file the user named: a path, or the name of a space shipped with the package
+    (``quickstart``, ``breakdown``; `packaged_spaces`) where no such file exists."""
     path = Path(path)
-    if not path.exists():
-        raise SpecError(f"{what} {str(path)!r} does not exist")
+    if path.exists():
+        return path
+    packaged = packaged_spaces().get(path.as_posix().removesuffix(".yaml"))
+    if packaged is not None:
+        return packaged
+    names = ", ".join(n for n in packaged_spaces() if "/" not in n)
+    raise SpecError(f"{what} {str(path)!r} does not exist; allowed: a YAML file, or a space "
+                    f"shipped with robusttune ({names}; robusttune list space)")
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Read a YAML file the user named (`find_yaml`: a path or a packaged space's name); ``what``
+    names it in the one-line error if it is missing."""
+    path = find_yaml(path, what)
     data = parse_yaml(path.read_text(), path.name)
     if isinstance(data, dict) and "plugins" in data:
         # a plugin file is named relative to the YAML that names it

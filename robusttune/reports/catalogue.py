@@ -11,6 +11,7 @@ from typing import Any
 from robusttune.core.registries import AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS, MODELS
 from robusttune.core.registry import BUILT_IN, SpecError
 from robusttune.core.runspec import method_presets
+from robusttune.core.yaml_input import packaged_spaces
 
 __all__ = ["CONCEPTS", "catalogue", "summary_line"]
 
@@ -19,7 +20,7 @@ _ABBREVIATIONS = frozenset({"Sec", "Secs", "Eq", "Eqs", "al", "e.g", "i.e", "Fig
                             "cf", "No", "Thm", "Prop", "App"})
 
 # the concepts in the order they are listed, under the names a user filters by
-CONCEPTS = ("aggregator", "attack", "method", "algorithm", "dataset", "model")
+CONCEPTS = ("aggregator", "attack", "method", "algorithm", "dataset", "model", "space")
 
 
 def summary_line(entry: Any) -> str:
@@ -39,8 +40,9 @@ def summary_line(entry: Any) -> str:
 
 def catalogue(concept: str | None = None) -> list[dict[str, str]]:
     """Rows ``{concept, name, source, summary}``: every registered entry of ``concept`` (None:
-    all), and every ``method:`` name with the algorithm and rule it runs. A method's source is
-    its rule's (a plugin rule is a method of FedAvg's family, as every built-in rule is)."""
+    all), every ``method:`` name with the algorithm and rule it runs (a method's source is its
+    rule's: a plugin rule is a method of FedAvg's family, as every built-in rule is), and every
+    search space shipped with the package (``robusttune sweep NAME`` runs it)."""
     if concept is not None and concept not in CONCEPTS:
         raise SpecError(f"concept {concept!r} is unknown; allowed: {', '.join(CONCEPTS)}")
     registries = {"aggregator": AGGREGATORS, "attack": ATTACKS, "algorithm": ALGORITHMS,
@@ -48,6 +50,11 @@ def catalogue(concept: str | None = None) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
     for name in CONCEPTS:
         if concept is not None and name != concept:
+            continue
+        if name == "space":
+            for space, path in packaged_spaces().items():
+                rows.append({"concept": "space", "name": space, "source": BUILT_IN,
+                             "summary": _first_comment(path)})
             continue
         if name == "method":
             for method, (algorithm, rule) in sorted(method_presets().items()):
@@ -62,3 +69,12 @@ def catalogue(concept: str | None = None) -> list[dict[str, str]]:
             rows.append({"concept": name, "name": entry, "source": registry.source(entry),
                          "summary": summary_line(registry[entry])})
     return rows
+
+
+def _first_comment(path: Any) -> str:
+    """A space file's first comment line, without its file name ("quickstart.yaml: ...")."""
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            text = line.lstrip("# ").strip()
+            return text.split(": ", 1)[1] if text.split(": ", 1)[0].endswith(".yaml") and ": " in text else text
+    return ""
