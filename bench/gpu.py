@@ -10,7 +10,7 @@ Runs on a CUDA machine with torch, numpy, scipy and pydantic (``robusttune.core.
 it reaches ``robusttune.problem.models``, ``training``, ``aggregators``, ``attacks``, ``algorithms``,
 ``caches``, ``data`` and ``simulation`` (none imports Ray, Optuna or PyYAML) and the helpers of
 ``bench/training.py`` and ``bench/aggregators.py``. It ran on an H200 with torch 2.11.0 on
-2026-12-04 (bench/results/), pydantic carried there as wheels (README.md, "On a GPU").
+2026-12-04 (bench/results/), pydantic carried there as wheels (docs/how-to/gpu.md).
 
 Output: lines starting with ``#`` are notes; every other line is ``<figure>: <number>``, and the
 last one is the headline, ``batched_vs_sequential_cnn2_50_clients``. Figure names are those of

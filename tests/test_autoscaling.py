@@ -67,7 +67,7 @@ MAP = {"name": "map",
 FIRST_WAVE_RUNS = 2  # the map's first wave: two fractions of its lattice, one seed
 COMMAND_TIMEOUT_S = 240
 # The story takes about 2 minutes alone on this 2-core machine and 4.5 at load 8 (most of it
-# command and worker start-up; README "Running on a cluster" has the measured times): above
+# command and worker start-up; docs/how-to/cluster.md has the measured times): above
 # pytest's 300 s default under load.
 pytestmark = pytest.mark.timeout(900)
 
@@ -366,7 +366,7 @@ def test_idle_workers_are_removed_after_the_idle_timeout(story):
 
 
 def scaling_times(story: dict[str, Any]) -> str:
-    """The README's measured times: from the sweep command to the first worker launched, from
+    """The cluster guide's measured times: from the sweep command to the first worker launched, from
     that launch to the first round reported, from the sweep's loss to the replacement's launch,
     and from the last trial's end (sweep or map) to the last idle worker's termination."""
     sweep, events = story["sweep"], story["events"]

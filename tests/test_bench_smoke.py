@@ -39,7 +39,7 @@ RAY_SCRIPTS = {"cluster.py", "sweep.py", "map_throughput.py"}
 # covered elsewhere: gpu.py by tests/test_gpu_bench.py (through bench/gpu.sh)
 NOT_HERE = {"gpu.py"}
 
-# ``figure_name: 0.104``; numerics.py's headline, quoted in the README, is
+# ``figure_name: 0.104``; numerics.py's headline, quoted in docs/explanations/numerics.md, is
 # ``portable/native time: 1.16``, hence the optional "/part" and " part" of the name
 HEADLINE = re.compile(r"^[a-z0-9_]+(/[a-z0-9_]+)?( [a-z0-9_]+)?: -?[0-9.]+(e[-+]?[0-9]+)?$")
 TIMEOUT = 240  # seconds a smoke run may take before it counts as hung

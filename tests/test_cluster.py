@@ -2,7 +2,7 @@
 
 - ``cluster.yaml`` (AWS) and ``cluster.local.yaml`` (on-premise) pass the cluster launcher's own
   preparation and schema validation, offline (the AWS bootstrap step, which talks to AWS, is not
-  run), and say what the README promises: a head that runs no trials, GPU workers from 0 up.
+  run), and say what the cluster guide (docs/how-to/cluster.md) promises: a head that runs no trials, GPU workers from 0 up.
 - A sweep on a real multi-node Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head
   with no CPUs and two 1-CPU worker nodes, joined through ``address`` like ``--address``) loses a
   worker node while both workers run a trial: every trial still finishes, none is lost or run
@@ -124,9 +124,9 @@ def test_a_trial_shape_fits_one_node_or_is_refused_naming_the_amount():
 
 
 def test_readme_per_trial_flags_fit_cluster_yamls_gpu_workers():
-    """The README's and cluster.yaml's suggested --gpus-per-trial/--cpus-per-trial fit a GPU
+    """The cluster guide's and cluster.yaml's suggested --gpus-per-trial/--cpus-per-trial fit a GPU
     worker of cluster.yaml (not the head), with the trials per node and the cluster size the
-    README states; node types read as robusttune reads the autoscaler's config."""
+    guide states; node types read as robusttune reads the autoscaler's config."""
     from robusttune.experiments.sweep.cluster import holds, shape_problem
     from robusttune.experiments.sweep.ray_compat import config_node_types
 
@@ -135,8 +135,7 @@ def test_readme_per_trial_flags_fit_cluster_yamls_gpu_workers():
     head = config["head_node_type"]
     (gpu_type,) = [name for name, r in types.items() if r.get("GPU", 0) >= 1]
     worker = types[gpu_type]
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Running on a cluster", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "how-to" / "cluster.md").read_text()
     suggested = re.findall(r"--gpus-per-trial ([\d.]+)(?:\s+--cpus-per-trial ([\d.]+))?", section)
     suggested += re.findall(r"--gpus-per-trial ([\d.]+)(?: and --cpus-per-trial ([\d.]+))?",
                             (ROOT / "cluster.yaml").read_text())
@@ -147,7 +146,7 @@ def test_readme_per_trial_flags_fit_cluster_yamls_gpu_workers():
         assert holds(worker, wanted) and not holds(types[head], wanted)
     claim = re.search(r"worker \((\d+) GPU, (\d+) CPUs\) holds (\d+)\s+trials with "
                       r"`--gpus-per-trial ([\d.]+) --cpus-per-trial ([\d.]+)`", section)
-    assert claim, "the README no longer says how many trials a GPU worker holds"
+    assert claim, "the cluster guide no longer says how many trials a GPU worker holds"
     gpus, cpus, per_node, gpu, cpu = (float(x) for x in claim.groups())
     assert (gpus, cpus) == (worker["GPU"], worker["CPU"])
     assert per_node == min(gpus // gpu, cpus // cpu)

@@ -96,7 +96,7 @@ def test_kept_h200_log_holds_every_figure_and_the_readme_quotes_it(declared):
     for run in runs:
         assert list(run) == declared["names"]
         assert all(math.isfinite(v) for v in run.values())
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "how-to" / "gpu.md").read_text()
     headline = " / ".join(f"{run['batched_vs_sequential_cnn2_50_clients']:.2f}x" for run in runs)
     assert f"batched {headline}" in readme
     ten = " / ".join(f"{run['batched_vs_sequential_cnn2_10_clients']:.2f}x" for run in runs)

@@ -108,7 +108,7 @@ def portable_here():
     return _golden_in_fresh_process("portable", _clean_environment())
 
 
-# The golden bits are an x86-64 claim; elsewhere (aarch64: another BLAS, README.md "Numerics")
+# The golden bits are an x86-64 claim; elsewhere (aarch64: another BLAS, docs/explanations/numerics.md)
 # a portable run is held to giving its own machine's bits whatever the process's environment.
 X86_64 = environment("portable")["ATEN_CPU_CAPABILITY"] == "avx2"
 

@@ -25,7 +25,7 @@ the process that trains:
 - on CUDA: deterministic cuDNN (no benchmark autotuning) and a fixed cuBLAS workspace, which give
   the same bits on the same GPU model and driver only.
 
-Which machines were checked is stated in README.md ("Numerics"). On aarch64 the mode pins ATen's
+Which machines were checked is stated in docs/explanations/numerics.md. On aarch64 the mode pins ATen's
 ``default`` capability, one thread, oneDNN and NNPACK off; its BLAS (OpenBLAS) chooses kernels by
 core type, which this mode does not pin, so no cross-machine claim is made there.
 

@@ -102,10 +102,10 @@ def resolve_trainer(trainer: str, device: torch.device | str) -> str:
     The rule follows what was measured, by device type:
 
     - CPU (``bench/training.py``, cnn2, 10 clients of 300-900 CIFAR-shaped images, 2 epochs, on
-      the 2-core development machine; README, Performance): sequential is the faster strategy,
+      the 2-core development machine; docs/explanations/performance.md): sequential is the faster strategy,
       1.00 against 0.73 for batched at 2 threads and 0.59 against 0.45 at 1 thread (under vmap a
       convolution with per-client weights becomes a grouped convolution, slower on the CPU).
-    - CUDA (``bench/gpu.sh`` on one H200, torch 2.11, 2026-12-04; README, "On a GPU"): batched,
+    - CUDA (``bench/gpu.sh`` on one H200, torch 2.11, 2026-12-04; docs/how-to/gpu.md): batched,
       which stacks the clients into a GPU that one client's batch of 32 leaves mostly idle:
       1.95-2.07x sequential at 10 clients and 9.4-11.0x at 50 (two runs).
     - Anything else (e.g. ``mps``): sequential, since nothing was measured there.
