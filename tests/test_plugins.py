@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -53,17 +54,28 @@ RULE = textwrap.dedent('''
 ''')
 
 
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment for a child that may start a Ray of its own: never the
+    session's (no RAY_ADDRESS, which names it), in a temp dir of its own with short socket
+    paths."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", **extra}
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rtp-", dir="/tmp")
+    return env
+
+
 def python(code: str, *, cwd: Path = ROOT, env: dict[str, str] | None = None,
            timeout: int = 240) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (its registrations die with it)."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, text=True,
-                          capture_output=True, timeout=timeout, env={**os.environ, **(env or {})})
+                          capture_output=True, timeout=timeout, env=environment(**(env or {})))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
 
 def cli(*args: str, cwd: Path = ROOT, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], cwd=cwd, text=True, capture_output=True, timeout=timeout)
+    return subprocess.run([*CLI, *args], cwd=cwd, text=True, capture_output=True, timeout=timeout,
+                          env=environment())
 
 
 @pytest.fixture
@@ -207,7 +219,7 @@ def test_an_installed_package_plugs_in_through_its_entry_point(tmp_path):
     (info / "entry_points.txt").write_text("[robusttune.plugins]\nmy_rules = installed_rules\n")
     listed = subprocess.run([*CLI, "list", "aggregator"], cwd=tmp_path, text=True,
                             capture_output=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                            env=environment(PYTHONPATH=str(tmp_path)))
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if "shrunk_median" in line)
     assert "entry point my_rules" in row and "Coordinate-wise median shrunk" in row
