@@ -5,6 +5,7 @@ machine is small, so tests that need Ray share it and tests that don't never sta
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,17 +23,31 @@ pin(default_numerics())
 
 
 # `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test module is
-# one group, so its module fixtures run once, and the modules that start Ray clusters of their
-# own (a node killed on purpose, an autoscaler adding and removing nodes) share one group, so they
-# run one after the other and never kill nodes under each other's load.
+# one unit of work, so its module fixtures run once, and the modules that start Ray clusters of
+# their own (a node killed on purpose, an autoscaler adding and removing nodes) share one unit, so
+# they run one after the other and never kill nodes under each other's load. The units are made
+# here, by the scheduler: xdist 3.8 groups by renaming items (``item._nodeid``), which pytest 9
+# ignores (a node id is derived from ``item._id``), so its own loadgroup ran every test alone and
+# built each module fixture on both workers (the autoscaler's fake cluster twice: 75 s).
 RAY_CLUSTER_MODULES = ("test_cluster", "test_autoscaling")
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__.rpartition(".")[2]
-        group = "ray-clusters" if module in RAY_CLUSTER_MODULES else module
-        item.add_marker(pytest.mark.xdist_group(group))
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the Ray-clusters unit."""
+    module = nodeid.split("::", 1)[0]
+    return "ray-clusters" if Path(module).stem in RAY_CLUSTER_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ModuleUnits(config, log)
 
 
 @pytest.fixture(scope="session")
