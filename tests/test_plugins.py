@@ -387,3 +387,23 @@ def test_a_joined_cluster_gets_the_plugin_files_with_the_job(tmp_path, rule_file
     runs = json.loads(out.stdout.strip().splitlines()[-1])
     assert runs and all(method == "shrunk_median" and not error for method, error in runs)
     assert not (tmp_path / "pkg").exists()
+
+
+def test_a_sweep_through_ray_runs_a_plugin_rule_and_stores_its_plugins(tmp_path):
+    # the sweep's trainable (not the streaming one) loads the driver's plugins too, and the
+    # stored sweep.yaml names them for --resume
+    space = tmp_path / "plugin_sweep.yaml"
+    space.write_text(textwrap.dedent(f'''
+        name: plugin_sweep
+        plugins: [{EXAMPLES / "my_defence"}/]
+        run: {{dataset: digits, model: tiny_mlp, method: meamed, rounds: 2, clients: 10,
+               train_samples: 300, local_epochs: 1, checkpoint_every: 0}}
+        space:
+          keep_fraction: {{grid: [0.5, 0.9]}}
+    '''))
+    done = cli("sweep", str(space), "--storage", str(tmp_path), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    trials = pd.read_csv(tmp_path / "plugin_sweep" / "trials.csv")
+    assert sorted(trials["keep_fraction"]) == [0.5, 0.9] and (trials["status"] == "TERMINATED").all()
+    stored = (tmp_path / "plugin_sweep" / "sweep.yaml").read_text()
+    assert str(EXAMPLES / "my_defence") in stored
