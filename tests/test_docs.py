@@ -74,6 +74,15 @@ def test_the_reference_names_every_command_option_and_output_column(site):
         assert all(f" {column} " in outputs for column in columns)
 
 
+def test_the_reference_shows_every_function_of_the_python_api(site):
+    import robusttune
+
+    page = text_of(site / "reference" / "generated" / "python.html")
+    for name in robusttune.__all__:
+        if name not in ("__version__", "load_plugins"):
+            assert f"robusttune.{name}" in page, name
+
+
 def test_every_page_is_reachable_from_the_index(site):
     pages = {p.relative_to(ROOT / "docs").with_suffix("").as_posix()
              for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts}

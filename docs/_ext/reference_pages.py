@@ -195,8 +195,28 @@ def findings_pages() -> dict[str, str]:
     return pages
 
 
+def python_page() -> str:
+    from robusttune.commands import api
+
+    parts = ["# Python API\n\n" + inspect.cleandoc(api.__doc__).split("\n\n", 1)[0].replace("\n", " ")
+             + "\n"]
+    for name in ("run", "sweep", "breakdown", "calibrate", "tune", "report", "catalogue"):
+        function = getattr(api, name)
+        signature = str(inspect.signature(function)).replace("'", "")
+        parts.append(f"## `robusttune.{name}`\n\n```python\n{name}{signature}\n```\n\n"
+                     f"```text\n{inspect.getdoc(function)}\n```\n")
+    results = [api.RunResult, api.SweepResult, api.BreakdownResult, api.CalibrationResult,
+               api.TuningResult, api.ReportResult]
+    parts.append("## Results\n\n" + table(
+        ["type", "fields", "meaning"],
+        [[f"`{r.__name__}`", ", ".join(f"`{f}`" for f in r.__dataclass_fields__),
+          inspect.getdoc(r)] for r in results]))
+    return "\n".join(parts)
+
+
 PAGES = {
     "cli": cli_page,
+    "python": python_page,
     "runspec": runspec_page,
     "methods": methods_page,
     "aggregators": lambda: registry_page(
