@@ -22,8 +22,8 @@ from pydantic import ConfigDict, PrivateAttr, ValidationError
 
 from robusttune.core.registries import AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS, MODELS
 from robusttune.core.registry import Registry, SpecError, plugin_keys, plugin_parameters
-from robusttune.core.schema import (RUNSPEC_KEYS, RunSchema, check_model, check_value,
-                                    default_numerics, spec_error)
+from robusttune.core.schema import RUNSPEC_KEYS, RunSchema, default_numerics
+from robusttune.core.validation import check_model, check_value, spec_error
 
 __all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "method_presets", "run_keys"]
 

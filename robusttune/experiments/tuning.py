@@ -36,7 +36,7 @@ from pydantic import Field
 from robusttune.methods.adversary import Adversary, score
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.registry import SpecError
-from robusttune.core.schema import Checked, Number
+from robusttune.core.validation import Checked, Number
 from robusttune.core.yaml_input import parse_assignments, read_yaml
 
 __all__ = ["TuningPlan", "Proposal", "TuningResult", "load_tuning", "parse_tuning", "run_study",

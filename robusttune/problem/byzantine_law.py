@@ -33,7 +33,7 @@ from pydantic import Field, model_validator
 from scipy import stats
 
 from robusttune.core.registry import SpecError
-from robusttune.core.schema import Checked, optional_int
+from robusttune.core.validation import Checked, optional_int
 
 __all__ = [
     "Deployment", "byzantine_law", "p_majority_round", "p_exceeds_trim_round", "p_any_round",

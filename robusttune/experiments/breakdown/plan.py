@@ -17,7 +17,7 @@ from robusttune.experiments.breakdown.bisection import Cell
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.registry import SpecError
-from robusttune.core.schema import Checked, Number, optional_finite
+from robusttune.core.validation import Checked, Number, optional_finite
 from robusttune.experiments.sweep.domains import format_value
 from robusttune.experiments.sweep.space import parse_sweep
 from robusttune.core.yaml_input import read_yaml

@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import run_keys
-from robusttune.core.schema import Finite, Int, KeyedError
+from robusttune.core.validation import Finite, Int, KeyedError
 
 __all__ = ["Domain", "Axis", "DomainBody", "build_axis", "format_value", "DOMAIN_KINDS",
            "RANDOM_KINDS"]

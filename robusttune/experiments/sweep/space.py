@@ -62,7 +62,8 @@ from typing import Any, Iterable, Mapping
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
-from robusttune.core.schema import check_model, default_numerics
+from robusttune.core.schema import default_numerics
+from robusttune.core.validation import check_model
 from robusttune.experiments.sweep.domains import DOMAIN_KINDS, RANDOM_KINDS, Axis, Domain, format_value
 from robusttune.experiments.sweep.space_file import (EXTRA_METRICS, INVALID_POLICIES, SAMPLERS, SCHEDULERS,
                                          SEARCH_ALGORITHMS, ConstraintSpec, ResourceSpec,

@@ -1,5 +1,5 @@
 """The search-space YAML's schema: one pydantic model per section, validated through
-`robusttune.core.schema.check_model`, so every error is the tool's one-line `SpecError` naming the
+`robusttune.core.validation.check_model`, so every error is the tool's one-line `SpecError` naming the
 dotted key (``search.sampler``), what is allowed and the value found.
 
     name        a word (default: the file name without .yaml)
@@ -28,7 +28,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from robusttune.core.records import RoundRecord
 from robusttune.core.runspec import run_keys
-from robusttune.core.schema import Finite, Int, KeyedError
+from robusttune.core.validation import Finite, Int, KeyedError
 from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value
 
 __all__ = [

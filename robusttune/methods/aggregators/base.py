@@ -17,7 +17,7 @@ from torch import Tensor
 
 from robusttune.methods.aggregators.appended import appended_rows
 from robusttune.core.registries import AGGREGATORS
-from robusttune.core.schema import check_value, optional_int
+from robusttune.core.validation import check_value, optional_int
 
 
 # Column blocks of the pairwise-distance Gram product and row blocks of centred differences are

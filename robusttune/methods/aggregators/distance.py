@@ -14,7 +14,8 @@ from robusttune.methods.aggregators.base import (
     direction_sum, distances_to, finite_rows, on_host, pairwise_sq_distances, rank_ascending,
     sort_values, sorted_median, tie_keys,
 )
-from robusttune.core.schema import check_key, check_value
+from robusttune.core.schema import check_key
+from robusttune.core.validation import check_value
 
 
 def krum_scores(dist: Tensor, f: int) -> Tensor:
