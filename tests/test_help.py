@@ -8,7 +8,8 @@ import inspect
 import pytest
 from typer.testing import CliRunner
 
-from robusttune.commands.cli import EXAMPLES, app, readable_help
+from robusttune.commands.cli import app
+from robusttune.commands.help import EXAMPLES, readable_help
 
 COMMANDS = sorted(info.name or info.callback.__name__ for info in app.registered_commands)
 

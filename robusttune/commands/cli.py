@@ -1,4 +1,6 @@
-"""The robusttune command line (typer): run, sweep, breakdown, calibrate, tune, report.
+"""The robusttune command line (typer): run, sweep, calibrate, breakdown, report, list, tune,
+horizon (calibrate, tune and horizon have modules of their own; the shared options are
+`robusttune.commands.options`, the help texts' examples `robusttune.commands.help`).
 
 Bad input is one line on stderr naming the key and the allowed values, exit status 2, and no
 result folder is created for it."""
@@ -7,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import math
 import sys
 from datetime import datetime
@@ -16,6 +17,10 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from robusttune.commands.calibrate import calibrate as calibrate_command
+from robusttune.commands.help import EXAMPLES, readable_help
+from robusttune.commands.options import (ADDRESS, CPUS_PER_TRIAL, GPUS_PER_TRIAL, LOCAL,
+                                         MAX_CONCURRENT, SET_BASE, takes_plugins)
 from robusttune.core.registry import SpecError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -41,32 +46,6 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
         except SpecError as error:
             fail(str(error))
 
-    return wrapper
-
-
-PLUGIN_HELP = ("A plugin to load first: a .py file, a package folder (name it with a /) or an "
-               "importable module, registering rules, attacks, algorithms, datasets or models "
-               "(repeatable).")
-
-
-def takes_plugins(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command the repeatable ``--plugin PATH_OR_MODULE`` option, loaded (relative to the
-    working directory) before the command reads anything else."""
-    signature = inspect.signature(command)
-    option = inspect.Parameter("plugin", inspect.Parameter.KEYWORD_ONLY, annotation=list[str],
-                               default=typer.Option([], "--plugin", help=PLUGIN_HELP))
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, plugin: list[str] = [], **kwargs: Any) -> Any:  # noqa: B006
-        if plugin:
-            from robusttune.core.plugins import load_plugins
-
-            load_plugins(plugin)
-        return command(*args, **kwargs)
-
-    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*signature.parameters.values(), option])
-    wrapper.__annotations__ = {**command.__annotations__, "plugin": list[str]}
     return wrapper
 
 
@@ -153,12 +132,12 @@ def sweep(
     space: Path = typer.Argument(..., help="Search-space YAML (run, space, search, scheduler, resources)."),
     name: Optional[str] = typer.Option(None, "--name", help="Sweep name (default: the YAML's name or file name)."),
     storage: str = typer.Option("./results", "--storage", help="Results root, a local, shared or cloud path; the sweep goes to STORAGE/NAME."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
+    address: Optional[str] = ADDRESS,
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Optuna: trials; grid: repeats of the grid."),
-    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
-    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
-    gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
-    set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable; overrides run: in the YAML."),
+    max_concurrent: Optional[int] = MAX_CONCURRENT,
+    cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
+    gpus_per_trial: Optional[float] = GPUS_PER_TRIAL,
+    set_: list[str] = SET_BASE,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted sweep as stored, without re-running finished trials (no --set: start a new --name to change it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the trial count and configurations; start nothing."),
     verbose: bool = typer.Option(False, "--verbose", help="Ray's own output (trial tables, notices) instead of the one progress line."),
@@ -176,110 +155,10 @@ def sweep(
 
 # =============================================================================================
 # calibrate, breakdown, report (issue 6). Logic lives in robusttune.experiments.calibration, .breakdown and
-# .results; these commands parse options, choose a runner and print.
+# .results; these commands parse options, choose a runner and print. calibrate's body is
+# robusttune.commands.calibrate.
 # =============================================================================================
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
-
-
-@app.command()
-@bad_input_exits
-@takes_plugins
-def calibrate(
-    clients: int = typer.Option(..., "--clients", help="N, the population."),
-    participation: float = typer.Option(..., "--participation", help="p: fraction sampled per round."),
-    byzantine: float = typer.Option(..., "--byzantine", help="beta: assumed Byzantine fraction."),
-    rounds: int = typer.Option(..., "--rounds", help="T: rounds of the deployment."),
-    sample_size: Optional[int] = typer.Option(None, "--sample-size", help="n (fixed mode); default round(p N)."),
-    mode: str = typer.Option("fixed", "--mode", help="fixed | bernoulli participation."),
-    trim: list[float] = typer.Option([], "--trim", help="Trim ratio r, repeatable (default for the "
-                                     "figures: min(0.45, beta + 0.05); for the sweep: j / n_in up to beta + margin + 0.1)."),
-    risk: float = typer.Option(0.05, "--risk", help="Tolerated P(some round exceeds the trim) for the analytic trim."),
-    analytic_only: bool = typer.Option(False, "--analytic-only", help="Skip the sweep."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    dataset: str = typer.Option("digits", "--dataset", help="Sweep: dataset."),
-    method: str = typer.Option("trimmed_mean", "--method", help="Sweep: method whose trim ratio is calibrated."),
-    attack: list[str] = typer.Option([], "--attack", help="Sweep: narrow the worst case to these attacks "
-                                     "(repeatable; default: every attack with default_adversary, each over its strength ladder)."),
-    adaptive: int = typer.Option(0, "--adaptive", help="Sweep: adaptive strength-search runs per attack and point, beyond the ladder."),
-    margin: float = typer.Option(0.1, "--margin", help="Sweep: also require survival at beta + margin."),
-    sweep_rounds: Optional[int] = typer.Option(None, "--sweep-rounds", help="Sweep: rounds per run (default min(T, 10))."),
-    seeds: list[int] = typer.Option([42], "--seed", help="Sweep: seeds, repeatable."),
-    set_: list[str] = typer.Option([], "--set", help="Sweep: further RunSpec key=value, repeatable."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Sweep: results folder (default results/calibrate-...)."),
-    local: bool = typer.Option(False, "--local", help="Sweep: run trials in this process, without Ray."),
-    address: Optional[str] = typer.Option(None, "--address", help="Sweep: join this Ray cluster."),
-) -> Any:
-    """Byzantine-count law, P(majority round) and P(count > trim) over T rounds; trim sweep.
-
-    The per-round law of the number of Byzantine clients in a sample (hypergeometric for fixed,
-    binomial for bernoulli participation), the probability of at least one Byzantine-majority
-    round and of a round whose count exceeds floor(n r), over T rounds, with and without a cache;
-    then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin
-    against the breakdown map's worst case (every default attack over its strength ladder) that
-    recommends the smallest trim surviving every attack and shows the accuracy cost of larger ones."""
-    from robusttune.methods.adversary import Adversary
-    from robusttune.problem.byzantine_law import Deployment, aggregator_inputs, analyze
-    from robusttune.experiments.calibration import default_trim_grid, no_survivor_line, trim_sweep
-    from robusttune.core.runspec import RunSpec
-    from robusttune.core.numerics import pin
-    from robusttune.engine.runners import drive
-    from robusttune.commands.trial_runner import choose_runner, ray_or_nothing
-    from robusttune.core.yaml_input import parse_assignments
-
-    deployment = Deployment(clients=clients, participation=participation, byzantine_fraction=byzantine,
-                            rounds=rounds, sample_size=sample_size, mode=mode)
-    if not 0 < risk < 1:
-        raise SpecError(f"--risk must be in (0, 1); got {risk}")
-    figures = analyze(deployment, trim, risk)
-    figures["recommended_trim_ratio"] = None
-    sweep = None
-    if not analytic_only:
-        if byzantine >= 0.5:
-            raise SpecError(f"--byzantine {byzantine:g} leaves no trim ratio to calibrate (a trim "
-                            f"ratio is below 0.5 and must exceed the Byzantine fraction); allowed: "
-                            f"[0, 0.5), or --analytic-only for the sampling law")
-        if margin < 0 or byzantine + margin >= 1:
-            raise SpecError(f"--margin must be >= 0 with byzantine + margin < 1; got {margin}")
-        threat = Adversary.default(attack, adaptive)
-        values: dict[str, Any] = {"dataset": dataset, "method": method, "attack": "none",
-                                  "clients": clients, "participation": participation,
-                                  "participation_mode": mode, "sample_size": sample_size,
-                                  "rounds": sweep_rounds or min(rounds, 10)}
-        values.update(parse_assignments(set_))
-        base = RunSpec.from_dict(values)   # checked once, before any run
-        pin(base.numerics)
-        fractions = sorted({byzantine, round(min(byzantine + margin, 0.95), 10)})
-        trims = list(trim) or default_trim_grid(byzantine, margin, aggregator_inputs(base))
-        label = "-".join(attack) or "worstcase"
-        folder = out or Path("results") / f"calibrate-{method}-{label}-N{clients}-b{byzantine:g}"
-        with ray_or_nothing(local, address):
-            runner = choose_runner(folder, local, {"cpu": 1})
-            sweep = drive(runner, lambda: trim_sweep(values, trims, fractions, runner,
-                                                     seeds=seeds, adversary=threat))
-        figures["recommended_trim_ratio"] = sweep.recommended
-        figures["sweep"] = {"dataset": dataset, "method": method, "adversary": sweep.adversary,
-                            "byzantine_fractions": fractions,
-                            "clean_accuracy": {str(k): v for k, v in sweep.clean_accuracy.items()},
-                            "threshold": {str(k): v for k, v in sweep.threshold.items()},
-                            "rows": sweep.rows,
-                            "accuracy_cost_points": {str(k): v for k, v in sweep.cost.items()},
-                            "folder": str(folder)}
-        if sweep.recommended is None:
-            figures["sweep"]["no_survivor"] = no_survivor_line(figures, trims)
-    if as_json:
-        typer.echo(json.dumps(_json_ready(figures), sort_keys=True))
-        return figures
-    from robusttune.reports.calibration import print_calibration
-
-    print_calibration(figures)
-    return figures
+calibrate = app.command(name="calibrate")(bad_input_exits(takes_plugins(calibrate_command)))
 
 
 @app.command()
@@ -290,13 +169,13 @@ def breakdown(
                                  "axes = defence knobs tuned per point), breakdown."),
     name: Optional[str] = typer.Option(None, "--name", help="Map name (default: the YAML's name or file name)."),
     storage: str = typer.Option("results", "--storage", help="Results root, a local or shared folder; the map goes to STORAGE/NAME."),
-    set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable; overrides run: in the YAML."),
+    set_: list[str] = SET_BASE,
     resume: bool = typer.Option(False, "--resume", help="Continue a killed map without re-running finished runs."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cells, lattices and trial counts; start nothing."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
-    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
-    gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
-    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
+    address: Optional[str] = ADDRESS,
+    cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
+    gpus_per_trial: Optional[float] = GPUS_PER_TRIAL,
+    max_concurrent: Optional[int] = MAX_CONCURRENT,
     threshold: Optional[float] = typer.Option(None, "--threshold", help="Absolute accuracy a point must reach."),
     relative_threshold: Optional[float] = typer.Option(None, "--relative-threshold",
                                                        help="Fraction of the cell's clean accuracy (default 0.5)."),
@@ -308,7 +187,7 @@ def breakdown(
     start_from: Optional[str] = typer.Option(None, "--start-from",
                                              help="An earlier map of the same cells (folder or breakdown.csv): each cell "
                                                   "tries its answer b0 and b0+1 first (rounds and N may differ)."),
-    local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
+    local: bool = LOCAL,
     verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the progress line."),
     out: Optional[Path] = typer.Option(None, "--out", hidden=True,
                                        help="The results folder itself (--storage OUT's parent, --name its name)."),
@@ -459,35 +338,6 @@ def _register_horizon() -> None:
 
 
 _register_horizon()
-
-
-# Shown at the end of each command's --help: what a first use looks like.
-EXAMPLES: dict[str, tuple[str, ...]] = {
-    "run": ("robusttune run --set method=median --set attack=ipm --set byzantine_fraction=0.2",
-            "robusttune run my_run.yaml --out results/runs/mine"),
-    "sweep": ("robusttune sweep search_spaces/quickstart.yaml",
-              "robusttune sweep search_spaces/paper_grid.yaml --dry-run"),
-    "calibrate": ("robusttune calibrate --clients 100 --participation 0.1 --byzantine 0.1 "
-                  "--rounds 200 --analytic-only",
-                  "robusttune calibrate --clients 20 --participation 0.5 --byzantine 0.2 "
-                  "--rounds 50 --method trimmed_mean"),
-    "breakdown": ("robusttune breakdown search_spaces/breakdown.yaml --dry-run",
-                  "robusttune breakdown examples/meamed_map.yaml --local"),
-    "report": ("robusttune report results/quickstart",),
-    "tune": ("robusttune tune search_spaces/tune_defence.yaml --num-samples 8",),
-    "horizon": ("robusttune horizon search_spaces/breakdown.yaml --local",),
-    "list": ("robusttune list aggregator", "robusttune list --plugin examples/my_defence/"),
-}
-
-
-def readable_help(doc: str, examples: tuple[str, ...] = ()) -> str:
-    """A command's help from its docstring: each paragraph one line (the terminal wraps it,
-    where the docstring's own line breaks would cut sentences), then its examples, one per
-    line."""
-    paragraphs = [" ".join(part.split()) for part in inspect.cleandoc(doc).split("\n\n")]
-    if examples:
-        paragraphs.append("Examples:\n" + "\n".join(f"  $ {line}" for line in examples))
-    return "\n\n".join(p for p in paragraphs if p)
 
 
 def _readable_helps() -> None:

@@ -18,6 +18,8 @@ from typing import Optional
 
 import typer
 
+from robusttune.commands.options import ADDRESS, CPUS_PER_TRIAL, MAX_CONCURRENT
+
 __all__ = ["horizon"]
 
 
@@ -32,9 +34,9 @@ def horizon(
     tolerance: float = typer.Option(0.02, "--tolerance", help="Plateau: within T of the best smoothed accuracy."),
     seeds: list[int] = typer.Option([], "--seed", help="Seeds, repeatable (default: the map's breakdown.seeds)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a killed measurement without re-running finished runs."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
-    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed)."),
-    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
+    address: Optional[str] = ADDRESS,
+    cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
+    max_concurrent: Optional[int] = MAX_CONCURRENT,
     local: bool = typer.Option(False, "--local", help="Run the clean runs in this process, without Ray."),
 ) -> None:
     """Each cell's horizon: the round its clean run stops learning, and the map at those rounds.

@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import typer
 
+from robusttune.commands.options import (ADDRESS, CPUS_PER_TRIAL, GPUS_PER_TRIAL, LOCAL,
+                                         MAX_CONCURRENT)
 from robusttune.core.registry import SpecError
 
 __all__ = ["tune"]
@@ -31,11 +33,11 @@ def tune(
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Proposals (tuning.num_samples)."),
     resume: bool = typer.Option(False, "--resume", help="Continue a killed study without re-running finished runs."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the knobs, the adversary and the run bound; start nothing."),
-    address: Optional[str] = typer.Option(None, "--address", help="Join a running Ray cluster (e.g. auto) instead of starting a local Ray."),
-    cpus_per_trial: Optional[float] = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions allowed); torch threads follow."),
-    gpus_per_trial: Optional[float] = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, e.g. 0.25)."),
-    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as resources allow)."),
-    local: bool = typer.Option(False, "--local", help="Run trials in this process, without Ray."),
+    address: Optional[str] = ADDRESS,
+    cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
+    gpus_per_trial: Optional[float] = GPUS_PER_TRIAL,
+    max_concurrent: Optional[int] = MAX_CONCURRENT,
+    local: bool = LOCAL,
     verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the per-proposal lines."),
 ) -> Any:
     """Tune a defence's knobs against the worst case: Optuna proposes knobs, each scored clean
