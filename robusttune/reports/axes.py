@@ -52,8 +52,8 @@ def varying_axes(runs: pd.DataFrame, exclude: Sequence[str] = NOT_AXES) -> list[
     keys kept before it (over ``runs``), so a constant key is never kept and a key fixed by an
     earlier one (algorithm by method) is dropped. ``exclude`` keys are never axes."""
     keys = [k for k in AXIS_ORDER if k in runs and k not in exclude]
-    keys += sorted(k for k in runs.columns
-                   if k in run_keys() and k not in keys and k not in exclude)
+    known = run_keys()
+    keys += sorted(k for k in runs.columns if k in known and k not in keys and k not in exclude)
     if runs.empty:
         return []
     spelled = pd.DataFrame({k: runs[k].map(_comparable) for k in keys}, index=runs.index)
