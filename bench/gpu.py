@@ -1,6 +1,9 @@
 """Every GPU figure of the project in one short run: batched against sequential client training,
-exact SWB and its fast rotations, every rule at n = 500, a DeMoA and an SWB-DM round, and the
-peak GPU memory of each.
+exact SWB and its fast rotations, every rule at n = 500, a DeMoA and an SWB-DM round, the peak
+GPU memory of each, and a map's short runs sharing the GPU: runs per second of digits and
+Fashion-MNIST-shaped MLP runs 1, 4 and 16 at once (worker processes standing in for Ray trials
+with fractional GPUs; no Ray there) against as many CPU cores, the GPU's busy share meanwhile,
+and 16 runs stacked into one computation (their clients in one batched `train_clients` call).
 
     PYTHONPATH=. bash bench/gpu.sh                 # a CUDA machine, full sizes (estimated 3-5 min)
     PYTHONPATH=. bash bench/gpu.sh --cpu --tiny    # every figure at toy sizes on the CPU (the
@@ -35,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -55,7 +59,7 @@ from robusttune.methods.aggregators.swb_blocks import ROTATIONS
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.models import flat_params, make_model
 from robusttune.engine.simulation import Simulation
-from robusttune.problem.training import client_gradients, train_clients
+from robusttune.problem.training import client_gradients, evaluate, train_clients
 
 # SWB-DM paper, Table V (N = 500, p = 0.1): aggregation seconds per round of SWB over the 50
 # sampled states and of SWB-DM over the 500 cached ones. The issue's target: divide by >= 50.
@@ -80,6 +84,10 @@ class Sizes:
     swb_dm_clients: int              # named 500
     samples: int                     # synthetic training set of the two simulated rounds
     rounds: int                      # timed DeMoA rounds (a round is milliseconds)
+    side_by_side: tuple[int, int, int]  # runs at once on one device, named 1, 4, 16
+    wave_runs: int                   # runs each side-by-side worker makes in a timed wave
+    wave_rounds: int                 # rounds of each of those runs
+    fashion_samples: int             # the Fashion-MNIST-shaped synthetic training set
 
     @property
     def shape_text(self) -> str:
@@ -89,9 +97,12 @@ class Sizes:
 # Full: the SWB-DM setup (cnn2 on CIFAR-shaped data, d = 545,098, 2 local epochs, batch 32,
 # N = 500 with p = 0.1, a CIFAR-sized training set) and bench/training.py's ~600 images a client.
 FULL = Sizes((3, 32, 32), (10, 50), 600, 2, 32, bench_aggregators.D, (20, 50, 500), 25, 500,
-             50_000, 30)
-TINY = Sizes((3, 8, 8), (3, 5), 24, 1, 8, 8192, (6, 10, 20), 5, 20, 400, 5)
-FULL_NAMES = {"clients": (10, 50), "n": (20, 50, 500)}
+             50_000, 30, (1, 4, 16), 3, 5, 12_000)
+TINY = Sizes((3, 8, 8), (3, 5), 24, 1, 8, 8192, (6, 10, 20), 5, 20, 400, 5, (1, 2, 3), 1, 2, 400)
+FULL_NAMES = {"clients": (10, 50), "n": (20, 50, 500), "side_by_side": (1, 4, 16)}
+# A map's runs (issue 45): the MLP on digits, and on synthetic data of Fashion-MNIST's shape (the
+# GPU machine has no dataset files), 20 clients, all sampled, one local epoch, median.
+WORKLOADS = {"digits_mlp": (1, 8, 8), "fashion_mlp": (1, 28, 28)}
 
 
 def rule_names() -> list[str]:
@@ -124,6 +135,15 @@ def figure_names() -> list[str]:
     names += timed("demoa_round_n25") + ["sync_calls_demoa_round_n25"]
     for dtype in ("float32", "bfloat16"):
         names += timed(f"swb_dm_round_n500_{dtype}") + [f"swb_dm_cache_n500_{dtype}_mib"]
+    for workload in WORKLOADS:
+        for k in FULL_NAMES["side_by_side"]:
+            names += [f"side_by_side_{workload}_{k}_runs_per_s",
+                      f"side_by_side_{workload}_{k}_device_busy_percent",
+                      f"side_by_side_{workload}_{k}_runs_per_s_cpu"]
+        names += [f"side_by_side_{workload}_16_device_vs_cpu"]
+        names += timed(f"stacked_{workload}_16") + timed(f"one_at_a_time_{workload}")
+        names += [f"stacked_{workload}_16_runs_per_s", f"stacked_vs_one_at_a_time_{workload}_16",
+                  f"stacked_vs_side_by_side_{workload}_16"]
     names += ["deterministic_train_batched_cnn2_10_clients_seconds",
               "deterministic_batched_repeat_max_abs_diff_cnn2_10_clients",
               "deterministic_nondeterministic_op_warnings",
@@ -353,6 +373,202 @@ def round_figures(bench: Bench, sizes: Sizes) -> None:
         bench.free()
 
 
+# -- runs side by side, and stacked (issue 45: many short runs per GPU) -----------------------
+
+
+def wave_spec(workload: str, device: str, sizes: Sizes, seed: int) -> RunSpec:
+    """One run of a map's kind: ``WORKLOADS[workload]``, ``sizes.wave_rounds`` rounds, evaluated
+    at its end only, never checkpointed; native numerics (see `round_spec`)."""
+    data: dict[str, Any] = {"dataset": "digits"} if workload == "digits_mlp" else {
+        "dataset": "synthetic", "synthetic_shape": "x".join(map(str, WORKLOADS[workload])),
+        "synthetic_samples": sizes.fashion_samples}
+    return RunSpec(**data, model="mlp", clients=20, participation=1.0, rounds=sizes.wave_rounds,
+                   local_epochs=1, batch_size=16, lr=0.05, aggregator="median",
+                   eval_every=sizes.wave_rounds, checkpoint_every=0, device=device, seed=seed,
+                   numerics="native")
+
+
+def wave_worker(conn: Any, device: str) -> None:
+    """A worker process standing in for one Ray trial (one CPU thread, its own CUDA context):
+    for each task, one untimed run (data, kernels, allocator), "ready", then on "go" the timed
+    runs one after another, and their (start, end) on the machine's monotonic clock."""
+    torch.set_num_threads(1)
+    while (task := conn.recv()) is not None:
+        workload, sizes, first_seed = task
+        try:
+            for _ in Simulation(wave_spec(workload, device, sizes, seed=10_000 + first_seed)):
+                pass
+            conn.send(("ready", None))
+            conn.recv()
+            began = time.monotonic()
+            for seed in range(first_seed, first_seed + sizes.wave_runs):
+                for _ in Simulation(wave_spec(workload, device, sizes, seed)):
+                    pass
+            if device == "cuda":
+                torch.cuda.synchronize()
+            conn.send(("done", (began, time.monotonic())))
+        except Exception as error:  # reported by the parent as the figure's failure
+            conn.send(("error", f"{type(error).__name__}: {str(error)[:300]}"))
+
+
+class WavePool:
+    """``size`` worker processes (spawned: CUDA cannot follow a fork) on one device."""
+
+    def __init__(self, device: str, size: int) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.device = device
+        self.workers = []
+        for _ in range(size):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=wave_worker, args=(theirs, device), daemon=True)
+            process.start()
+            self.workers.append((process, mine))
+
+    def wave(self, bench: Bench, workload: str, sizes: Sizes, k: int) -> tuple[float, float]:
+        """(runs per second, mean device-busy percent) of ``k`` workers each making
+        ``sizes.wave_runs`` runs at once: runs / (last end - first start)."""
+        conns = [conn for _, conn in self.workers[:k]]
+        for i, conn in enumerate(conns):
+            conn.send((workload, sizes, 100 * i))
+        self._expect(bench, conns, "ready")
+        busy: list[float] = []
+        stop = threading.Event()
+        sampler = threading.Thread(target=_sample_busy, args=(self.device, busy, stop), daemon=True)
+        sampler.start()
+        for conn in conns:
+            conn.send("go")
+        spans = self._expect(bench, conns, "done")
+        stop.set()
+        sampler.join()
+        wall = max(end for _, end in spans) - min(began for began, _ in spans)
+        return k * sizes.wave_runs / wall, statistics.fmean(busy) if busy else 0.0
+
+    @staticmethod
+    def _expect(bench: Bench, conns: list[Any], what: str) -> list[Any]:
+        out = []
+        for conn in conns:
+            if not conn.poll(max(1.0, bench.deadline - time.perf_counter() + 60)):
+                raise TimeoutError(f"a side-by-side worker sent no {what!r} in time")
+            kind, value = conn.recv()
+            if kind == "error":
+                raise RuntimeError(value)
+            out.append(value)
+        return out
+
+    def close(self) -> None:
+        for process, conn in self.workers:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for process, _ in self.workers:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+
+
+def _sample_busy(device: str, busy: list[float], stop: threading.Event) -> None:
+    """``torch.cuda.utilization`` (NVML: the share of the last sample period in which a kernel
+    ran) every 50 ms until ``stop``; nothing on the CPU."""
+    if device != "cuda":
+        return
+    while not stop.wait(0.05):
+        try:
+            busy.append(float(torch.cuda.utilization()))
+        except Exception:  # no NVML binding on this machine: the figure is nan
+            busy.append(math.nan)
+            return
+
+
+def stacked_runs(sizes: Sizes, workload: str, device: torch.device, runs: int,
+                 strategy: str, rounds: int | None = None) -> Callable[[], torch.Tensor]:
+    """``runs`` runs of `wave_spec`'s shape (20 clients, one epoch, batch 16, median) on
+    bench/training.py's synthetic clients of the workload's shape (digits' ~72 images a client,
+    Fashion-MNIST's samples / 20), as one computation when ``strategy`` is batched: each round
+    trains the runs' clients in one `train_clients` call from their own runs' models and takes
+    every run's coordinate-wise median at once; then each run is evaluated once (``rounds``:
+    fewer rounds, for a warm-up). With
+    ``runs=1`` and the device's own trainer it is one run at a time, the reference."""
+    shape, clients = WORKLOADS[workload], 20
+    per_client = 72 if workload == "digits_mlp" else sizes.fashion_samples // clients
+    model = make_model("mlp", shape, 10, seed=0).to(device)
+    start = flat_params(model)
+    data = [(x.to(device), y.to(device)) for x, y in
+            bench_training.synthetic_clients(clients, per_client, shape, 10, seed=0)] * runs
+    (test_x, test_y), = [(x.to(device), y.to(device)) for x, y in
+                         bench_training.synthetic_clients(1, 360, shape, 10, seed=1)]
+    seeds = list(range(len(data)))
+
+    def run() -> torch.Tensor:
+        theta = start.unsqueeze(0).repeat(runs, 1)
+        for _ in range(rounds or sizes.wave_rounds):
+            trained = train_clients(model, theta.repeat_interleave(clients, 0), data, epochs=1,
+                                    batch_size=16, lr=0.05, momentum=0.0, seeds=seeds,
+                                    strategy=strategy)
+            theta = trained.view(runs, clients, -1).median(dim=1).values
+        return torch.tensor([evaluate(model, theta[r], test_x, test_y).accuracy
+                             for r in range(runs)])
+
+    return run
+
+
+def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
+    """Runs per second of waves of a map's runs, 1, 4 and 16 at once on the device (worker
+    processes standing in for trials that share it, as fractional GPUs do) and on as many CPU
+    cores, the device's busy share during its waves, and the same runs stacked into one
+    computation (`stacked_runs`) against one at a time and against 16 side by side."""
+    devices = [str(bench.device.type), "cpu"]
+    largest = max(sizes.side_by_side)
+    pools: dict[str, WavePool] = {}
+    try:
+        for workload in WORKLOADS:
+            per_s: dict[tuple[str, int], float] = {}
+            for k, named in zip(sizes.side_by_side, FULL_NAMES["side_by_side"]):
+                for which, device in zip(("", "_cpu"), devices):
+                    if which == "_cpu" and bench.device.type == "cpu":
+                        per_s[(which, named)] = per_s[("", named)]  # the same measurement
+                        bench.figure(f"side_by_side_{workload}_{named}_runs_per_s_cpu", per_s[("", named)])
+                        continue
+                    value, busy = math.nan, math.nan
+                    if bench.expired():
+                        bench.note(f"side_by_side_{workload}_{named}{which}: skipped, the run's "
+                                   f"time budget is spent")
+                    else:
+                        try:
+                            pool = pools.get(device) or pools.setdefault(device, WavePool(device, largest))
+                            value, busy = pool.wave(bench, workload, sizes, k)
+                        except Exception as error:
+                            bench.failed.append(f"side_by_side_{workload}_{named}{which}")
+                            bench.note(f"side_by_side_{workload}_{named}{which} failed: "
+                                       f"{type(error).__name__}: {str(error)[:300]}")
+                    per_s[(which, named)] = value
+                    if which == "":
+                        bench.figure(f"side_by_side_{workload}_{named}_runs_per_s", value)
+                        bench.figure(f"side_by_side_{workload}_{named}_device_busy_percent",
+                                     busy if bench.cuda else 0.0)
+                    else:
+                        bench.figure(f"side_by_side_{workload}_{named}_runs_per_s_cpu", value)
+            bench.ratio(f"side_by_side_{workload}_16_device_vs_cpu", per_s[("", 16)],
+                        per_s[("_cpu", 16)])
+            runs = sizes.side_by_side[-1]
+            # warmed up on one round: a whole stacked wave on 16 CPU cores' worth of runs is long
+            stacked_s, _ = bench.timed(
+                f"stacked_{workload}_16", stacked_runs(sizes, workload, bench.device, runs, "batched"),
+                repeats=2, warmup=stacked_runs(sizes, workload, bench.device, runs, "batched", rounds=1))
+            one_s, _ = bench.timed(f"one_at_a_time_{workload}",
+                                   stacked_runs(sizes, workload, bench.device, 1, "auto"), repeats=2)
+            stacked = runs / stacked_s if stacked_s > 0 else math.nan
+            bench.figure(f"stacked_{workload}_16_runs_per_s", stacked)
+            bench.ratio(f"stacked_vs_one_at_a_time_{workload}_16", stacked, 1 / one_s if one_s > 0 else math.nan)
+            bench.ratio(f"stacked_vs_side_by_side_{workload}_16", stacked, per_s[("", 16)])
+    finally:
+        for pool in pools.values():
+            pool.close()
+        bench.free()
+
+
 def deterministic_child(bench: Bench, sizes: Sizes) -> None:
     """In the child process: batched training under deterministic algorithms, and how many
     operations of the training, DeMoA and aggregation paths have no deterministic kernel."""
@@ -459,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     training_figures(bench, sizes)
     aggregation_figures(bench, sizes)
     round_figures(bench, sizes)
+    side_by_side_figures(bench, sizes)
     deterministic_figures(bench, passthrough)
     bench.figure("gpu_bench_seconds", time.perf_counter() - bench.started)
     if bench.failed:

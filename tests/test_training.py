@@ -52,6 +52,25 @@ def test_batched_equals_sequential(name, shape):
     assert torch.equal(flat_params(model), start)  # the template model is never modified
 
 
+@pytest.mark.parametrize("strategy", ["sequential", "batched"])
+def test_one_start_per_client_trains_each_from_its_own(strategy):
+    # the clients of several runs in one call (bench/gpu.py's stacked runs): client i from
+    # starts[i] must give what training it alone from starts[i] gives; unequal sizes, so the
+    # batched stack is reordered by steps and must come back in the order of `data`
+    model = make_model("mlp", (1, 8, 8), 10, seed=1)
+    base = flat_params(model)
+    data = client_data([13, 7, 22, 0])
+    starts = torch.stack([base, base + 0.01, base - 0.02, base * 0.5])
+    kw = dict(epochs=2, batch_size=5, lr=0.05, momentum=0.9)
+    out = train_clients(model, starts, data, seeds=[1, 2, 3, 4], strategy=strategy, **kw)
+    alone = torch.cat([train_clients(model, starts[i], [data[i]], seeds=[i + 1],
+                                     strategy="sequential", **kw) for i in range(4)])
+    torch.testing.assert_close(out, alone, atol=1e-5, rtol=0)
+    assert torch.equal(out[3], starts[3])  # no data: its own start back
+    with pytest.raises(ValueError, match="one per client"):
+        train_clients(model, starts[:2], data, seeds=[1, 2, 3, 4], strategy=strategy, **kw)
+
+
 def test_momentum_zero_one_step_is_a_gradient_step(cnn):
     start = flat_params(cnn)
     (x, y), = client_data([6])

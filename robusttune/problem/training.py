@@ -131,8 +131,9 @@ def batch_orders(n: int, *, epochs: int, batch_size: int, seed: int) -> list[Ten
 
 
 def _check_args(start: Tensor, data: ClientData, seeds: Sequence[int], batch_size: int) -> None:
-    if start.dim() != 1:
-        raise ValueError(f"start must be a flat parameter vector Tensor[d]; got shape {tuple(start.shape)}")
+    if start.dim() not in (1, 2) or (start.dim() == 2 and len(start) != len(data)):
+        raise ValueError(f"start must be a flat parameter vector Tensor[d] or one per client, "
+                         f"Tensor[{len(data)}, d]; got shape {tuple(start.shape)}")
     if len(seeds) != len(data):
         raise ValueError(f"need one seed per client: {len(data)} clients, {len(seeds)} seeds")
     if batch_size < 1:
@@ -159,7 +160,10 @@ def train_clients(
     """Train every client of ``data`` (a list of ``(x_i, y_i)``) from ``start`` as described in
     the module docstring; return the trained vectors, ``Tensor[k, d]`` in the order of ``data``.
     ``model`` is only the architecture (it is called through ``functional_call`` and never
-    modified). A client without data returns ``start``.
+    modified). A client without data returns its start. ``start`` is ``Tensor[d]``, shared by
+    every client (a round of one run), or ``Tensor[k, d]``, client i starting from ``start[i]``
+    (the clients of several runs of one architecture in one computation: bench/gpu.py's stacked
+    runs).
 
     ``drift`` (Tensor[d], shared by every client): each step's gradient becomes g_t + drift, the
     gradient of CE + <drift, theta>. FedCM (Xu et al., 2021) runs SGD on
@@ -169,7 +173,7 @@ def train_clients(
         raise SpecError(f"local_epochs must be >= 0; got {epochs}")
     start = start.detach()
     if len(data) == 0:
-        return start.new_empty((0, start.numel()))
+        return start.new_empty((0, start.shape[-1]))
     orders = [batch_orders(len(y), epochs=epochs, batch_size=batch_size, seed=s)
               for (_, y), s in zip(data, seeds)]
     if drift is not None:
@@ -184,8 +188,8 @@ def _train_sequential(model: nn.Module, start: Tensor, data: ClientData, orders:
                       drift: Tensor | None = None) -> Tensor:
     layout = param_layout(model)
     drifts = None if drift is None else list(layout.views(drift).values())
-    out = start.repeat(len(data), 1)
-    buf = torch.empty_like(start) if momentum != 0 else None
+    out = start.repeat(len(data), 1) if start.dim() == 1 else start.clone()
+    buf = torch.empty_like(out[0]) if momentum != 0 else None
     for i, ((x, y), batches) in enumerate(zip(data, orders)):
         # The parameters are leaf views into out[i] and the momentum buffer views into one flat
         # vector: the foreach updates below write the result in place, so no step pays a
@@ -269,9 +273,11 @@ def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: li
     rank = sorted(range(k), key=lambda i: -steps[i])
     active = (torch.tensor(steps)[None, :] > torch.arange(max(steps))[:, None]).sum(1).tolist() \
         if max(steps) > 0 else []
-    theta = start.unsqueeze(0).repeat(k, 1)
     if not active:
-        return theta
+        return start.unsqueeze(0).repeat(k, 1) if start.dim() == 1 else start.clone()
+    # the stack is in `rank` order (clients by decreasing steps), per-client starts included
+    order = torch.tensor(rank).to(device, non_blocking=True)
+    theta = start.unsqueeze(0).repeat(k, 1) if start.dim() == 1 else start[order]
     xs = [data[i][0] for i in rank]
     ys = [data[i][1] for i in rank]
     offsets = [0]
@@ -306,7 +312,7 @@ def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: li
                 torch._foreach_add_(params, bufs, alpha=-lr)
     out = torch.empty_like(theta)
     # torch.tensor(..., device=cuda) would copy and then synchronise the stream
-    out[torch.tensor(rank).to(device, non_blocking=True)] = theta
+    out[order] = theta
     return out
 
 
