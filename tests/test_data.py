@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import pickle
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +132,40 @@ def test_digits_shapes_counts_and_normalisation():
     assert abs(raw.train_x.mean().item()) < 1e-4 and abs(raw.train_x.std().item() - 1) < 1e-3
     # stratified: each class has 35 or 36 test images out of 360
     assert np.bincount(raw.test_y.numpy()).min() >= 35
+
+
+def test_digits_are_sklearns_split_bit_for_bit(monkeypatch):
+    # independent: scikit-learn's own loader and stratified split, as the dataset was defined
+    from sklearn.datasets import load_digits as sk_load_digits
+    from sklearn.model_selection import train_test_split
+
+    from robusttune.problem.data import embedded
+
+    x, y = sk_load_digits(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x / 16.0, y, test_size=360, stratify=y,
+                                                        random_state=0)
+    mean, std = x_train.mean(), x_train.std()
+    expected = [torch.as_tensor((x_train - mean) / std, dtype=torch.float32).reshape(-1, 1, 8, 8),
+                torch.as_tensor(y_train), torch.as_tensor((x_test - mean) / std,
+                                                          dtype=torch.float32).reshape(-1, 1, 8, 8),
+                torch.as_tensor(y_test)]
+    for lookup in ("the package's file", "sklearn's loader"):
+        clear_dataset_cache()
+        if lookup == "sklearn's loader":  # its data file not found: sklearn reads it
+            monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
+        raw = DATASETS["digits"](RunSpec(dataset="digits"))
+        got = [raw.train_x, raw.train_y, raw.test_x, raw.test_y]
+        assert all(torch.equal(a, b) for a, b in zip(got, expected)), lookup
+    clear_dataset_cache()
+
+
+def test_digits_load_without_importing_sklearn():
+    code = ("import sys; from robusttune.core.runspec import RunSpec; "
+            "from robusttune.problem.data import DATASETS; "
+            "raw = DATASETS['digits'](RunSpec(dataset='digits')); "
+            "print(len(raw.train_y), 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1437", "False"], out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("shape, classes", [("1x8x8", 10), ("20", 3), ("3x4x5", 7)])

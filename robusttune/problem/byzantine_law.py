@@ -30,7 +30,6 @@ from typing import Annotated, Any, Literal, Sequence
 
 import numpy as np
 from pydantic import Field, model_validator
-from scipy import stats
 
 from robusttune.core.registry import SpecError
 from robusttune.core.validation import Checked, optional_int
@@ -96,6 +95,8 @@ def byzantine_law(d: Deployment) -> dict[str, np.ndarray]:
 
     Returns ``{"k": 0..kmax, "pmf": P(K = k)}``: Hypergeometric(N, B, n) for fixed sampling
     (kmax = min(B, n)), Binomial(B, p) for bernoulli (kmax = B)."""
+    from scipy import stats  # 0.4-0.9 s to import: only the commands that compute the law pay it
+
     B = d.n_byzantine
     if d.mode == "fixed":
         n = d.n_sampled
@@ -112,6 +113,8 @@ def p_majority_round(d: Deployment, cache: bool = False) -> float:
     bernoulli:  q = sum_{k >= 1} Binom(B, p).pmf(k) * Binom(N - B, p).cdf(k)
                 (2K >= K + H  <=>  H <= K, with K and H independent)
     cache:      q = 1 if B >= 1 and 2B >= N else 0 (the input is all N slots)."""
+    from scipy import stats
+
     B, N = d.n_byzantine, d.clients
     if cache:
         return float(B >= 1 and 2 * B >= N)
@@ -132,6 +135,8 @@ def p_exceeds_trim_round(d: Deployment, trim_ratio: float, cache: bool = False) 
                 n = k + h: h_max(k) = the largest h with floor((k + h) r) < k (floor(n r) is
                 non-decreasing in n, so the admissible h form a prefix 0..h_max)
     cache:      1 if B > floor(N r) else 0."""
+    from scipy import stats
+
     check_trim(trim_ratio)
     B, N = d.n_byzantine, d.clients
     if cache:

@@ -4,7 +4,9 @@ Gaussian mixture of any shape for tests and benchmarks."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,15 +31,21 @@ def load_digits(spec: RunSchema) -> RawDataset:
     return _digits()
 
 
+# scikit-learn's stratified split of the 1,797 images (train_test_split, test_size 360,
+# random_state 0): the 1,437 training indices in its order, then the 360 test ones. Kept here so
+# that a run needs neither sklearn's import (1.2 s, scipy.stats with it: the first run of every
+# Ray worker paid it) nor a future sklearn's split; tests/test_data.py recomputes it with sklearn.
+DIGITS_SPLIT = Path(__file__).with_name("digits_split.npy")
+DIGITS_TRAIN = 1437
+
+
 @functools.lru_cache(maxsize=1)
 def _digits() -> RawDataset:
-    from sklearn.datasets import load_digits as sk_load_digits  # slow import, only when used
-    from sklearn.model_selection import train_test_split
-
-    x, y = sk_load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x / 16.0, y, test_size=360, stratify=y, random_state=0
-    )
+    values = digits_table()
+    x, y = values[:, :-1], values[:, -1].astype(np.int64)
+    order = np.load(DIGITS_SPLIT).astype(np.int64)
+    train, test = order[:DIGITS_TRAIN], order[DIGITS_TRAIN:]
+    x_train, x_test, y_train, y_test = x[train] / 16.0, x[test] / 16.0, y[train], y[test]
     mean, std = x_train.mean(), x_train.std()
 
     def tensor(a: np.ndarray) -> Tensor:
@@ -50,6 +58,21 @@ def _digits() -> RawDataset:
         test_y=torch.as_tensor(y_test, dtype=torch.int64),
         num_classes=10,
     )
+
+
+def digits_table() -> np.ndarray:
+    """scikit-learn's digits file as one array: 1,797 rows of 64 pixel values in {0..16} and the
+    label (what ``sklearn.datasets.load_digits`` reads), found without importing sklearn."""
+    found = importlib.util.find_spec("sklearn")
+    locations = list(found.submodule_search_locations or []) if found is not None else []
+    for location in locations:
+        path = Path(location) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return np.loadtxt(path, delimiter=",")
+    from sklearn.datasets import load_digits as sk_load_digits  # its files moved: ask sklearn
+
+    x, y = sk_load_digits(return_X_y=True)
+    return np.column_stack([x, y])
 
 
 # Expected distance between two class means, in units of the noise standard deviation. With
