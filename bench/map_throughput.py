@@ -20,7 +20,8 @@ phase, so the ratio of the runs phases is what such a map gets:
 
     runs_phase_ratio = (runs_ray / runs_phase_ray) / (runs_local / runs_phase_local)
 
-    python bench/map_throughput.py           # the 8-cell map (a few minutes on 2 cores)
+    python bench/map_throughput.py           # the 8-cell map (a minute on 2 cores)
+    python bench/map_throughput.py --repeat 3   # three pairs, the median ratio last
     python bench/map_throughput.py --tiny    # 2 cells, 2 rounds: a smoke run, not a measurement
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,26 +92,37 @@ def phases(folder: Path, started_at: float, seconds: float) -> tuple[float, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="toy map: a smoke run, not a measurement")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="pairs of runs (in process, then Ray), each pair's ratio printed and "
+                             "their median last: a noisy machine swings one pair by 20%%")
     args = parser.parse_args()
     plan = {**MAP, "space": TINY} if args.tiny else MAP
     cores = os.cpu_count() or 1
+    ratios, phase_ratios = [], []
     with tempfile.TemporaryDirectory(prefix="robusttune-map-throughput-") as tmp:
         space = Path(tmp) / "map.yaml"
         space.write_text(yaml.safe_dump(plan, sort_keys=False))
-        local_s, local_runs, local_map, local_phases = run_map(space, Path(tmp) / "local", local=True)
-        print(f"in process, one core: {local_runs} runs in {local_s:.1f} s "
-              f"({local_runs / local_s:.2f} runs/s); {split(local_phases)}", flush=True)
-        ray_s, ray_runs, ray_map, ray_phases = run_map(space, Path(tmp) / "ray", local=False)
-        print(f"through Ray, {cores} cores: {ray_runs} runs in {ray_s:.1f} s "
-              f"({ray_runs / ray_s:.2f} runs/s); {split(ray_phases)}", flush=True)
-    answers = ["breakdown_fraction", "status"]
-    same = local_map[answers].equals(ray_map[answers])
-    print(f"same map both ways: {'yes' if same else 'NO'} ({len(local_map)} cells)")
-    ratio = (ray_runs / ray_s) / (local_runs / local_s)
-    print(f"runs_phase_ratio: {(ray_runs / ray_phases[1]) / (local_runs / local_phases[1]):.2f} "
-          "(without start-up and end: what a map of hours gets)")
+        for pair in range(max(1, args.repeat)):
+            local_s, local_runs, local_map, local_phases = run_map(
+                space, Path(tmp) / f"local{pair}", local=True)
+            print(f"in process, one core: {local_runs} runs in {local_s:.1f} s "
+                  f"({local_runs / local_s:.2f} runs/s); {split(local_phases)}", flush=True)
+            ray_s, ray_runs, ray_map, ray_phases = run_map(space, Path(tmp) / f"ray{pair}",
+                                                           local=False)
+            print(f"through Ray, {cores} cores: {ray_runs} runs in {ray_s:.1f} s "
+                  f"({ray_runs / ray_s:.2f} runs/s); {split(ray_phases)}", flush=True)
+            answers = ["breakdown_fraction", "status"]
+            same = local_map[answers].equals(ray_map[answers])
+            print(f"same map both ways: {'yes' if same else 'NO'} ({len(local_map)} cells)")
+            ratios.append((ray_runs / ray_s) / (local_runs / local_s))
+            phase_ratios.append((ray_runs / ray_phases[1]) / (local_runs / local_phases[1]))
+            if args.repeat > 1:
+                print(f"pair {pair + 1}: ratio {ratios[-1]:.2f}, runs phase {phase_ratios[-1]:.2f}",
+                      flush=True)
+    print(f"runs_phase_ratio: {statistics.median(phase_ratios):.2f} (without start-up and end: "
+          "what a map of hours gets)")
     print(f"target: {0.7 * cores:.2f} (0.7 x {cores} cores)")
-    print(f"ray_vs_one_core_in_process: {ratio:.2f}")
+    print(f"ray_vs_one_core_in_process: {statistics.median(ratios):.2f}")
 
 
 def split(phases: tuple[float, float, float]) -> str:
