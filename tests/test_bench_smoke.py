@@ -3,9 +3,9 @@ numbers are measured: each runs in its tiny mode (``--tiny``, or ``--quick`` whe
 already a few seconds) as a fresh process, exits 0 and ends with its headline line
 ``<figure>: <number>``. A bench script without an entry here fails `test_every_bench_script_is_run`.
 
-The Ray benches (cluster.py, sweep.py, map_throughput.py) start Ray clusters of their own in their subprocesses,
-each with a private Ray temp dir and no RAY_ADDRESS, so they never join the session's Ray
-(tests/conftest.py) or each other's."""
+The Ray benches (cluster.py, sweep.py, map_throughput.py, tune_floor.py) start Ray clusters of
+their own in their subprocesses, each with a private Ray temp dir and no RAY_ADDRESS, so they
+never join the session's Ray (tests/conftest.py) or each other's."""
 
 from __future__ import annotations
 
@@ -34,8 +34,9 @@ SMOKE = {
     "swb_rotation_accuracy.py": ["--tiny"],
     "sweep.py": ["--tiny"],
     "training.py": ["--tiny"],
+    "tune_floor.py": ["--tiny"],
 }
-RAY_SCRIPTS = {"cluster.py", "sweep.py", "map_throughput.py"}
+RAY_SCRIPTS = {"cluster.py", "sweep.py", "map_throughput.py", "tune_floor.py"}
 # covered elsewhere: gpu.py by tests/test_gpu_bench.py (through bench/gpu.sh)
 NOT_HERE = {"gpu.py"}
 
