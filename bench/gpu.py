@@ -488,9 +488,9 @@ def stacked_runs(sizes: Sizes, workload: str, device: torch.device, runs: int,
     bench/training.py's synthetic clients of the workload's shape (digits' ~72 images a client,
     Fashion-MNIST's samples / 20), as one computation when ``strategy`` is batched: each round
     trains the runs' clients in one `train_clients` call from their own runs' models and takes
-    every run's coordinate-wise median at once; then each run is evaluated once (``rounds``:
-    fewer rounds, for a warm-up). With
-    ``runs=1`` and the device's own trainer it is one run at a time, the reference."""
+    every run's coordinate-wise median at once; then each run is evaluated once. With ``runs=1``
+    and the device's own trainer it is one run at a time, the reference. ``rounds``: fewer
+    rounds, for a warm-up."""
     shape, clients = WORKLOADS[workload], 20
     per_client = 72 if workload == "digits_mlp" else sizes.fashion_samples // clients
     model = make_model("mlp", shape, 10, seed=0).to(device)
@@ -529,7 +529,8 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
                 for which, device in zip(("", "_cpu"), devices):
                     if which == "_cpu" and bench.device.type == "cpu":
                         per_s[(which, named)] = per_s[("", named)]  # the same measurement
-                        bench.figure(f"side_by_side_{workload}_{named}_runs_per_s_cpu", per_s[("", named)])
+                        bench.figure(f"side_by_side_{workload}_{named}_runs_per_s_cpu",
+                                     per_s[("", named)])
                         continue
                     value, busy = math.nan, math.nan
                     if bench.expired():
@@ -537,7 +538,9 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
                                    f"time budget is spent")
                     else:
                         try:
-                            pool = pools.get(device) or pools.setdefault(device, WavePool(device, largest))
+                            if device not in pools:
+                                pools[device] = WavePool(device, largest)
+                            pool = pools[device]
                             value, busy = pool.wave(bench, workload, sizes, k)
                         except Exception as error:
                             bench.failed.append(f"side_by_side_{workload}_{named}{which}")
@@ -555,13 +558,15 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
             runs = sizes.side_by_side[-1]
             # warmed up on one round: a whole stacked wave on 16 CPU cores' worth of runs is long
             stacked_s, _ = bench.timed(
-                f"stacked_{workload}_16", stacked_runs(sizes, workload, bench.device, runs, "batched"),
-                repeats=2, warmup=stacked_runs(sizes, workload, bench.device, runs, "batched", rounds=1))
+                f"stacked_{workload}_16",
+                stacked_runs(sizes, workload, bench.device, runs, "batched"), repeats=2,
+                warmup=stacked_runs(sizes, workload, bench.device, runs, "batched", rounds=1))
             one_s, _ = bench.timed(f"one_at_a_time_{workload}",
                                    stacked_runs(sizes, workload, bench.device, 1, "auto"), repeats=2)
             stacked = runs / stacked_s if stacked_s > 0 else math.nan
             bench.figure(f"stacked_{workload}_16_runs_per_s", stacked)
-            bench.ratio(f"stacked_vs_one_at_a_time_{workload}_16", stacked, 1 / one_s if one_s > 0 else math.nan)
+            bench.ratio(f"stacked_vs_one_at_a_time_{workload}_16", stacked,
+                        1 / one_s if one_s > 0 else math.nan)
             bench.ratio(f"stacked_vs_side_by_side_{workload}_16", stacked, per_s[("", 16)])
     finally:
         for pool in pools.values():
