@@ -49,6 +49,7 @@ def test_the_wheel_holds_the_spaces_and_runs_them_outside_the_repository(tmp_pat
     shipped = {p.relative_to(ROOT / "robusttune" / "search_spaces").as_posix()
                for p in (ROOT / "robusttune" / "search_spaces").rglob("*.yaml")}
     assert packaged == shipped and "quickstart.yaml" in packaged
+    assert "robusttune/problem/data/digits_split.npy" in names  # the digits split, not recomputed
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "robusttune = robusttune.commands.cli:main" in zipfile.ZipFile(wheel).read(
