@@ -253,10 +253,14 @@ class Bench:
 # -- figures -----------------------------------------------------------------------------------
 
 
-def client_data(sizes: Sizes, clients: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """bench/training.py's unequal CIFAR-shaped clients, on the device (as the simulation holds
-    them), so the figures time training and not host-to-device copies."""
-    data = bench_training.synthetic_clients(clients, sizes.train_images, sizes.image_shape, 10, seed=0)
+def client_data(sizes: Sizes, clients: int, device: torch.device, *,
+                shape: tuple[int, ...] | None = None, per_client: int | None = None,
+                seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """bench/training.py's unequal clients (CIFAR-shaped, ``sizes.train_images`` each on
+    average, unless ``shape`` and ``per_client`` say otherwise), on the device (as the
+    simulation holds them), so the figures time training and not host-to-device copies."""
+    data = bench_training.synthetic_clients(clients, per_client or sizes.train_images,
+                                            shape or sizes.image_shape, 10, seed=seed)
     return [(x.to(device), y.to(device)) for x, y in data]
 
 
@@ -495,10 +499,8 @@ def stacked_runs(sizes: Sizes, workload: str, device: torch.device, runs: int,
     per_client = 72 if workload == "digits_mlp" else sizes.fashion_samples // clients
     model = make_model("mlp", shape, 10, seed=0).to(device)
     start = flat_params(model)
-    data = [(x.to(device), y.to(device)) for x, y in
-            bench_training.synthetic_clients(clients, per_client, shape, 10, seed=0)] * runs
-    (test_x, test_y), = [(x.to(device), y.to(device)) for x, y in
-                         bench_training.synthetic_clients(1, 360, shape, 10, seed=1)]
+    data = client_data(sizes, clients, device, shape=shape, per_client=per_client) * runs
+    (test_x, test_y), = client_data(sizes, 1, device, shape=shape, per_client=360, seed=1)
     seeds = list(range(len(data)))
 
     def run() -> torch.Tensor:

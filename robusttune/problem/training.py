@@ -178,17 +178,18 @@ def train_clients(
               for (_, y), s in zip(data, seeds)]
     if drift is not None:
         drift = drift.detach().to(start.device, start.dtype)
+    starts = start.expand(len(data), -1)  # one row per client: a view of a shared start
     if resolve_trainer(strategy, start.device) == "batched":
-        return _train_batched(model, start, data, orders, batch_size, lr, momentum, drift)
-    return _train_sequential(model, start, data, orders, batch_size, lr, momentum, drift)
+        return _train_batched(model, starts, data, orders, batch_size, lr, momentum, drift)
+    return _train_sequential(model, starts, data, orders, batch_size, lr, momentum, drift)
 
 
-def _train_sequential(model: nn.Module, start: Tensor, data: ClientData, orders: list[list[Tensor]],
+def _train_sequential(model: nn.Module, starts: Tensor, data: ClientData, orders: list[list[Tensor]],
                       batch_size: int, lr: float, momentum: float,
                       drift: Tensor | None = None) -> Tensor:
     layout = param_layout(model)
     drifts = None if drift is None else list(layout.views(drift).values())
-    out = start.repeat(len(data), 1) if start.dim() == 1 else start.clone()
+    out = starts.clone(memory_format=torch.contiguous_format)
     buf = torch.empty_like(out[0]) if momentum != 0 else None
     for i, ((x, y), batches) in enumerate(zip(data, orders)):
         # The parameters are leaf views into out[i] and the momentum buffer views into one flat
@@ -264,20 +265,20 @@ def _weighted_loss(model: nn.Module):
     return loss
 
 
-def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: list[list[Tensor]],
+def _train_batched(model: nn.Module, starts: Tensor, data: ClientData, orders: list[list[Tensor]],
                    batch_size: int, lr: float, momentum: float,
                    drift: Tensor | None = None) -> Tensor:
-    k, device = len(data), start.device
+    k, device = len(data), starts.device
     steps = [len(b) for b in orders]
     # clients in decreasing number of steps: those still training at step t are a prefix
     rank = sorted(range(k), key=lambda i: -steps[i])
     active = (torch.tensor(steps)[None, :] > torch.arange(max(steps))[:, None]).sum(1).tolist() \
         if max(steps) > 0 else []
     if not active:
-        return start.unsqueeze(0).repeat(k, 1) if start.dim() == 1 else start.clone()
-    # the stack is in `rank` order (clients by decreasing steps), per-client starts included
+        return starts.clone(memory_format=torch.contiguous_format)
+    # the stack is in `rank` order (clients by decreasing steps); indexing copies the starts
     order = torch.tensor(rank).to(device, non_blocking=True)
-    theta = start.unsqueeze(0).repeat(k, 1) if start.dim() == 1 else start[order]
+    theta = starts[order]
     xs = [data[i][0] for i in rank]
     ys = [data[i][1] for i in rank]
     offsets = [0]
@@ -289,7 +290,7 @@ def _train_batched(model: nn.Module, start: Tensor, data: ClientData, orders: li
     y_all = torch.cat(ys).to(device, non_blocking=True)
     index, weight = _padded_index([orders[i] for i in rank], offsets, batch_size, len(active))
     index = index.to(device, non_blocking=True)
-    weight = weight.to(dtype=start.dtype).to(device, non_blocking=True)
+    weight = weight.to(dtype=starts.dtype).to(device, non_blocking=True)
     buf = torch.zeros_like(theta) if momentum != 0 else None
     layout = param_layout(model)
     step = vmap(grad(_weighted_loss(model)))
