@@ -67,7 +67,7 @@ def error_of(mapping) -> str:
      "byzantine_fraction"),
     (space(space={"attack": {"grid": ["alie"]}, "threat": {"grid": [{"attack": "ipm"}]}}),
      "sets attack", "one axis per RunSpec key"),
-    (space(run={**BASE, "device": "cuda"}), "run.device", "resources.gpu"),
+    (space(run={**BASE, "device": "cuda"}, resources={"gpu": 0}), "run.device", "resources.gpu"),
 ])
 def test_bad_yaml_is_one_line_naming_key_and_allowed(mapping, key, allowed):
     message = error_of(mapping)
@@ -100,7 +100,7 @@ def test_an_unknown_domain_kind_is_named_with_the_allowed_kinds():
     (space(scheduler={"grace_period": 2}), "scheduler.grace_period applies to scheduler type asha only; allowed "
                                            "with none: type; got 2"),
     (space(resources={"cpu": True}), "resources.cpu must be a number, not true/false; got True"),
-    (space(resources={"gpu": -1}), "resources.gpu must be a number >= 0; got -1"),
+    (space(resources={"gpu": -1}), "resources.gpu must be auto or a finite number >= 0; got -1"),
     (space(max_concurrent=-1), "max_concurrent must be an integer >= 0; got -1"),
     (space(max_concurrent=1.5), "max_concurrent must be an integer; got 1.5"),
     (space(constraints={"attack_matches_byzantine": "yes"}),

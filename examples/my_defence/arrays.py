@@ -12,13 +12,25 @@ from torch import nn
 
 from robusttune.core.registries import DATASETS, MODELS
 from robusttune.core.registry import SpecError
-from robusttune.problem.data.base import RawDataset
+from robusttune.problem.data.base import DataShape, RawDataset
 
 # where make_arrays.py writes the example's arrays
 DEFAULT_ARRAYS = str(Path(__file__).resolve().parent.parent / "arrays.npz")
 
 
-@DATASETS.register("my_arrays", defaults={"model": "tiny_mlp"})
+def arrays_shape(spec, arrays_path: str = DEFAULT_ARRAYS) -> DataShape | None:
+    """The arrays' shape from the file's headers alone (memory-mapped, nothing read), so that a
+    driver can size a run for a GPU before any trial loads it; None without the file."""
+    path = Path(arrays_path).expanduser()
+    if not path.exists():
+        return None
+    with np.load(path, mmap_mode="r") as arrays:
+        x_train, x_test = arrays["x_train"], arrays["x_test"]
+        classes = int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
+        return DataShape(tuple(x_train.shape[1:]), classes, len(x_train) + len(x_test))
+
+
+@DATASETS.register("my_arrays", defaults={"model": "tiny_mlp"}, data_shape=arrays_shape)
 def my_arrays(spec, arrays_path: str = DEFAULT_ARRAYS) -> RawDataset:
     """Arrays from an .npz file (x_train, y_train, x_test, y_test), each feature standardised
     with the training set's mean and standard deviation. ``arrays_path`` is this dataset's own

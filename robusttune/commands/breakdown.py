@@ -40,7 +40,7 @@ EXIT_INTERRUPTED = 130     # the shell's Ctrl-C status, as for an interrupted sw
 
 
 def prepare_plan(space: Path, *, name: Optional[str] = None, assignments: Sequence[str] = (),
-                 cpus_per_trial: Optional[float] = None, gpus_per_trial: Optional[float] = None,
+                 cpus_per_trial: Optional[float] = None, gpus_per_trial: Optional[float | str] = None,
                  max_concurrent: Optional[int] = None, **section: Any) -> BreakdownPlan:
     """Load SPACE and apply the command line (validated as the file is, named as typed)."""
     from robusttune.core.yaml_input import parse_assignments

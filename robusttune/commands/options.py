@@ -18,8 +18,9 @@ ADDRESS = typer.Option(None, "--address", help="Join a running Ray cluster (e.g.
                        "of starting a local Ray.")
 CPUS_PER_TRIAL = typer.Option(None, "--cpus-per-trial", help="CPUs per trial (fractions "
                               "allowed); torch threads follow.")
-GPUS_PER_TRIAL = typer.Option(None, "--gpus-per-trial", help="GPUs per trial (fractions allowed, "
-                              "e.g. 0.25).")
+GPUS_PER_TRIAL = typer.Option(None, "--gpus-per-trial", help="GPUs per trial: a number "
+                              "(fractions allowed, e.g. 0.25) or auto, the default: a share of a "
+                              "GPU from the run's size where the cluster has GPUs, else none.")
 MAX_CONCURRENT = typer.Option(None, "--max-concurrent", help="At most K trials at once (0: as "
                               "resources allow).")
 LOCAL = typer.Option(False, "--local", help="Run trials in this process, without Ray.")

@@ -40,7 +40,7 @@ def sweep_command(
     num_samples: Optional[int] = None,
     max_concurrent: Optional[int] = None,
     cpus_per_trial: Optional[float] = None,
-    gpus_per_trial: Optional[float] = None,
+    gpus_per_trial: Optional[float | str] = None,
     assignments: Optional[list[str]] = None,
     resume: bool = False,
     dry_run: bool = False,
@@ -113,7 +113,7 @@ def differences(spec: SweepSpec, stored: SweepSpec) -> list[str]:
 
 def refuse_changes_on_resume(*, name: Optional[str], storage: str, space: Path,
                              num_samples: Optional[int], max_concurrent: Optional[int],
-                             cpus_per_trial: Optional[float], gpus_per_trial: Optional[float],
+                             cpus_per_trial: Optional[float], gpus_per_trial: Optional[float | str],
                              assignments: list[str]) -> None:
     """``--resume`` continues the stored sweep (its trials, checkpoints and search state), so
     a flag that would change the sweep cannot apply to it: one line naming what was given and
@@ -137,7 +137,7 @@ def refuse_changes_on_resume(*, name: Optional[str], storage: str, space: Path,
 
 def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int],
                  max_concurrent: Optional[int], cpus_per_trial: Optional[float],
-                 gpus_per_trial: Optional[float], assignments: list[str]) -> SweepSpec:
+                 gpus_per_trial: Optional[float | str], assignments: list[str]) -> SweepSpec:
     """Load SPACE and apply the command-line overrides (validated like the file)."""
     from robusttune.core.yaml_input import parse_assignments
 
@@ -163,7 +163,7 @@ def dry_run_report(spec: SweepSpec) -> str:
                      f"{spec.search.sampler}, seed {spec.search.seed})")
     metric = ", ".join(f"{m} ({mode})" for m, mode in zip(spec.search.metrics, spec.search.modes))
     lines.append(f"metric: {metric}; scheduler: {spec.scheduler.kind}; resources per trial: "
-                 f"cpu {spec.resources.cpu:g}, gpu {spec.resources.gpu:g}; max_concurrent: "
+                 f"cpu {spec.resources.cpu:g}, gpu {format_value(spec.resources.gpu)}; max_concurrent: "
                  f"{spec.max_concurrent or 'as resources allow'}")
     lines.append(table_text(spec.configurations(), index=True))
     note = test_metric_note(spec.search.metrics)

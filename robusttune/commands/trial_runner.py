@@ -14,7 +14,7 @@ from robusttune.engine.runners import InProcessRunner, Runner
 __all__ = ["choose_runner", "ray_or_nothing"]
 
 
-def choose_runner(out: Path, local: bool, resources: dict[str, float], max_concurrent: int = 0,
+def choose_runner(out: Path, local: bool, resources: dict[str, float | str], max_concurrent: int = 0,
                   notes: bool = True, tune_verbose: int = 0) -> Runner:
     """The runner trials go through: one Ray Tune experiment for the whole command whose trials
     are proposed as the command asks for runs (robusttune.experiments.sweep.stream; the experiment folder

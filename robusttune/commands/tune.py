@@ -35,7 +35,7 @@ def tune(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the knobs, the adversary and the run bound; start nothing."),
     address: Optional[str] = ADDRESS,
     cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
-    gpus_per_trial: Optional[float] = GPUS_PER_TRIAL,
+    gpus_per_trial: Optional[str] = GPUS_PER_TRIAL,
     max_concurrent: Optional[int] = MAX_CONCURRENT,
     local: bool = LOCAL,
     verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the per-proposal lines."),

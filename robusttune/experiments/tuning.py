@@ -80,7 +80,7 @@ class TuningPlan:
     population: int = 8
     sampler_seed: int = 0
     seeds: list[int] = field(default_factory=lambda: [42])
-    resources: dict[str, float] = field(default_factory=dict)
+    resources: dict[str, float | str] = field(default_factory=dict)
     max_concurrent: int = 0
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -108,7 +108,7 @@ class TuningPlan:
 
 def load_tuning(path: str | Path, run: Mapping[str, Any] | None = None,
                 num_samples: int | None = None, cpu: float | None = None,
-                gpu: float | None = None, max_concurrent: int | None = None,
+                gpu: float | str | None = None, max_concurrent: int | None = None,
                 assignments: Sequence[str] = ()) -> TuningPlan:
     """Read a tuning YAML (see `parse_tuning`); ``run`` (``--set``, or ``assignments`` as typed,
     read once the file's plugins are loaded: their knobs are keys), ``num_samples`` and the
@@ -202,6 +202,8 @@ def study_cost(plan: TuningPlan) -> str:
         runs <= num_samples x seeds x (1 clean + the adversary's runs per attacked point),
 
     fewer where a proposal's ladder stops at a zero score or two proposals share a run."""
+    from robusttune.experiments.sweep.domains import format_value
+
     attacked = plan.threat.runs_per_point("none")
     per_proposal = len(plan.seeds) * (1 + attacked)
     knobs = ", ".join(f"{name} {domain.describe()}" for name, domain in plan.knobs.items())
@@ -213,7 +215,7 @@ def study_cost(plan: TuningPlan) -> str:
         f"each proposal: 1 clean run and {attacked} attacked at k = {plan.byzantine} of "
         f"{plan.clients} ({plan.threat.describe()}), per seed of {plan.seeds}: {per_proposal} runs",
         f"runs: at most {plan.num_samples * per_proposal} (fewer where a ladder stops at a zero "
-        f"score); per trial {plan.resources.get('cpu', 1):g} CPU, {plan.resources.get('gpu', 0):g} GPU, at most {plan.max_concurrent or 'as resources allow'} "
+        f"score); per trial {plan.resources.get('cpu', 1):g} CPU, {format_value(plan.resources.get('gpu', 0))} GPU, at most {plan.max_concurrent or 'as resources allow'} "
         f"at once on Ray"])
 
 

@@ -401,8 +401,12 @@ def _first_batch(n: int, batch_size: int, seed: int) -> Tensor:
 # Evaluation
 
 
+# inputs a forward pass of evaluation takes at once (robusttune.problem.footprint counts it)
+EVALUATION_CHUNK = 4096
+
+
 def evaluate(model: nn.Module, params: Tensor, x: Tensor, y: Tensor, *,
-             chunk_size: int = 4096) -> Evaluation:
+             chunk_size: int = EVALUATION_CHUNK) -> Evaluation:
     """accuracy = (1/n) sum_j [argmax f(x_j) = y_j];  loss = (1/n) sum_j CE(f(x_j), y_j);
     max_class_share = max_c (1/n) #{j : argmax f(x_j) = c}.
 

@@ -88,14 +88,14 @@ class BreakdownPlan:
     min_client_rounds: float | None = None
     start_from: str | None = None
     sampler_seed: int = 0
-    resources: dict[str, float] = field(default_factory=dict)
+    resources: dict[str, float | str] = field(default_factory=dict)
     max_concurrent: int = 0
     raw: dict[str, Any] = field(default_factory=dict)
     source: str = "<mapping>"
     given: tuple[str, ...] = ()
 
     def with_overrides(self, *, name: str | None = None, run: Mapping[str, Any] | None = None,
-                       cpu: float | None = None, gpu: float | None = None,
+                       cpu: float | None = None, gpu: float | str | None = None,
                        max_concurrent: int | None = None, **section: Any) -> "BreakdownPlan":
         """The plan with command-line values (None: not given): ``name``, ``run`` (RunSpec keys
         of the base run, ``--set``), per-trial ``cpu``/``gpu``, ``max_concurrent`` and the

@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 from robusttune.core.plugins import declared, shipping_folder
 from robusttune.core.registry import SpecError
+from robusttune.experiments.sweep.gpu_share import AUTO
 from robusttune.experiments.sweep.ray_compat import autoscaling_ceiling, autoscaling_node_types
 from robusttune.experiments.sweep.space import SweepSpec, format_value
 
@@ -55,14 +56,17 @@ def check_cluster(spec: SweepSpec, *, joined: bool = False,
                   announce: Callable[[str], None] | None = None) -> None:
     """Fail with one line instead of leaving trials pending forever for resources that the
     cluster does not have. A trial is one bundle of ``resources.cpu`` CPUs and ``resources.gpu``
-    GPUs, placed on one node. A joined cluster (``--address``) may autoscale from zero workers
+    GPUs (``auto``: a share of a GPU only where there are GPUs, so its CPUs are checked), placed
+    on one node. A joined cluster (``--address``) may autoscale from zero workers
     (cluster.yaml's GPU nodes start at 0): there the request is an error when no node type of
     its autoscaler (`autoscaling_node_types`) can hold one trial, or the autoscaler's ceiling
     cannot cover it, and otherwise a note."""
     import ray
 
     say = announce or print
-    wanted = {r: a for r, a in (("CPU", spec.resources.cpu), ("GPU", spec.resources.gpu)) if a > 0}
+    # gpu auto asks for a share only of GPUs the cluster has (`gpu_share`): its CPUs must fit
+    gpu = 0.0 if spec.resources.gpu == AUTO else spec.resources.gpu
+    wanted = {r: a for r, a in (("CPU", spec.resources.cpu), ("GPU", gpu)) if a > 0}
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     if any(holds(node, wanted) for node in nodes):
         return

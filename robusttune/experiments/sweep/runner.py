@@ -24,6 +24,7 @@ from robusttune.core.plugins import declared
 from robusttune.engine.recording import declare_experiment
 from robusttune.core.registry import SpecError
 from robusttune.experiments.sweep.cluster import check_cluster, ray_session
+from robusttune.experiments.sweep.gpu_share import AUTO, cluster_gpu_nodes
 from robusttune.experiments.sweep.preflight import with_absolute_data_root
 from robusttune.experiments.sweep.progress import ProgressCallback, Timeline, TimelineCallback
 from robusttune.experiments.sweep.space import SweepSpec
@@ -80,9 +81,13 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
     spec = dataclasses.replace(_sweep_to_run(spec, path, resume), plugins=declared())
     with ray_session(address, num_cpus):
         timeline.mark("ray_ready")
-        check_cluster(spec, joined=address is not None, announce=say)
+        joined = address is not None
+        check_cluster(spec, joined=joined, announce=say)
         if resume and not restorable(path):
             raise SpecError(f"--resume: {path} holds no Tune state yet; run it again without --resume")
+        # before anything is written: `auto` on device cuda without a GPU is refused here
+        gpu_nodes = cluster_gpu_nodes(joined) if spec.resources.gpu == AUTO else []
+        bound = make_trainable(spec, trainable, gpu_nodes)
         if not resume:  # a resumed sweep runs what sweep.yaml already says
             write_text(path, SWEEP_FILE, yaml.safe_dump({"name": spec.name, **spec.raw}, sort_keys=False))
             _declare_hparams(spec, path, say)
@@ -93,7 +98,6 @@ def run_sweep(spec: SweepSpec, *, storage: str = DEFAULT_STORAGE, address: str |
             display = ProgressCallback(spec.search.metric, spec.trial_count(), mode=spec.search.mode,
                                        name=spec.name)
             extra.append(display)
-        bound = make_trainable(spec, trainable)
         with tune_environment(quiet=verbose == 0,
                               on_interrupt=display.interrupted if display else None):
             tuner = _tuner(spec, path, bound, resume=resume, storage=storage, say=say,

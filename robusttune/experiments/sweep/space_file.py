@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from typing import Annotated, Any, Literal, Mapping, Optional, get_args
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
-                      StrictBool, TypeAdapter, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator,
+                      PrivateAttr, StrictBool, TypeAdapter, model_validator)
 
 from robusttune.core.records import RoundRecord
 from robusttune.core.runspec import run_keys
 from robusttune.core.validation import Finite, Int, KeyedError
 from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value
+from robusttune.experiments.sweep.gpu_share import AUTO
 
 __all__ = [
     "SweepFile", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec",
@@ -230,27 +232,41 @@ class SchedulerSpec(BaseModel):
         return self
 
 
+def _gpu_amount(value: Any) -> float | str:
+    """``auto``, or a finite number of GPUs >= 0 (above 1 only whole: Ray shares only fractions
+    of one GPU); a string of a number counts (``--gpus-per-trial 0.25`` arrives as one)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, bool):
+        raise ValueError("must be auto or a number >= 0, not true/false")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be auto or a number >= 0") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError("must be auto or a finite number >= 0")
+    if number > 1 and not number.is_integer():
+        raise ValueError("above 1 must be a whole number (Ray shares only fractions of one GPU)")
+    return number
+
+
 class ResourceSpec(BaseModel):
-    """What one trial reserves; fractions allowed (a GPU above 1 only whole)."""
+    """What one trial reserves; fractions allowed (a GPU above 1 only whole). ``gpu: auto`` (the
+    default): a share of a GPU chosen per run from its size where the cluster has GPUs, none
+    where it has none (`robusttune.experiments.sweep.gpu_share`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cpu: Annotated[Finite, Field(gt=0)] = 1.0
-    gpu: Annotated[Finite, Field(ge=0)] = 0.0
+    gpu: Annotated[float | str, PlainValidator(
+        _gpu_amount, json_schema_input_type=float | Literal["auto"])] = AUTO
 
     @model_validator(mode="before")
     @classmethod
     def _none(cls, data: Any) -> Any:
         return _empty_if_none(data)
 
-    @field_validator("gpu")
-    @classmethod
-    def _whole_above_one(cls, gpu: float) -> float:
-        if gpu > 1 and not float(gpu).is_integer():
-            raise ValueError("above 1 must be a whole number (Ray shares only fractions of one GPU)")
-        return gpu
-
-    def as_tune(self) -> dict[str, float]:
+    def as_tune(self) -> dict[str, float | str]:
         return {"cpu": self.cpu, "gpu": self.gpu}
 
 
@@ -342,9 +358,9 @@ class SweepFile(BaseModel):
         device = self.run.get("device", "auto")
         gpu = self.resources.gpu
         if isinstance(device, str) and device.startswith("cuda") and gpu == 0:
-            raise ValueError(f"run.device {device} needs resources.gpu > 0; allowed: device auto "
-                             f"or cpu without a GPU")
-        if device == "cpu" and gpu > 0:
+            raise ValueError(f"run.device {device} needs resources.gpu > 0; allowed: gpu auto or "
+                             f"above 0, or device auto or cpu without a GPU")
+        if device == "cpu" and gpu != AUTO and gpu > 0:
             raise ValueError(f"run.device cpu with resources.gpu {format_value(gpu)} reserves a GPU "
                              f"no trial uses; allowed: device auto or cuda, or gpu: 0")
         return self

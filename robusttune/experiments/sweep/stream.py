@@ -33,8 +33,10 @@ from robusttune.core.plugins import declared, load_plugins
 from robusttune.core.runspec import RunSpec
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
+from robusttune.experiments.sweep.gpu_share import AUTO, GpuNode, cluster_gpu_nodes, resolve_gpu
 
-__all__ = ["TuneStreamRunner", "RunQueue", "run_trial", "stream_trial_name"]
+__all__ = ["TuneStreamRunner", "RunQueue", "run_trial", "stream_trial_name", "streamed_run_spec",
+           "trial_config"]
 
 T = TypeVar("T")
 SPEC_KEY = "spec"          # the trial config: {"spec": the RunSpec's explicit keys}
@@ -72,8 +74,9 @@ class _Pending:
 class TuneStreamRunner:
     """``runner(specs) -> [RunSummary, ...]`` (same order) through one Ray Tune experiment per
     ``drive``. ``folder`` holds the experiment (``runs000``, ``runs001`` on a rerun into the same
-    folder); ``resources`` the per-trial {cpu, gpu}; ``max_concurrent`` caps the trials at once (0:
-    as the cluster's resources allow); ``verbose`` is Tune's. Identical specs asked while one is
+    folder); ``resources`` the per-trial {cpu, gpu} (gpu ``auto``, the default: a share per run
+    from its size where the cluster has GPUs, `gpu_share`); ``max_concurrent`` caps the trials
+    at once (0: as the cluster's resources allow); ``verbose`` is Tune's. Identical specs asked while one is
     queued or running share that one trial. Call it only inside ``drive`` (with a Ray session
     open around it, local or joined with ``--address``: `robusttune.experiments.sweep.cluster.ray_session`)."""
 
@@ -82,9 +85,11 @@ class TuneStreamRunner:
                  verbose: int = 0) -> None:
         self.folder = Path(folder).resolve()
         given = {k: v for k, v in (resources or {"cpu": 1}).items() if v is not None}
-        # one trial's bundle, as Tune takes it
-        self.resources = {"cpu": float(given.get("cpu", 1) or 0),
-                          "gpu": float(given.get("gpu", 0) or 0)}
+        # one trial's bundle, as Tune takes it (gpu auto is resolved once Ray is up: `drive`)
+        gpu = given.get("gpu", AUTO)
+        self.resources: dict[str, Any] = {"cpu": float(given.get("cpu", 1) or 0),
+                                          "gpu": gpu if gpu == AUTO else float(gpu or 0)}
+        self._gpu_nodes: list[GpuNode] = []
         self.max_concurrent = max_concurrent
         self.announce = announce
         self.verbose = verbose
@@ -102,6 +107,10 @@ class TuneStreamRunner:
 
     def _ask(self, spec: RunSpec) -> _Pending:
         key = spec.to_json()
+        if self.resources["gpu"] == AUTO and not self._gpu_nodes and spec.device.startswith("cuda"):
+            raise SpecError(f"run.device {spec.device} with resources.gpu auto, but the Ray cluster "
+                            f"has no GPU; allowed: device auto or cpu, or a cluster with GPUs "
+                            f"(--address)")
         with self._lock:
             if not self._driving:
                 raise RuntimeError("TuneStreamRunner runs only inside its drive(body): call it "
@@ -158,6 +167,8 @@ class TuneStreamRunner:
                     self._body_done = True
                     self._lock.notify_all()
 
+        if self.resources["gpu"] == AUTO:
+            self._gpu_nodes = cluster_gpu_nodes(joined=True)
         with self._lock:
             self._body_done, self._stopped, self._driving = False, False, True
         thread = threading.Thread(target=target, name="robusttune-command", daemon=True)
@@ -203,8 +214,10 @@ class TuneStreamRunner:
             searcher = ConcurrencyLimiter(searcher, max_concurrent=self.max_concurrent)
         # every trial loads the driver's plugins before it builds its run (one object, bound once)
         trainable = tune.with_parameters(run_trial, plugins=declared())
+        resources = resolve_gpu(self.resources["gpu"], self.resources["cpu"], "auto",
+                                self._gpu_nodes, streamed_run_spec)
         tuner = tune.Tuner(
-            tune.with_resources(trainable, self.resources),
+            tune.with_resources(trainable, resources),
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, metric=METRIC,
                                         mode="max", trial_dirname_creator=stream_trial_name,
                                         reuse_actors=True),
@@ -237,6 +250,7 @@ class TuneStreamRunner:
         import ray
 
         cpu, gpu = self.resources["cpu"], self.resources["gpu"]
+        gpu = 0 if gpu == AUTO else gpu  # per run: its CPUs bound the slots
         held = ray.cluster_resources()
         slots = [int(held.get("CPU", 0) // cpu)] if cpu > 0 else []
         slots += [int(held.get("GPU", 0) // gpu)] if gpu > 0 else []
@@ -264,8 +278,7 @@ class RunQueue(_search_base()):  # type: ignore[misc]
         if run is None:
             return self.FINISHED if self.runner.finished() else None
         self.trials[trial_id] = run
-        explicit = run.spec.to_dict()
-        return {SPEC_KEY: {k: explicit[k] for k in sorted(run.spec.explicit) if k in explicit}}
+        return trial_config(run.spec)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
@@ -300,6 +313,17 @@ def stream_trial_name(trial: Any) -> str:
               f"b{float(values.get('byzantine_fraction', 0.0)):.4g}",
               f"p{float(values.get('participation', 1.0)):g}", f"s{values.get('seed', '')}"]
     return "_".join(p for p in pieces if p)[:120]
+
+
+def trial_config(spec: RunSpec) -> dict[str, Any]:
+    """A streamed trial's config: {SPEC_KEY: the run's explicit keys}."""
+    explicit = spec.to_dict()
+    return {SPEC_KEY: {k: explicit[k] for k in sorted(spec.explicit) if k in explicit}}
+
+
+def streamed_run_spec(config: dict[str, Any]) -> RunSpec:
+    """The RunSpec of a streamed trial's config (what `gpu_share.AutoGpuResources` sizes)."""
+    return RunSpec.from_dict(config[SPEC_KEY])
 
 
 def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
+from robusttune.experiments.sweep.gpu_share import GpuNode, resolve_gpu
 from robusttune.experiments.sweep.progress import ProgressCallback, TimelineCallback
 from robusttune.experiments.sweep.ray_compat import quiet_tune_logs, restored_run_config
 from robusttune.experiments.sweep.space import SweepSpec, format_value
@@ -107,15 +108,20 @@ def make_scheduler(spec: SweepSpec) -> Any:
                          reduction_factor=spec.scheduler.reduction_factor)
 
 
-def make_trainable(spec: SweepSpec, trainable: Callable | None = None) -> Any:
-    """The trainable with the spec bound and the trial's resources attached."""
+def make_trainable(spec: SweepSpec, trainable: Callable | None = None,
+                   gpu_nodes: Sequence[GpuNode] = ()) -> Any:
+    """The trainable with the spec bound and the trial's resources attached: ``resources`` as
+    given, or under ``gpu: auto`` each trial's share of a GPU from its run's size on the
+    cluster's ``gpu_nodes`` (`gpu_share.resolve_gpu`; none without GPU nodes)."""
     from ray import tune
 
     from robusttune.experiments.sweep.trainable import federated_trainable
 
     function = trainable or federated_trainable
     bound = tune.with_parameters(function, sweep=spec)
-    return tune.with_resources(bound, spec.resources.as_tune())
+    resources = resolve_gpu(spec.resources.gpu, spec.resources.cpu, str(spec.run.get("device", "auto")),
+                            gpu_nodes, spec.run_spec)
+    return tune.with_resources(bound, resources)
 
 
 @contextlib.contextmanager

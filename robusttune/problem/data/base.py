@@ -28,6 +28,19 @@ class RawDataset:
 
 
 @dataclass(frozen=True)
+class DataShape:
+    """What a dataset puts on a run's device, known without loading it: one input's shape, the
+    number of classes and of inputs (training and held-out together). A dataset declares it when
+    it registers (``DATASETS.register(name, data_shape=DataShape(...))``, or a function of the
+    RunSpec where the shape is a knob), so a driver can size a run before any trial loads it
+    (`robusttune.problem.footprint`)."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    samples: int
+
+
+@dataclass(frozen=True)
 class FederatedData:
     """One run's data on its device: the clients' shards, the held-out set split into a test and
     a validation part (``validation_fraction``, `robusttune.problem.data.partition.validation_split`;

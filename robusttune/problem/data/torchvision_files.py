@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from robusttune.problem.data.base import DATASETS, RawDataset
+from robusttune.problem.data.base import DATASETS, DataShape, RawDataset
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import RunSchema
 
@@ -28,18 +28,23 @@ class _TorchvisionSource:
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    shape: DataShape
     kwargs: tuple[tuple[str, Any], ...] = ()
 
 
 _TORCHVISION_SOURCES: dict[str, _TorchvisionSource] = {
-    "mnist": _TorchvisionSource("MNIST", 10, (0.1307,), (0.3081,)),
-    "fashion_mnist": _TorchvisionSource("FashionMNIST", 10, (0.2860,), (0.3530,)),
+    "mnist": _TorchvisionSource("MNIST", 10, (0.1307,), (0.3081,), DataShape((1, 28, 28), 10, 70_000)),
+    "fashion_mnist": _TorchvisionSource("FashionMNIST", 10, (0.2860,), (0.3530,),
+                                        DataShape((1, 28, 28), 10, 70_000)),
     # byclass: digits, upper- and lower-case letters, the 62-class FEMNIST stand-in of SWB-DM.
-    "emnist": _TorchvisionSource("EMNIST", 62, (0.1736,), (0.3316,), (("split", "byclass"),)),
+    "emnist": _TorchvisionSource("EMNIST", 62, (0.1736,), (0.3316,),
+                                 DataShape((1, 28, 28), 62, 814_255), (("split", "byclass"),)),
     # The per-pixel standard deviations (not the 0.2023/0.1994/0.2010 of many CIFAR repositories,
     # which are averages of per-image deviations).
-    "cifar10": _TorchvisionSource("CIFAR10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": _TorchvisionSource("CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "cifar10": _TorchvisionSource("CIFAR10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+                                  DataShape((3, 32, 32), 10, 60_000)),
+    "cifar100": _TorchvisionSource("CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+                                   DataShape((3, 32, 32), 100, 60_000)),
 }
 
 
@@ -60,7 +65,8 @@ def _make_torchvision_loader(name: str) -> Callable[[Any], RawDataset]:
 
 for _name in _TORCHVISION_SOURCES:
     if _name != "fashion_mnist":  # installed.load_fashion_mnist reads torchvision's files first
-        DATASETS.register(_name, defaults={})(_make_torchvision_loader(_name))
+        DATASETS.register(_name, defaults={}, data_shape=_TORCHVISION_SOURCES[_name].shape)(
+            _make_torchvision_loader(_name))
 del _name
 
 
