@@ -89,6 +89,17 @@ def test_the_shares_docs_how_to_gpu_states(values, on_h100, on_a10g):
     assert (gpu_share(spec, [H100], 1.0), gpu_share(spec, [a10g], 1.0)) == (on_h100, on_a10g)
 
 
+def test_a_run_that_cannot_be_sized_takes_a_whole_gpu_with_one_note(monkeypatch, capsys):
+    from robusttune.core.registries import DATASETS
+
+    monkeypatch.delattr(DATASETS["digits"], "data_shape")  # as a plugin dataset without one
+    per_trial = AutoGpuResources(1.0, [H100], RunSpec.from_dict)
+    for seed in (1, 2):
+        assert per_trial({"dataset": "digits", "seed": seed}).bundles == [{"CPU": 1.0, "GPU": 1.0}]
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == 1 and "each such trial takes a whole GPU" in notes[0]
+
+
 def test_resolve_gpu_fixed_numbers_cpu_only_clusters_and_auto():
     run_spec = RunSpec.from_dict
     assert resolve_gpu(0.25, 1.0, "auto", [H100], run_spec) == {"cpu": 1.0, "gpu": 0.25}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -111,6 +112,12 @@ def runs_per_gpu(footprint: int | None, node: GpuNode, cpus_per_trial: float) ->
     return max(1, min(MAX_RUNS_PER_GPU, by_cpu, by_memory))
 
 
+def _unsized(spec: RunSpec) -> bool:
+    from robusttune.problem.footprint import run_footprint
+
+    return run_footprint(spec) is None
+
+
 def share_of(runs: int) -> float:
     """1/runs rounded down to Ray's resolution of 1e-4, so that ``runs`` shares fit one GPU."""
     return math.floor(1e4 / runs) / 1e4
@@ -151,6 +158,11 @@ class AutoGpuResources:
                            spec.params_for(DATASETS, spec.dataset)], sort_keys=True, default=str))
         if key not in self._shares:
             self._shares[key] = gpu_share(spec, self.nodes, self.cpu)
+            if self._shares[key] == 1.0 and _unsized(spec):
+                print(f"note: a run of dataset {spec.dataset} with model {spec.model} cannot be "
+                      f"sized before it runs (the dataset declares no data_shape, or the model "
+                      f"cannot be built on the meta device): each such trial takes a whole GPU; "
+                      f"--gpus-per-trial sets a share", file=sys.stderr, flush=True)
         return self._shares[key]
 
     def __call__(self, config: dict[str, Any]) -> Any:
