@@ -76,8 +76,8 @@ class TuneStreamRunner:
     ``drive``. ``folder`` holds the experiment (``runs000``, ``runs001`` on a rerun into the same
     folder); ``resources`` the per-trial {cpu, gpu} (gpu ``auto``, the default: a share per run
     from its size where the cluster has GPUs, `gpu_share`); ``max_concurrent`` caps the trials
-    at once (0: as the cluster's resources allow); ``verbose`` is Tune's. Identical specs asked while one is
-    queued or running share that one trial. Call it only inside ``drive`` (with a Ray session
+    at once (0: as the cluster's resources allow); ``verbose`` is Tune's. Identical specs asked
+    while one is queued or running share that one trial. Call it only inside ``drive`` (with a Ray session
     open around it, local or joined with ``--address``: `robusttune.experiments.sweep.cluster.ray_session`)."""
 
     def __init__(self, folder: str | Path, resources: dict[str, float] | None = None,

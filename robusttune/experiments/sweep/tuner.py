@@ -119,8 +119,8 @@ def make_trainable(spec: SweepSpec, trainable: Callable | None = None,
 
     function = trainable or federated_trainable
     bound = tune.with_parameters(function, sweep=spec)
-    resources = resolve_gpu(spec.resources.gpu, spec.resources.cpu, str(spec.run.get("device", "auto")),
-                            gpu_nodes, spec.run_spec)
+    device = str(spec.run.get("device", "auto"))
+    resources = resolve_gpu(spec.resources.gpu, spec.resources.cpu, device, gpu_nodes, spec.run_spec)
     return tune.with_resources(bound, resources)
 
 
