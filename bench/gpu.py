@@ -25,7 +25,12 @@ then the median of up to ``--repeats`` calls, fewer once a figure has used ``--f
 prints ``nan`` and a note saying it was skipped, so the whole run stays under 8 minutes; a
 figure that raises prints ``nan`` and the run exits with status 1 after printing the rest.
 ``*_peak_mib`` is ``torch.cuda.max_memory_allocated`` over the timed calls, the figure's inputs
-included (0 on the CPU). The ``deterministic_*`` figures come from a child process started with
+included (0 on the CPU). ``footprint_*`` set the estimate ``resources.gpu: auto`` shares GPUs by
+(`robusttune.problem.footprint`, less the CUDA context it assumes) against those peaks:
+``*_over_peak`` above 1 is an estimate on the safe side (nan on the CPU, where there is no
+peak); ``cuda_context_*_mib`` is what a side-by-side worker's process holds on the GPU beyond
+PyTorch's reserved memory (NVML), the context the estimate assumes at 512 MiB. The
+``deterministic_*`` figures come from a child process started with
 ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` and ``torch.use_deterministic_algorithms(True,
 warn_only=True)``, since the cuBLAS setting must precede CUDA's start.
 """
@@ -59,6 +64,7 @@ from robusttune.methods.aggregators.swb_blocks import ROTATIONS
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.models import flat_params, make_model
 from robusttune.engine.simulation import Simulation
+from robusttune.problem.footprint import run_footprint
 from robusttune.problem.training import client_gradients, evaluate, train_clients
 
 # SWB-DM paper, Table V (N = 500, p = 0.1): aggregation seconds per round of SWB over the 50
@@ -133,14 +139,20 @@ def figure_names() -> list[str]:
     for name in rule_names():
         names += timed(f"rule_{name}_n500")
     names += timed("demoa_round_n25") + ["sync_calls_demoa_round_n25"]
+    names += [f"footprint_demoa_round_n25_{what}" for what in ("estimate_mib", "over_peak")]
     for dtype in ("float32", "bfloat16"):
         names += timed(f"swb_dm_round_n500_{dtype}") + [f"swb_dm_cache_n500_{dtype}_mib"]
+        if dtype == "float32":  # the estimate does not model a bfloat16 cache
+            names += [f"footprint_swb_dm_round_n500_float32_{what}"
+                      for what in ("estimate_mib", "over_peak")]
     for workload in WORKLOADS:
         for k in FULL_NAMES["side_by_side"]:
             names += [f"side_by_side_{workload}_{k}_runs_per_s",
                       f"side_by_side_{workload}_{k}_device_busy_percent",
                       f"side_by_side_{workload}_{k}_runs_per_s_cpu"]
         names += [f"side_by_side_{workload}_16_device_vs_cpu"]
+        names += [f"footprint_{workload}_estimate_mib", f"footprint_{workload}_peak_mib",
+                  f"footprint_{workload}_over_peak", f"cuda_context_{workload}_mib"]
         names += timed(f"stacked_{workload}_16") + timed(f"one_at_a_time_{workload}")
         names += [f"stacked_{workload}_16_runs_per_s", f"stacked_vs_one_at_a_time_{workload}_16",
                   f"stacked_vs_side_by_side_{workload}_16"]
@@ -351,6 +363,7 @@ def round_figures(bench: Bench, sizes: Sizes) -> None:
     if bench.expired():
         bench.timed("demoa_round_n25", lambda: None)
         bench.figure("sync_calls_demoa_round_n25", math.nan)
+        footprint_figures(bench, "demoa_round_n25", None, math.nan)
     else:
         sim = Simulation(round_spec(sizes, bench.device, clients=sizes.demoa_clients,
                                     participation=0.1, participation_mode="bernoulli",
@@ -359,22 +372,42 @@ def round_figures(bench: Bench, sizes: Sizes) -> None:
                     warmup=lambda: [sim.step() for _ in range(3)])
         # a round should wait for the device once, for its record (no evaluation in this round)
         bench.figure("sync_calls_demoa_round_n25", bench.sync_calls(sim.step))
+        footprint_figures(bench, "demoa_round_n25", sim.spec,
+                          bench.values["demoa_round_n25_peak_mib"])
         del sim
     # SWB-DM at the paper's scale: N = 500 cached states, p = 0.1 (50 trained a round), IPM
     for dtype in ("float32", "bfloat16"):
         base = f"swb_dm_round_n500_{dtype}"
+        spec = round_spec(sizes, bench.device, clients=sizes.swb_dm_clients, participation=0.1,
+                          method="swb_dm", attack="ipm", cache_dtype=dtype)
         if bench.expired():
             bench.timed(base, lambda: None)
         else:
-            sim = Simulation(round_spec(sizes, bench.device, clients=sizes.swb_dm_clients,
-                                        participation=0.1, method="swb_dm", attack="ipm",
-                                        cache_dtype=dtype))
+            sim = Simulation(spec)
             bench.timed(base, sim.step, repeats=min(bench.repeats, 3))
             del sim
         # the slots at rest; a round also holds a float32 copy of them while SWB reads it
         bench.figure(f"swb_dm_cache_n500_{dtype}_mib",
                      sizes.swb_dm_clients * d * (4 if dtype == "float32" else 2) / 2**20)
+        if dtype == "float32":
+            footprint_figures(bench, base, spec, bench.values[f"{base}_peak_mib"])
         bench.free()
+
+
+def footprint_estimate_mib(spec: RunSpec, evaluated: bool) -> float:
+    """The run's estimated device memory less the CUDA context (`robusttune.problem.footprint`),
+    without the evaluation part unless ``evaluated`` (the simulated rounds are never evaluated)."""
+    parts = run_footprint(spec)
+    activations = max(parts.training, parts.evaluation) if evaluated else parts.training
+    return (parts.data + parts.state + activations) / 2**20
+
+
+def footprint_figures(bench: Bench, base: str, spec: RunSpec | None, peak_mib: float) -> None:
+    """``footprint_<base>_estimate_mib`` of a simulated round's run (`footprint_estimate_mib`)
+    and ``footprint_<base>_over_peak``, that over the measured ``peak_mib`` (nan on the CPU)."""
+    estimate = math.nan if spec is None else footprint_estimate_mib(spec, evaluated=False)
+    bench.figure(f"footprint_{base}_estimate_mib", estimate)
+    bench.ratio(f"footprint_{base}_over_peak", estimate, peak_mib if bench.cuda else 0.0)
 
 
 # -- runs side by side, and stacked (issue 45: many short runs per GPU) -----------------------
@@ -395,7 +428,9 @@ def wave_spec(workload: str, device: str, sizes: Sizes, seed: int) -> RunSpec:
 def wave_worker(conn: Any, device: str) -> None:
     """A worker process standing in for one Ray trial (one CPU thread, its own CUDA context):
     for each task, one untimed run (data, kernels, allocator), "ready", then on "go" the timed
-    runs one after another, and their (start, end) on the machine's monotonic clock."""
+    runs one after another, and their (start, end) on the machine's monotonic clock, the peak
+    allocated over them and the memory its process holds beyond PyTorch's reserved
+    (`process_overhead_bytes`), in bytes (0 on the CPU)."""
     torch.set_num_threads(1)
     while (task := conn.recv()) is not None:
         workload, sizes, first_seed = task
@@ -404,15 +439,37 @@ def wave_worker(conn: Any, device: str) -> None:
                 pass
             conn.send(("ready", None))
             conn.recv()
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             began = time.monotonic()
             for seed in range(first_seed, first_seed + sizes.wave_runs):
                 for _ in Simulation(wave_spec(workload, device, sizes, seed)):
                     pass
+            peak, overhead = 0.0, 0.0
             if device == "cuda":
                 torch.cuda.synchronize()
-            conn.send(("done", (began, time.monotonic())))
+                peak, overhead = torch.cuda.max_memory_allocated(), process_overhead_bytes()
+            conn.send(("done", (began, time.monotonic(), peak, overhead)))
         except Exception as error:  # reported by the parent as the figure's failure
             conn.send(("error", f"{type(error).__name__}: {str(error)[:300]}"))
+
+
+def process_overhead_bytes() -> float:
+    """What this process holds on GPU 0 by NVML beyond PyTorch's reserved memory: its CUDA
+    context and loaded kernels; nan where NVML does not report processes (no nvidia-ml-py, or a
+    sandbox that hides them)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        used = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                if p.pid == os.getpid()]
+    except Exception:  # noqa: BLE001 - no binding or no process list: the figure is nan
+        return math.nan
+    if not used or used[0] is None:
+        return math.nan
+    return float(used[0]) - torch.cuda.memory_reserved()
 
 
 class WavePool:
@@ -430,9 +487,11 @@ class WavePool:
             process.start()
             self.workers.append((process, mine))
 
-    def wave(self, bench: Bench, workload: str, sizes: Sizes, k: int) -> tuple[float, float]:
-        """(runs per second, mean device-busy percent) of ``k`` workers each making
-        ``sizes.wave_runs`` runs at once: runs / (last end - first start)."""
+    def wave(self, bench: Bench, workload: str, sizes: Sizes, k: int
+             ) -> tuple[float, float, float, float]:
+        """(runs per second, mean device-busy percent, the largest peak allocated by a worker,
+        the largest process overhead of one) of ``k`` workers each making ``sizes.wave_runs``
+        runs at once: runs / (last end - first start); the memory in bytes, 0 on the CPU."""
         conns = [conn for _, conn in self.workers[:k]]
         for i, conn in enumerate(conns):
             conn.send((workload, sizes, 100 * i))
@@ -446,8 +505,9 @@ class WavePool:
         spans = self._expect(bench, conns, "done")
         stop.set()
         sampler.join()
-        wall = max(end for _, end in spans) - min(began for began, _ in spans)
-        return k * sizes.wave_runs / wall, statistics.fmean(busy) if busy else 0.0
+        wall = max(span[1] for span in spans) - min(span[0] for span in spans)
+        return (k * sizes.wave_runs / wall, statistics.fmean(busy) if busy else 0.0,
+                max(span[2] for span in spans), max(span[3] for span in spans))
 
     @staticmethod
     def _expect(bench: Bench, conns: list[Any], what: str) -> list[Any]:
@@ -527,6 +587,7 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
     try:
         for workload in WORKLOADS:
             per_s: dict[tuple[str, int], float] = {}
+            alone = (math.nan, math.nan)
             for k, named in zip(sizes.side_by_side, FULL_NAMES["side_by_side"]):
                 for which, device in zip(("", "_cpu"), devices):
                     if which == "_cpu" and bench.device.type == "cpu":
@@ -534,7 +595,7 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
                         bench.figure(f"side_by_side_{workload}_{named}_runs_per_s_cpu",
                                      per_s[("", named)])
                         continue
-                    value, busy = math.nan, math.nan
+                    value, busy, peak, overhead = math.nan, math.nan, math.nan, math.nan
                     if bench.expired():
                         bench.note(f"side_by_side_{workload}_{named}{which}: skipped, the run's "
                                    f"time budget is spent")
@@ -543,12 +604,14 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
                             if device not in pools:
                                 pools[device] = WavePool(device, largest)
                             pool = pools[device]
-                            value, busy = pool.wave(bench, workload, sizes, k)
+                            value, busy, peak, overhead = pool.wave(bench, workload, sizes, k)
                         except Exception as error:
                             bench.failed.append(f"side_by_side_{workload}_{named}{which}")
                             bench.note(f"side_by_side_{workload}_{named}{which} failed: "
                                        f"{type(error).__name__}: {str(error)[:300]}")
                     per_s[(which, named)] = value
+                    if which == "" and named == 1:  # one run alone on the device: its own peak
+                        alone = (peak, overhead)
                     if which == "":
                         bench.figure(f"side_by_side_{workload}_{named}_runs_per_s", value)
                         bench.figure(f"side_by_side_{workload}_{named}_device_busy_percent",
@@ -557,6 +620,13 @@ def side_by_side_figures(bench: Bench, sizes: Sizes) -> None:
                         bench.figure(f"side_by_side_{workload}_{named}_runs_per_s_cpu", value)
             bench.ratio(f"side_by_side_{workload}_16_device_vs_cpu", per_s[("", 16)],
                         per_s[("_cpu", 16)])
+            # the estimate of a whole run (evaluated at its end) against one run alone's peak
+            peak, overhead = alone
+            estimate = bench.figure(f"footprint_{workload}_estimate_mib", footprint_estimate_mib(
+                wave_spec(workload, "cpu", sizes, 0), evaluated=True))
+            bench.figure(f"footprint_{workload}_peak_mib", peak / 2**20)
+            bench.ratio(f"footprint_{workload}_over_peak", estimate, peak / 2**20)
+            bench.figure(f"cuda_context_{workload}_mib", overhead / 2**20)
             runs = sizes.side_by_side[-1]
             # warmed up on one round: a whole stacked wave on 16 CPU cores' worth of runs is long
             stacked_s, _ = bench.timed(

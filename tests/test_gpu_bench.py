@@ -31,6 +31,10 @@ PROMISED = [
     "side_by_side_digits_mlp_1_runs_per_s", "side_by_side_fashion_mlp_16_runs_per_s_cpu",
     "side_by_side_digits_mlp_16_device_busy_percent", "side_by_side_fashion_mlp_16_device_vs_cpu",
     "stacked_vs_side_by_side_digits_mlp_16", "stacked_vs_one_at_a_time_fashion_mlp_16",
+    # the footprint `resources.gpu: auto` shares GPUs by, against measured peaks and contexts
+    "footprint_digits_mlp_over_peak", "footprint_fashion_mlp_peak_mib",
+    "cuda_context_digits_mlp_mib", "footprint_swb_dm_round_n500_float32_over_peak",
+    "footprint_demoa_round_n25_estimate_mib",
 ]
 
 # Modules are blocked by a None entry in sys.modules: importing them then raises ImportError.
@@ -78,8 +82,13 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared):
     names = [name for name, _ in figures]
     assert names == declared["names"]  # each once, in the declared order, the headline last
     values = {name: float(value) for name, value in figures}
-    assert all(math.isfinite(v) for v in values.values()), values
+    # an estimate over a measured GPU peak has no peak to divide by on a CPU
+    over_peak = [n for n in names if n.endswith("_over_peak")]
+    assert len(over_peak) == 4 and all(math.isnan(values[n]) for n in over_peak)
+    assert all(math.isfinite(v) for n, v in values.items() if n not in over_peak), values
     assert all(values[n] == 0 for n in names if n.endswith("_peak_mib"))  # no GPU memory on a CPU
+    assert all(values[n] == 0 for n in names if n.startswith("cuda_context_"))
+    assert all(values[n] > 0 for n in names if n.startswith("footprint_") and n.endswith("_estimate_mib"))
     # on the CPU the two strategies agree to float rounding and repeat exactly
     assert values["batched_vs_sequential_max_abs_diff_cnn2_10_clients"] < 1e-5
     assert values["batched_repeat_max_abs_diff_cnn2_10_clients"] == 0
@@ -95,8 +104,9 @@ def _logged_runs() -> list[dict[str, float]]:
 
 
 # Figures added to bench/gpu.py after the kept log was taken (issue 45's runs side by side and
-# stacked): no device has been lent since; the next one measures them.
-ADDED_AFTER_LOG = ("side_by_side_", "stacked_", "one_at_a_time_")
+# stacked, and the footprint of `resources.gpu: auto` against measured peaks): no device has been
+# lent since; the next one measures them.
+ADDED_AFTER_LOG = ("side_by_side_", "stacked_", "one_at_a_time_", "footprint_", "cuda_context_")
 
 
 def test_kept_h200_log_holds_every_figure_and_the_readme_quotes_it(declared):
