@@ -42,8 +42,8 @@ from robusttune.problem.data.base import DataShape
 from robusttune.problem.models import make_model
 from robusttune.problem.training import EVALUATION_CHUNK
 
-__all__ = ["Footprint", "data_shape", "model_profile", "run_footprint",
-           "round_clients", "CUDA_CONTEXT_BYTES", "SAMPLED_COPIES", "CACHED_COPIES", "ACTIVATION_COPIES"]
+__all__ = ["Footprint", "data_shape", "model_profile", "run_footprint", "round_clients",
+           "CUDA_CONTEXT_BYTES", "SAMPLED_COPIES", "CACHED_COPIES", "ACTIVATION_COPIES"]
 
 # A process's CUDA context and PyTorch's loaded kernels, outside the caching allocator (a few
 # hundred MiB on current drivers with lazy module loading); every trial process pays it once.
