@@ -157,3 +157,16 @@ def test_a_plugin_dataset_declares_its_shape_from_its_own_knob(tmp_path):
         assert samples == len(loaded["x_train"]) + len(loaded["x_test"])
         assert classes == int(max(loaded["y_train"].max(), loaded["y_test"].max())) + 1
     assert data == 4 * (samples + 100) * math.prod(features) and absent
+
+
+def test_a_models_profile_is_measured_once_per_model_shape_and_knobs():
+    """A driver sizes every trial of a map: the meta-device build is kept, not redone per trial;
+    knobs that cannot be hashed are measured each time, with the same answer."""
+    from robusttune.problem import footprint
+
+    footprint._kept_profile.cache_clear()
+    first = model_profile("mlp", (1, 8, 8), 10)
+    again = model_profile("mlp", [1, 8, 8], 10)
+    info = footprint._kept_profile.cache_info()
+    assert first == again and (info.misses, info.hits) == (1, 1)
+    assert footprint._measured_profile(None, "mlp", (1, 8, 8), 10, ()) == first

@@ -29,6 +29,7 @@ and 1.2x (tests/test_footprint.py)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -90,9 +91,22 @@ def model_profile(name: str, input_shape: Sequence[int], num_classes: int,
                   **params: Any) -> tuple[int, int, int]:
     """(d, a, a_max): the parameter count of model ``name``, and the sum and the largest of the
     output sizes of its leaf modules in one forward pass of one input, read on the ``meta``
-    device."""
+    device. Kept per registered model, shape and knobs: a driver sizes every trial of a map, and
+    they share a few models (knobs that cannot be hashed are measured each time)."""
+    shape = tuple(int(s) for s in input_shape)
+    knobs = tuple(sorted(params.items()))
+    try:
+        hash(knobs)
+    except TypeError:
+        return _measured_profile(MODELS[name], name, shape, int(num_classes), knobs)
+    return _kept_profile(MODELS[name], name, shape, int(num_classes), knobs)
+
+
+def _measured_profile(entry: Any, name: str, shape: tuple[int, ...], num_classes: int,
+                      knobs: tuple[tuple[str, Any], ...]) -> tuple[int, int, int]:
+    # ``entry`` (the registered class) only keys the cache: a model registered again is new
     with torch.device("meta"):
-        model = make_model(name, input_shape, num_classes, **params)
+        model = make_model(name, shape, num_classes, **dict(knobs))
         sizes: list[int] = []
 
         def count(module: nn.Module, inputs: Any, output: Any) -> None:
@@ -103,11 +117,14 @@ def model_profile(name: str, input_shape: Sequence[int], num_classes: int,
                  if not list(module.children())]
         try:
             with torch.no_grad():
-                model(torch.empty(1, *input_shape))
+                model(torch.empty(1, *shape))
         finally:
             for hook in hooks:
                 hook.remove()
     return sum(p.numel() for p in model.parameters()), sum(sizes), max(sizes, default=0)
+
+
+_kept_profile = functools.lru_cache(maxsize=64)(_measured_profile)
 
 
 def round_clients(spec: Any) -> int:

@@ -20,19 +20,17 @@ overrides all of it."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from robusttune.core.registries import DATASETS, MODELS
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 
 __all__ = ["AUTO", "GpuNode", "gpu_memory_bytes", "gpu_nodes", "cluster_gpu_nodes", "runs_per_gpu",
-           "share_of", "gpu_share", "AutoGpuResources", "resolve_gpu", "MAX_RUNS_PER_GPU",
-           "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB", "UNKNOWN_GPU_MEMORY_GIB"]
+           "share_of", "gpu_share", "refuse_cuda_without_gpus", "AutoGpuResources", "resolve_gpu",
+           "MAX_RUNS_PER_GPU", "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB", "UNKNOWN_GPU_MEMORY_GIB"]
 
 AUTO = "auto"
 # The most runs one GPU is given: what bench/gpu.py measures side by side (1, 4, 16); beyond it
@@ -112,58 +110,58 @@ def runs_per_gpu(footprint: int | None, node: GpuNode, cpus_per_trial: float) ->
     return max(1, min(MAX_RUNS_PER_GPU, by_cpu, by_memory))
 
 
-def _unsized(spec: RunSpec) -> bool:
-    from robusttune.problem.footprint import run_footprint
-
-    return run_footprint(spec) is None
-
-
 def share_of(runs: int) -> float:
     """1/runs rounded down to Ray's resolution of 1e-4, so that ``runs`` shares fit one GPU."""
     return math.floor(1e4 / runs) / 1e4
 
 
-def gpu_share(spec: RunSpec, nodes: Sequence[GpuNode], cpus_per_trial: float) -> float:
+def gpu_share(spec: RunSpec, nodes: Sequence[GpuNode], cpus_per_trial: float,
+              on_unsized: Callable[[RunSpec], None] | None = None) -> float:
     """The GPU a trial of run ``spec`` asks for under ``auto``: 0 without GPU nodes or on
-    ``device: cpu``, else 1/k for the smallest k over ``nodes`` (`runs_per_gpu`)."""
+    ``device: cpu``, else 1/k for the smallest k over ``nodes`` (`runs_per_gpu`); a run that
+    cannot be sized is handed to ``on_unsized`` and takes a whole GPU."""
     if not nodes or spec.device == "cpu":
         return 0.0
     from robusttune.problem.footprint import run_footprint
 
-    estimate = run_footprint(spec)
-    total = None if estimate is None else estimate.total
-    return share_of(min(runs_per_gpu(total, node, cpus_per_trial) for node in nodes))
+    estimate = run_footprint(spec)  # the model's profile is kept: arithmetic after the first
+    if estimate is None and on_unsized is not None:
+        on_unsized(spec)
+    footprint = None if estimate is None else estimate.total
+    return share_of(min(runs_per_gpu(footprint, node, cpus_per_trial) for node in nodes))
+
+
+def refuse_cuda_without_gpus(device: str) -> None:
+    """``device: cuda`` where ``auto`` finds no GPU in the cluster: one line, before any trial."""
+    if device.startswith("cuda"):
+        raise SpecError(f"run.device {device} with resources.gpu auto, but the Ray cluster has "
+                        f"no GPU; allowed: device auto or cpu, or a cluster with GPUs (--address)")
 
 
 class AutoGpuResources:
     """Tune's per-trial resources under ``auto`` (``tune.with_resources(trainable, this)``): the
     trial's config -> its bundle of ``cpu`` CPUs and `gpu_share` of its run. ``run_spec`` turns a
-    config into the RunSpec (a sweep's point, or a streamed trial's spec). One share per distinct
-    run size, computed once."""
+    config into the RunSpec (a sweep's point, or a streamed trial's spec). A run that cannot be
+    sized takes a whole GPU, said once per dataset and model."""
 
     def __init__(self, cpu: float, nodes: Sequence[GpuNode],
                  run_spec: Callable[[dict[str, Any]], RunSpec]) -> None:
         self.cpu = float(cpu)
         self.nodes = list(nodes)
         self.run_spec = run_spec
-        self._shares: dict[tuple[Any, ...], float] = {}
+        self._unsized: set[tuple[str, str]] = set()
 
     def share(self, spec: RunSpec) -> float:
-        # what the footprint reads: runs that differ only in seeds, rules or attacks share it
-        key = (spec.dataset, spec.model, spec.clients, spec.participation,
-               spec.participation_mode, spec.sample_size, spec.batch_size, spec.device,
-               spec.synthetic_shape, spec.synthetic_samples, spec.synthetic_classes,
-               spec.fltrust_root_size,
-               json.dumps([spec.params_for(MODELS, spec.model),
-                           spec.params_for(DATASETS, spec.dataset)], sort_keys=True, default=str))
-        if key not in self._shares:
-            self._shares[key] = gpu_share(spec, self.nodes, self.cpu)
-            if self._shares[key] == 1.0 and _unsized(spec):
-                print(f"note: a run of dataset {spec.dataset} with model {spec.model} cannot be "
-                      f"sized before it runs (the dataset declares no data_shape, or the model "
-                      f"cannot be built on the meta device): each such trial takes a whole GPU; "
-                      f"--gpus-per-trial sets a share", file=sys.stderr, flush=True)
-        return self._shares[key]
+        return gpu_share(spec, self.nodes, self.cpu, on_unsized=self._say_unsized)
+
+    def _say_unsized(self, spec: RunSpec) -> None:
+        if (spec.dataset, spec.model) in self._unsized:
+            return
+        self._unsized.add((spec.dataset, spec.model))
+        print(f"note: a run of dataset {spec.dataset} with model {spec.model} cannot be sized "
+              f"before it runs (the dataset declares no data_shape, or the model cannot be built "
+              f"on the meta device): each such trial takes a whole GPU; --gpus-per-trial sets a "
+              f"share", file=sys.stderr, flush=True)
 
     def __call__(self, config: dict[str, Any]) -> Any:
         from ray.tune import PlacementGroupFactory
@@ -187,9 +185,7 @@ def resolve_gpu(gpu: float | str, cpu: float, device: str, nodes: Sequence[GpuNo
     if gpu != AUTO:
         return {"cpu": float(cpu), "gpu": float(gpu)}
     if not nodes:
-        if device.startswith("cuda"):
-            raise SpecError(f"run.device {device} with resources.gpu auto, but the Ray cluster has "
-                            f"no GPU; allowed: device auto or cpu, or a cluster with GPUs (--address)")
+        refuse_cuda_without_gpus(device)
         return {"cpu": float(cpu), "gpu": 0.0}
     if device == "cpu":
         return {"cpu": float(cpu), "gpu": 0.0}

@@ -33,7 +33,8 @@ from robusttune.core.plugins import declared, load_plugins
 from robusttune.core.runspec import RunSpec
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
-from robusttune.experiments.sweep.gpu_share import AUTO, GpuNode, cluster_gpu_nodes, resolve_gpu
+from robusttune.experiments.sweep.gpu_share import (AUTO, GpuNode, cluster_gpu_nodes,
+                                                    refuse_cuda_without_gpus, resolve_gpu)
 
 __all__ = ["TuneStreamRunner", "RunQueue", "run_trial", "stream_trial_name", "streamed_run_spec",
            "trial_config"]
@@ -107,10 +108,8 @@ class TuneStreamRunner:
 
     def _ask(self, spec: RunSpec) -> _Pending:
         key = spec.to_json()
-        if self.resources["gpu"] == AUTO and not self._gpu_nodes and spec.device.startswith("cuda"):
-            raise SpecError(f"run.device {spec.device} with resources.gpu auto, but the Ray cluster "
-                            f"has no GPU; allowed: device auto or cpu, or a cluster with GPUs "
-                            f"(--address)")
+        if self.resources["gpu"] == AUTO and not self._gpu_nodes:
+            refuse_cuda_without_gpus(spec.device)
         with self._lock:
             if not self._driving:
                 raise RuntimeError("TuneStreamRunner runs only inside its drive(body): call it "
