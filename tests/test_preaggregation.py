@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from byzfl import ARC, NNM
 
 from robusttune.methods.aggregators import make_aggregator, make_rule
 from robusttune.core.runspec import RunSpec
@@ -44,6 +43,7 @@ def test_arc_hand_case_clips_the_k_largest_to_the_next_norm():
 
 @pytest.mark.parametrize("n, f, seed", [(10, 2, 0), (13, 4, 1), (7, 3, 2)])
 def test_pre_aggregations_agree_with_byzfl(n, f, seed):
+    from byzfl import ARC, NNM  # here, not at the top: importing ByzFL costs each collection 3 s
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 17, generator=gen, dtype=torch.float64) * torch.linspace(0.5, 3, n)[:, None]
     nnm = make_aggregator("nnm").premap(x, f, None)
