@@ -325,7 +325,7 @@ def test_the_examples_map_runs_through_ray_with_the_plugin_on_every_worker(tmp_p
     subprocess.run([sys.executable, str(EXAMPLES / "make_arrays.py"), str(arrays)], check=True,
                    capture_output=True, timeout=120)
     command = ["breakdown", str(EXAMPLES / "meamed_map.yaml"), "--storage", str(tmp_path),
-               "--set", f"arrays_path={arrays}", "--set", "rounds=4"]
+               "--set", f"arrays_path={arrays}", "--set", "rounds=2"]
     done = cli(*command, timeout=400)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     folder = tmp_path / "meamed_map"

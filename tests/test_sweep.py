@@ -527,7 +527,7 @@ def test_ctrl_c_stops_a_streamed_map_cleanly_and_resume_finishes_it(tmp_path):
     space.write_text("run: {dataset: synthetic, model: mlp, clients: 8, rounds: 3, local_epochs: 1,\n"
                      "      synthetic_samples: 200, trainer: sequential}\n"
                      "space: {aggregator: {grid: [mean, median, trimmed_mean]},\n"
-                     "        attack: {grid: [sign_flip, ipm]}}\n"
+                     "        attack: {grid: [sign_flip]}}\n"
                      "breakdown: {seeds: [1, 2]}\n")
     command = [str(Path(sys.executable).parent / "robusttune"), "breakdown", str(space),
                "--storage", str(tmp_path), "--name", "map", "--cpus-per-trial", "1"]
