@@ -593,7 +593,8 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
 
     values = {"dataset": "synthetic", "clients": 10, "participation": 0.2, "rounds": 3,
               "participation_mode": mode, "byzantine_fraction": 0.1, "seed": seed,
-              "method": method, "local_epochs": 1, "checkpoint_every": 0}
+              "method": method, "local_epochs": 1, "checkpoint_every": 0,
+              "synthetic_shape": "16", "synthetic_samples": 240}
     for attack, strength in (("ipm", 1000.0), ("label_flip", None), ("sign_flip", 3.0)):
         spec = RunSpec.from_dict({**values, "attack": attack, "attack_strength": strength})
         assert not byzantine_ever_sampled(spec)
