@@ -102,13 +102,20 @@ def test_a_run_that_cannot_be_sized_takes_a_whole_gpu_with_one_note(monkeypatch,
 
 def test_resolve_gpu_fixed_numbers_cpu_only_clusters_and_auto():
     run_spec = RunSpec.from_dict
-    assert resolve_gpu(0.25, 1.0, "auto", [H100], run_spec) == {"cpu": 1.0, "gpu": 0.25}
-    assert resolve_gpu(AUTO, 2.0, "auto", [], run_spec) == {"cpu": 2.0, "gpu": 0.0}
-    assert resolve_gpu(AUTO, 1.0, "cpu", [H100], run_spec) == {"cpu": 1.0, "gpu": 0.0}
+    auto, cpu = [("run.device", "auto")], [("run.device", "cpu")]
+    assert resolve_gpu(0.25, 1.0, auto, [H100], run_spec) == {"cpu": 1.0, "gpu": 0.25}
+    assert resolve_gpu(AUTO, 2.0, auto, [], run_spec) == {"cpu": 2.0, "gpu": 0.0}
+    assert resolve_gpu(AUTO, 1.0, cpu, [H100], run_spec) == {"cpu": 1.0, "gpu": 0.0}
     with pytest.raises(SpecError, match=r"run.device cuda with resources.gpu auto, but the Ray "
                                         r"cluster has no GPU; allowed: "):
-        resolve_gpu(AUTO, 1.0, "cuda", [], run_spec)
-    per_trial = resolve_gpu(AUTO, 1.0, "auto", [H100], run_spec)
+        resolve_gpu(AUTO, 1.0, [("run.device", "cuda")], [], run_spec)
+    # a device axis: any cuda value is refused on a cluster without GPUs, naming the axis
+    axis = [("space.device", "cpu"), ("space.device", "cuda:1")]
+    with pytest.raises(SpecError, match=r"^device cuda:1 \(space.device\) with resources.gpu "
+                                        r"auto, but the Ray cluster has no GPU"):
+        resolve_gpu(AUTO, 1.0, axis, [], run_spec)
+    assert isinstance(resolve_gpu(AUTO, 1.0, axis, [H100], run_spec), AutoGpuResources)
+    per_trial = resolve_gpu(AUTO, 1.0, auto, [H100], run_spec)
     assert isinstance(per_trial, AutoGpuResources)
     bundle = per_trial({"dataset": "digits", "model": "mlp", "clients": 20})
     assert bundle.bundles == [{"CPU": 1.0, "GPU": 1 / 16}]
@@ -130,6 +137,48 @@ def test_a_streamed_trial_is_sized_from_its_own_run_and_cuda_needs_a_gpu(tmp_pat
     with pytest.raises(SpecError, match=r"run.device cuda with resources.gpu auto, but the Ray "
                                         r"cluster has no GPU"):
         runner([RunSpec.from_dict({"device": "cuda"})])
+
+
+def test_every_device_a_sweeps_trials_can_have_is_checked_against_its_gpus():
+    """run.device, a device axis and a joint axis that sets device in some groups: each cuda value
+    needs a GPU (gpu: 0 is one line naming where it comes from), a device that is cpu in every
+    trial with a fixed GPU share reserves a GPU nobody uses; a mix of the two is a sweep that
+    compares devices and stands."""
+    from robusttune.experiments.sweep.domains import key_values
+
+    base = {"dataset": "digits", "model": "mlp", "rounds": 1}
+
+    def values(space: dict, run: dict | None = None) -> list:
+        spec = parse_sweep({"run": {**base, **(run or {})}, "space": space}, name="t")
+        return key_values("device", spec.run, spec.axes, "auto")
+
+    assert values({}) == [("run.device", "auto")]
+    assert values({}, {"device": "cpu"}) == [("run.device", "cpu")]
+    assert values({"device": {"grid": ["cpu", "cuda"]}}) == [("space.device", "cpu"),
+                                                             ("space.device", "cuda")]
+    joint = {"setting": {"grid": [{"method": "median", "device": "cuda"}, {"method": "krum"},
+                                  {"method": "mean", "device": "cuda"}]}}
+    assert values(joint, {"device": "cpu"}) == [("space.setting", "cuda"), ("run.device", "cpu")]
+    everywhere = {"setting": {"grid": [{"method": "median", "device": "cpu"}]}}
+    assert values(everywhere, {"device": "cuda"}) == [("space.setting", "cpu")]
+
+    def refused(space: dict, gpu: float, run: dict | None = None) -> str:
+        with pytest.raises(SpecError) as caught:
+            parse_sweep({"run": {**base, **(run or {})}, "space": space,
+                         "resources": {"gpu": gpu}}, name="t", source="t.yaml")
+        assert "\n" not in str(caught.value)
+        return str(caught.value)
+
+    assert refused({"device": {"grid": ["cpu", "cuda"]}}, 0) == (
+        "t.yaml: device cuda (space.device) needs resources.gpu > 0; allowed: gpu auto or above 0, "
+        "or device auto or cpu without a GPU")
+    assert "device cuda (space.setting) needs resources.gpu > 0" in refused(joint, 0)
+    assert "device cpu (space.device) with resources.gpu 0.5 reserves a GPU no trial uses" in \
+        refused({"device": {"grid": ["cpu"]}}, 0.5)
+    assert "run.device cuda needs resources.gpu > 0" in refused({}, 0, {"device": "cuda"})
+    for gpu in (0.5, AUTO):  # cpu and cuda side by side: the cpu trials' shares are the cost
+        parse_sweep({"run": base, "space": {"device": {"grid": ["cpu", "cuda"]}},
+                     "resources": {"gpu": gpu}}, name="t")
 
 
 @pytest.mark.parametrize("given, expected", [(None, AUTO), ("auto", AUTO), ("0.25", 0.25), (2, 2.0)])

@@ -255,6 +255,20 @@ def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
     assert not any((tmp_path / "gpu").glob("*/result.json"))
 
 
+def test_a_device_axis_with_cuda_under_gpu_auto_without_gpus_fails_before_any_trial(
+        ray_session, tmp_path, monkeypatch):
+    # a trial whose axis says cuda would otherwise get no GPU share and train on the CPU
+    from robusttune.experiments.sweep import runner
+
+    monkeypatch.setattr(runner, "cluster_gpu_nodes", lambda joined: [])  # whatever this machine has
+    spec = parse_sweep({"run": TINY, "space": {"device": {"grid": ["cpu", "cuda"]}},
+                        "resources": {"gpu": "auto"}}, name="axis")
+    with pytest.raises(SpecError, match=r"^device cuda \(space.device\) with resources.gpu auto, "
+                                        r"but the Ray cluster has no GPU"):
+        runner.run_sweep(spec, storage=str(tmp_path), verbose=0)
+    assert not (tmp_path / "axis" / "sweep.yaml").exists()
+
+
 def test_joined_cluster_short_of_gpus_waits_for_the_autoscaler(ray_session):
     from robusttune.experiments.sweep.cluster import check_cluster
 

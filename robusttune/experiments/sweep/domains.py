@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Mapping, Optional
+from typing import Annotated, Any, Iterable, Mapping, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -20,8 +20,8 @@ from robusttune.core.registry import SpecError
 from robusttune.core.runspec import run_keys
 from robusttune.core.validation import Finite, Int, KeyedError
 
-__all__ = ["Domain", "Axis", "DomainBody", "build_axis", "format_value", "DOMAIN_KINDS",
-           "RANDOM_KINDS"]
+__all__ = ["Domain", "Axis", "DomainBody", "build_axis", "key_values", "format_value",
+           "DOMAIN_KINDS", "RANDOM_KINDS"]
 
 DOMAIN_KINDS = ("grid", "choice", "uniform", "loguniform", "int")
 RANDOM_KINDS = ("choice", "uniform", "loguniform", "int")
@@ -149,6 +149,28 @@ class Axis:
         except (KeyError, TypeError):
             raise SpecError(f"space.{self.name}: {value!r} is not one of its labels; allowed: "
                             f"{', '.join(self.groups)}") from None
+
+
+def key_values(key: str, run: Mapping[str, Any], axes: Iterable[Axis],
+               default: Any) -> list[tuple[str, Any]]:
+    """(where, value) for each value RunSpec key ``key`` takes in a sweep's trials, where being
+    ``space.<axis>`` for the values of the axis that sets it (a range domain: its probes; a joint
+    axis: the groups that set it) and ``run.<key>`` for its value there (else ``default``) where
+    no axis sets it or a group leaves it out. One axis at most sets a key (the file's
+    validation)."""
+    fixed = (f"run.{key}", run.get(key, default))
+    for axis in axes:
+        if key not in axis.keys:
+            continue
+        if axis.groups is None:
+            domain = axis.domain
+            values = domain.discrete_values() if domain.is_discrete else domain.probes()
+            return [(f"space.{axis.name}", v) for v in dict.fromkeys(values)]
+        setting = [group[key] for group in axis.groups.values() if key in group]
+        leaving = any(key not in group for group in axis.groups.values())
+        found = [(f"space.{axis.name}", v) for v in dict.fromkeys(setting)]
+        return found + [fixed] if leaving else found
+    return [fixed]
 
 
 def _pair(value: Any) -> Any:

@@ -29,8 +29,8 @@ from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 
 __all__ = ["AUTO", "GpuNode", "gpu_memory_bytes", "gpu_nodes", "cluster_gpu_nodes", "runs_per_gpu",
-           "share_of", "gpu_share", "refuse_cuda_without_gpus", "AutoGpuResources", "resolve_gpu",
-           "MAX_RUNS_PER_GPU", "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB", "UNKNOWN_GPU_MEMORY_GIB"]
+           "share_of", "gpu_share", "device_phrase", "refuse_cuda_without_gpus", "AutoGpuResources",
+           "resolve_gpu", "MAX_RUNS_PER_GPU", "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB", "UNKNOWN_GPU_MEMORY_GIB"]
 
 AUTO = "auto"
 # The most runs one GPU is given: what bench/gpu.py measures side by side (1, 4, 16); beyond it
@@ -131,11 +131,18 @@ def gpu_share(spec: RunSpec, nodes: Sequence[GpuNode], cpus_per_trial: float,
     return share_of(min(runs_per_gpu(footprint, node, cpus_per_trial) for node in nodes))
 
 
-def refuse_cuda_without_gpus(device: str) -> None:
-    """``device: cuda`` where ``auto`` finds no GPU in the cluster: one line, before any trial."""
+def device_phrase(where: str, device: str) -> str:
+    """``run.device cuda``, or ``device cuda (space.<axis>)`` for a value an axis gives."""
+    return f"{where} {device}" if where == "run.device" else f"device {device} ({where})"
+
+
+def refuse_cuda_without_gpus(device: str, where: str = "run.device") -> None:
+    """``device: cuda`` where ``auto`` finds no GPU in the cluster: one line, before any trial.
+    ``where`` says which part of the file gives the device (`domains.key_values`)."""
     if device.startswith("cuda"):
-        raise SpecError(f"run.device {device} with resources.gpu auto, but the Ray cluster has "
-                        f"no GPU; allowed: device auto or cpu, or a cluster with GPUs (--address)")
+        raise SpecError(f"{device_phrase(where, device)} with resources.gpu auto, but the Ray "
+                        f"cluster has no GPU; allowed: device auto or cpu, or a cluster with GPUs "
+                        f"(--address)")
 
 
 class AutoGpuResources:
@@ -176,17 +183,20 @@ class AutoGpuResources:
         return PlacementGroupFactory([bundle])
 
 
-def resolve_gpu(gpu: float | str, cpu: float, device: str, nodes: Sequence[GpuNode],
-                run_spec: Callable[[dict[str, Any]], RunSpec]) -> dict[str, float] | AutoGpuResources:
+def resolve_gpu(gpu: float | str, cpu: float, devices: Sequence[tuple[str, str]],
+                nodes: Sequence[GpuNode], run_spec: Callable[[dict[str, Any]], RunSpec]
+                ) -> dict[str, float] | AutoGpuResources:
     """What ``tune.with_resources`` gets for ``resources: {cpu, gpu}``: the fixed bundle for a
     number, or for ``auto`` the fixed CPU-only bundle where no trial can have a GPU (none in the
-    cluster, or ``device`` cpu) and else `AutoGpuResources`. ``device: cuda`` on a cluster
-    without GPUs is an error, as it is with ``gpu: 0``."""
+    cluster, or every device cpu) and else `AutoGpuResources`. ``devices``: (where, device) for
+    every device the trials can have (`domains.key_values`); a cuda one on a cluster without
+    GPUs is an error, as it is with ``gpu: 0``."""
     if gpu != AUTO:
         return {"cpu": float(cpu), "gpu": float(gpu)}
     if not nodes:
-        refuse_cuda_without_gpus(device)
+        for where, device in devices:
+            refuse_cuda_without_gpus(device, where)
         return {"cpu": float(cpu), "gpu": 0.0}
-    if device == "cpu":
+    if devices and all(device == "cpu" for _, device in devices):
         return {"cpu": float(cpu), "gpu": 0.0}
     return AutoGpuResources(cpu, nodes, run_spec)

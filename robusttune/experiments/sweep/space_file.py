@@ -30,8 +30,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from robusttune.core.records import RoundRecord
 from robusttune.core.runspec import run_keys
 from robusttune.core.validation import Finite, Int, KeyedError
-from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value
-from robusttune.experiments.sweep.gpu_share import AUTO
+from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value, key_values
+from robusttune.experiments.sweep.gpu_share import AUTO, device_phrase
 
 __all__ = [
     "SweepFile", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec",
@@ -355,12 +355,16 @@ class SweepFile(BaseModel):
                 raise ValueError(f"scheduler asha compares {search.metric} every round, but "
                                  f"eval_every > 1 leaves it NaN between evaluations; allowed "
                                  f"metrics: last_validation_accuracy, last_accuracy, last_loss")
-        device = self.run.get("device", "auto")
+        # every device a trial can have: run.device, or the values of an axis that sets it
+        devices = [(where, device) for where, device in key_values("device", self.run, axes, "auto")
+                   if isinstance(device, str)]
         gpu = self.resources.gpu
-        if isinstance(device, str) and device.startswith("cuda") and gpu == 0:
-            raise ValueError(f"run.device {device} needs resources.gpu > 0; allowed: gpu auto or "
-                             f"above 0, or device auto or cpu without a GPU")
-        if device == "cpu" and gpu != AUTO and gpu > 0:
-            raise ValueError(f"run.device cpu with resources.gpu {format_value(gpu)} reserves a GPU "
-                             f"no trial uses; allowed: device auto or cuda, or gpu: 0")
+        for where, device in devices:
+            if device.startswith("cuda") and gpu == 0:
+                raise ValueError(f"{device_phrase(where, device)} needs resources.gpu > 0; allowed: "
+                                 f"gpu auto or above 0, or device auto or cpu without a GPU")
+        if devices and all(device == "cpu" for _, device in devices) and gpu != AUTO and gpu > 0:
+            where = devices[0][0]
+            raise ValueError(f"{device_phrase(where, 'cpu')} with resources.gpu {format_value(gpu)} "
+                             f"reserves a GPU no trial uses; allowed: device auto or cuda, or gpu: 0")
         return self

@@ -14,6 +14,7 @@ import os
 import re
 from typing import Any, Callable, Iterator, Sequence
 
+from robusttune.experiments.sweep.domains import key_values
 from robusttune.experiments.sweep.gpu_share import GpuNode, resolve_gpu
 from robusttune.experiments.sweep.progress import ProgressCallback, TimelineCallback
 from robusttune.experiments.sweep.ray_compat import quiet_tune_logs, restored_run_config
@@ -119,8 +120,10 @@ def make_trainable(spec: SweepSpec, trainable: Callable | None = None,
 
     function = trainable or federated_trainable
     bound = tune.with_parameters(function, sweep=spec)
-    device = str(spec.run.get("device", "auto"))
-    resources = resolve_gpu(spec.resources.gpu, spec.resources.cpu, device, gpu_nodes, spec.run_spec)
+    devices = [(where, str(device))
+               for where, device in key_values("device", spec.run, spec.axes, "auto")]
+    resources = resolve_gpu(spec.resources.gpu, spec.resources.cpu, devices, gpu_nodes,
+                            spec.run_spec)
     return tune.with_resources(bound, resources)
 
 
