@@ -232,6 +232,24 @@ def test_bad_command_line_values_are_one_line_and_named_as_typed(tmp_path, space
     assert list(tmp_path.iterdir()) == [space]
 
 
+def test_a_flag_may_settle_what_the_file_alone_leaves_wrong(tmp_path, space):
+    # the command line is written into the file's mapping before it is validated, not after
+    from robusttune.commands.breakdown import prepare_plan
+
+    from robusttune.core.registry import SpecError
+
+    mapping = yaml.safe_load(space.read_text())
+    cuda = tmp_path / "cuda.yaml"
+    cuda.write_text(yaml.safe_dump({**mapping, "run": {**mapping["run"], "device": "cuda"},
+                                    "resources": {"gpu": 0}}))
+    with pytest.raises(SpecError, match=r"^cuda.yaml: run.device cuda needs resources.gpu > 0"):
+        prepare_plan(cuda)
+    assert prepare_plan(cuda, gpus_per_trial="auto").resources["gpu"] == "auto"
+    assert prepare_plan(cuda, assignments=["device=cpu"]).base["device"] == "cpu"
+    with pytest.raises(SpecError, match=r"^cuda.yaml with --gpus-per-trial -1: resources.gpu"):
+        prepare_plan(cuda, gpus_per_trial=-1)
+
+
 # -- the store, on its own --------------------------------------------------------------------
 def summary(accuracy: float, error: str | None = None) -> RunSummary:
     return RunSummary.from_dict({"final_accuracy": accuracy, "collapsed": False, "rounds_run": 1,

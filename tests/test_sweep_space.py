@@ -397,6 +397,34 @@ def test_cli_dry_run_with_overrides(tmp_path):
     assert "(dry run: Ray not started)" in result.output
 
 
+def test_command_line_flags_are_validated_with_the_file_not_after_it(tmp_path):
+    # a file that is wrong alone (cuda with gpu 0) is settled by a flag; a bad flag is named as
+    # typed; a file error is still one line naming the file
+    from typer.testing import CliRunner
+
+    from robusttune.commands.cli import app
+
+    path = tmp_path / "cuda.yaml"
+    path.write_text(yaml.safe_dump({"run": {**BASE, "device": "cuda"}, "resources": {"gpu": 0}}))
+
+    def dry(*flags: str):
+        return CliRunner().invoke(app, ["sweep", str(path), "--dry-run", *flags])
+
+    alone = dry()
+    assert alone.exit_code == 2 and alone.output.strip() == (
+        "error: cuda.yaml: run.device cuda needs resources.gpu > 0; allowed: gpu auto or above 0, "
+        "or device auto or cpu without a GPU")
+    for flags, shown in ((["--gpus-per-trial", "auto"], "gpu auto"),
+                         (["--gpus-per-trial", "0.5"], "gpu 0.5"),
+                         (["--set", "device=cpu"], "gpu 0")):
+        settled = dry(*flags)
+        assert settled.exit_code == 0, (flags, settled.output)
+        assert f"resources per trial: cpu 1, {shown};" in settled.output
+    bad = dry("--gpus-per-trial", "half", "--set", "rounds=2")
+    assert bad.exit_code == 2 and bad.output.strip().startswith(
+        "error: cuda.yaml with --gpus-per-trial half --set rounds=2: resources.gpu must be auto or")
+
+
 def test_nothing_outside_the_sweep_package_imports_ray():
     package = ROOT / "robusttune"
     offenders = [str(p.relative_to(package)) for p in package.rglob("*.py")

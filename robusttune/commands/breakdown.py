@@ -42,12 +42,12 @@ EXIT_INTERRUPTED = 130     # the shell's Ctrl-C status, as for an interrupted sw
 def prepare_plan(space: Path, *, name: Optional[str] = None, assignments: Sequence[str] = (),
                  cpus_per_trial: Optional[float] = None, gpus_per_trial: Optional[float | str] = None,
                  max_concurrent: Optional[int] = None, **section: Any) -> BreakdownPlan:
-    """Load SPACE and apply the command line (validated as the file is, named as typed)."""
+    """Load SPACE with the command line written in (validated with the file, so a flag may settle
+    what the file alone leaves wrong; a bad value is named as typed)."""
     from robusttune.core.yaml_input import parse_assignments
 
-    return load_plan(space).with_overrides(
-        name=name, run=parse_assignments(assignments), cpu=cpus_per_trial, gpu=gpus_per_trial,
-        max_concurrent=max_concurrent, **section)
+    return load_plan(space, name=name, run=parse_assignments(assignments), cpu=cpus_per_trial,
+                     gpu=gpus_per_trial, max_concurrent=max_concurrent, **section)
 
 
 def map_folder(storage: str, name: str) -> Path:

@@ -138,15 +138,13 @@ def refuse_changes_on_resume(*, name: Optional[str], storage: str, space: Path,
 def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int],
                  max_concurrent: Optional[int], cpus_per_trial: Optional[float],
                  gpus_per_trial: Optional[float | str], assignments: list[str]) -> SweepSpec:
-    """Load SPACE and apply the command-line overrides (validated like the file)."""
+    """Load SPACE with the command-line overrides written in (validated with the file, so a flag
+    may settle what the file alone leaves wrong)."""
     from robusttune.core.yaml_input import parse_assignments
 
-    spec = load_sweep(space)
-    run = parse_assignments(assignments)
-    if any(v is not None for v in (name, num_samples, max_concurrent, cpus_per_trial, gpus_per_trial)) or run:
-        spec = spec.with_overrides(name=name, num_samples=num_samples, max_concurrent=max_concurrent,
-                                   cpu=cpus_per_trial, gpu=gpus_per_trial, run=run or None)
-    return spec
+    return load_sweep(space, name=name, num_samples=num_samples, max_concurrent=max_concurrent,
+                      cpu=cpus_per_trial, gpu=gpus_per_trial,
+                      run=parse_assignments(assignments) or None)
 
 
 def dry_run_report(spec: SweepSpec) -> str:

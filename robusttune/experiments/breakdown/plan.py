@@ -22,8 +22,8 @@ from robusttune.experiments.sweep.domains import format_value
 from robusttune.experiments.sweep.space import parse_sweep
 from robusttune.core.yaml_input import read_yaml
 
-__all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "parse_plan", "plan_costs",
-           "rounds_for_participation"]
+__all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "override_plan_mapping",
+           "parse_plan", "plan_costs", "rounds_for_participation"]
 
 
 class BreakdownSection(Checked):
@@ -94,43 +94,14 @@ class BreakdownPlan:
     source: str = "<mapping>"
     given: tuple[str, ...] = ()
 
-    def with_overrides(self, *, name: str | None = None, run: Mapping[str, Any] | None = None,
-                       cpu: float | None = None, gpu: float | str | None = None,
-                       max_concurrent: int | None = None, **section: Any) -> "BreakdownPlan":
-        """The plan with command-line values (None: not given): ``name``, ``run`` (RunSpec keys
-        of the base run, ``--set``), per-trial ``cpu``/``gpu``, ``max_concurrent`` and the
-        ``breakdown:`` keys (PLAN_KEYS). They are written into the mapping, which is parsed again,
-        so they are validated exactly as the YAML's values are, and a bad one is named as typed."""
-        unknown = set(section) - set(PLAN_KEYS)
-        if unknown:
-            raise ValueError(f"unknown override {sorted(unknown)}")
-        raw = copy.deepcopy(self.raw)
-        given = list(self.given)
-        if name is not None:
-            raw["name"] = name
-            given.append(f"--name {name}")
-        for key, value in (run or {}).items():
-            raw["run"] = {**(raw.get("run") or {}), key: value}
-            # a cell that sets the key itself (the joint axis' rounds) takes the typed value too
-            raw["space"] = _override_grids(raw.get("space"), key, value)
-            given.append(f"--set {key}={format_value(value)}")
-        if "seed" in (run or {}) and "seeds" in (raw.get("breakdown") or {}):
-            # `--set seed=S` is a map at seed S: the file's breakdown.seeds must not win silently
-            raw["breakdown"] = {**raw["breakdown"], "seeds": [run["seed"]]}
-        for key, value, flag in (("cpu", cpu, "--cpus-per-trial"), ("gpu", gpu, "--gpus-per-trial")):
-            if value is not None:
-                raw["resources"] = {**(raw.get("resources") or {}), key: value}
-                given.append(f"{flag} {format_value(value)}")
-        if max_concurrent is not None:
-            raw["max_concurrent"] = max_concurrent
-            given.append(f"--max-concurrent {max_concurrent}")
-        for key, value in section.items():
-            if value is not None:
-                raw["breakdown"] = {**(raw.get("breakdown") or {}), key: value}
-                given.append(f"--{key.replace('_', '-')} {format_value(value)}")
+    def with_overrides(self, **overrides: Any) -> "BreakdownPlan":
+        """The plan with command-line values (`override_plan_mapping`) written into its mapping,
+        which is parsed again, so they are validated exactly as the YAML's values are, and a bad
+        one is named as typed."""
+        raw, given = override_plan_mapping(self.raw, self.given, **overrides)
         if len(given) == len(self.given):
             return self
-        return parse_plan(raw, source=self.source, default_name=self.name, given=tuple(given))
+        return parse_plan(raw, source=self.source, default_name=self.name, given=given)
 
     def identity(self) -> dict[str, Any]:
         """What decides the map's outcomes: the mapping without its name, resources and
@@ -158,11 +129,53 @@ def _override_grids(space: Any, key: str, value: Any) -> Any:
     return out
 
 
-def load_plan(path: str | Path) -> BreakdownPlan:
-    """Read a breakdown YAML (see `parse_plan`); errors name the file."""
+def load_plan(path: str | Path, **overrides: Any) -> BreakdownPlan:
+    """Read a breakdown YAML (see `parse_plan`) with command-line ``overrides``
+    (`override_plan_mapping`) written in first: the file and its flags are validated together (a
+    flag may settle what the file alone leaves wrong); errors name the file and the flags."""
     path = Path(path)
-    raw = read_yaml(path, "breakdown space")
-    return parse_plan(raw, source=path.name, default_name=path.stem)
+    raw, given = override_plan_mapping(read_yaml(path, "breakdown space"), (), **overrides)
+    return parse_plan(raw, source=path.name, default_name=path.stem, given=given)
+
+
+def override_plan_mapping(mapping: Any, given: tuple[str, ...] = (), *, name: str | None = None,
+                          run: Mapping[str, Any] | None = None, cpu: float | None = None,
+                          gpu: float | str | None = None, max_concurrent: int | None = None,
+                          **section: Any) -> tuple[Any, tuple[str, ...]]:
+    """(a copy of a breakdown ``mapping`` with command-line values written in, ``given`` and
+    the flags as typed). None is not given: ``name``, ``run`` (RunSpec keys of the base run,
+    ``--set``), per-trial ``cpu``/``gpu``, ``max_concurrent`` and the ``breakdown:`` keys
+    (PLAN_KEYS)."""
+    unknown = set(section) - set(PLAN_KEYS)
+    if unknown:
+        raise ValueError(f"unknown override {sorted(unknown)}")
+    if not isinstance(mapping, dict):  # parse_plan says what a breakdown space is
+        return mapping, tuple(given)
+    raw = copy.deepcopy(mapping)
+    typed = list(given)
+    if name is not None:
+        raw["name"] = name
+        typed.append(f"--name {name}")
+    for key, value in (run or {}).items():
+        raw["run"] = {**(raw.get("run") or {}), key: value}
+        # a cell that sets the key itself (the joint axis' rounds) takes the typed value too
+        raw["space"] = _override_grids(raw.get("space"), key, value)
+        typed.append(f"--set {key}={format_value(value)}")
+    if "seed" in (run or {}) and "seeds" in (raw.get("breakdown") or {}):
+        # `--set seed=S` is a map at seed S: the file's breakdown.seeds must not win silently
+        raw["breakdown"] = {**raw["breakdown"], "seeds": [run["seed"]]}
+    for key, value, flag in (("cpu", cpu, "--cpus-per-trial"), ("gpu", gpu, "--gpus-per-trial")):
+        if value is not None:
+            raw["resources"] = {**(raw.get("resources") or {}), key: value}
+            typed.append(f"{flag} {format_value(value)}")
+    if max_concurrent is not None:
+        raw["max_concurrent"] = max_concurrent
+        typed.append(f"--max-concurrent {max_concurrent}")
+    for key, value in section.items():
+        if value is not None:
+            raw["breakdown"] = {**(raw.get("breakdown") or {}), key: value}
+            typed.append(f"--{key.replace('_', '-')} {format_value(value)}")
+    return raw, tuple(typed)
 
 
 def parse_plan(mapping: Any, *, source: str, default_name: str,

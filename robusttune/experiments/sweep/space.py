@@ -74,8 +74,8 @@ from robusttune.core.yaml_input import read_yaml
 __all__ = [
     "Domain", "Axis", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec", "SweepSpec",
     "Expansion", "load_sweep", "parse_sweep", "report_metrics", "default_mode", "format_value",
-    "constraint_violation", "DOMAIN_KINDS", "RANDOM_KINDS", "SAMPLERS", "SEARCH_ALGORITHMS",
-    "SCHEDULERS", "INVALID_POLICIES", "EXTRA_METRICS", "TOP_KEYS",
+    "constraint_violation", "override_sweep_mapping", "DOMAIN_KINDS", "RANDOM_KINDS", "SAMPLERS",
+    "SEARCH_ALGORITHMS", "SCHEDULERS", "INVALID_POLICIES", "EXTRA_METRICS", "TOP_KEYS",
 ]
 
 TOP_KEYS: tuple[str, ...] = tuple(SweepFile.model_fields)
@@ -241,34 +241,9 @@ class SweepSpec:
         return {axis.name: axis.domain.to_tune() for axis in self.axes}
 
     def with_overrides(self, **changes: Any) -> "SweepSpec":
-        """A new spec with command-line overrides (name, num_samples, max_concurrent, cpu, gpu,
-        run keys via ``run={...}``), validated like the file."""
-        raw = _deep_copy(self.raw)
-        flags = {"name": "--name", "num_samples": "--num-samples", "max_concurrent": "--max-concurrent",
-                 "cpu": "--cpus-per-trial", "gpu": "--gpus-per-trial"}
-        given = []
-        for key, value in changes.items():
-            if value is None:
-                continue
-            if key == "run":
-                given += [f"--set {k}={format_value(v)}" for k, v in value.items()]
-            elif key in flags:
-                given.append(f"{flags[key]} {format_value(value)}")
-            if key == "name":
-                raw["name"] = value
-            elif key == "num_samples":
-                raw.setdefault("search", {})
-                raw["search"]["num_samples"] = value
-            elif key == "max_concurrent":
-                raw["max_concurrent"] = value
-            elif key in ("cpu", "gpu"):
-                raw.setdefault("resources", {})
-                raw["resources"][key] = value
-            elif key == "run":
-                raw.setdefault("run", {})
-                raw["run"].update(value)
-            else:
-                raise ValueError(f"unknown override {key!r}")
+        """A new spec with command-line overrides (`override_sweep_mapping`), validated like the
+        file."""
+        raw, given = override_sweep_mapping(self.raw, **changes)
         # a bad value given on the command line is named as the user typed it
         source = f"{self.source} with {' '.join(given)}" if given else self.source
         return parse_sweep(raw, name=self.name, source=source)
@@ -367,10 +342,46 @@ def constraint_violation(spec: RunSpec, constraints: ConstraintSpec) -> str | No
 # ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Read and validate a search-space YAML file."""
+def load_sweep(path: str | Path, **overrides: Any) -> SweepSpec:
+    """Read and validate a search-space YAML file, with command-line ``overrides``
+    (`override_sweep_mapping`) written into it first: the file and its flags are validated
+    together (a flag may settle what the file alone leaves wrong, and a bad flag is named as
+    typed)."""
     path = Path(path)
-    return parse_sweep(read_yaml(path, "search space"), name=path.stem, source=path.name)
+    raw, given = override_sweep_mapping(read_yaml(path, "search space"), **overrides)
+    source = f"{path.name} with {' '.join(given)}" if given else path.name
+    return parse_sweep(raw, name=path.stem, source=source)
+
+
+def override_sweep_mapping(mapping: Any, **changes: Any) -> tuple[Any, list[str]]:
+    """(a copy of ``mapping`` with the command-line overrides written in, the flags as typed).
+    ``changes``: name, num_samples, max_concurrent, cpu, gpu, and run keys as ``run={...}``;
+    None is not given."""
+    raw = _deep_copy(dict(mapping)) if isinstance(mapping, Mapping) else mapping
+    flags = {"name": "--name", "num_samples": "--num-samples", "max_concurrent": "--max-concurrent",
+             "cpu": "--cpus-per-trial", "gpu": "--gpus-per-trial"}
+    given: list[str] = []
+    for key, value in changes.items():
+        if value is None:
+            continue
+        if key not in (*flags, "run"):
+            raise ValueError(f"unknown override {key!r}")
+        if not isinstance(raw, dict):  # parse_sweep says what a search space is
+            continue
+        if key == "run":
+            given += [f"--set {k}={format_value(v)}" for k, v in value.items()]
+            raw["run"] = {**(raw.get("run") or {}), **value}
+            continue
+        given.append(f"{flags[key]} {format_value(value)}")
+        if key == "name":
+            raw["name"] = value
+        elif key == "num_samples":
+            raw["search"] = {**(raw.get("search") or {}), "num_samples": value}
+        elif key == "max_concurrent":
+            raw["max_concurrent"] = value
+        else:
+            raw["resources"] = {**(raw.get("resources") or {}), key: value}
+    return raw, given
 
 
 def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>") -> SweepSpec:
