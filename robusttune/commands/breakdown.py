@@ -44,10 +44,8 @@ def prepare_plan(space: Path, *, name: Optional[str] = None, assignments: Sequen
                  max_concurrent: Optional[int] = None, **section: Any) -> BreakdownPlan:
     """Load SPACE with the command line written in (validated with the file, so a flag may settle
     what the file alone leaves wrong; a bad value is named as typed)."""
-    from robusttune.core.yaml_input import parse_assignments
-
-    return load_plan(space, name=name, run=parse_assignments(assignments), cpu=cpus_per_trial,
-                     gpu=gpus_per_trial, max_concurrent=max_concurrent, **section)
+    return load_plan(space, assignments, name=name, cpu=cpus_per_trial, gpu=gpus_per_trial,
+                     max_concurrent=max_concurrent, **section)
 
 
 def map_folder(storage: str, name: str) -> Path:

@@ -140,11 +140,8 @@ def prepare_spec(space: Path, *, name: Optional[str], num_samples: Optional[int]
                  gpus_per_trial: Optional[float | str], assignments: list[str]) -> SweepSpec:
     """Load SPACE with the command-line overrides written in (validated with the file, so a flag
     may settle what the file alone leaves wrong)."""
-    from robusttune.core.yaml_input import parse_assignments
-
-    return load_sweep(space, name=name, num_samples=num_samples, max_concurrent=max_concurrent,
-                      cpu=cpus_per_trial, gpu=gpus_per_trial,
-                      run=parse_assignments(assignments) or None)
+    return load_sweep(space, assignments, name=name, num_samples=num_samples,
+                      max_concurrent=max_concurrent, cpu=cpus_per_trial, gpu=gpus_per_trial)
 
 
 def dry_run_report(spec: SweepSpec) -> str:

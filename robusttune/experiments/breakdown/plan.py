@@ -9,7 +9,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import Field
 
@@ -19,7 +19,7 @@ from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.registry import SpecError
 from robusttune.core.validation import Checked, Number, optional_finite
 from robusttune.experiments.sweep.domains import format_value
-from robusttune.experiments.sweep.space import parse_sweep
+from robusttune.experiments.sweep.space import file_assignments, parse_sweep
 from robusttune.core.yaml_input import read_yaml
 
 __all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "override_plan_mapping",
@@ -129,12 +129,17 @@ def _override_grids(space: Any, key: str, value: Any) -> Any:
     return out
 
 
-def load_plan(path: str | Path, **overrides: Any) -> BreakdownPlan:
+def load_plan(path: str | Path, assignments: Sequence[str] = (), **overrides: Any) -> BreakdownPlan:
     """Read a breakdown YAML (see `parse_plan`) with command-line ``overrides``
-    (`override_plan_mapping`) written in first: the file and its flags are validated together (a
-    flag may settle what the file alone leaves wrong); errors name the file and the flags."""
+    (`override_plan_mapping`) and ``--set`` ``assignments`` written in first: the file and its
+    flags are validated together (a flag may settle what the file alone leaves wrong); errors
+    name the file and the flags."""
     path = Path(path)
-    raw, given = override_plan_mapping(read_yaml(path, "breakdown space"), (), **overrides)
+    mapping = read_yaml(path, "breakdown space")
+    if assignments:
+        overrides["run"] = {**(overrides.get("run") or {}), **file_assignments(mapping, path.name,
+                                                                                assignments)}
+    raw, given = override_plan_mapping(mapping, (), **overrides)
     return parse_plan(raw, source=path.name, default_name=path.stem, given=given)
 
 

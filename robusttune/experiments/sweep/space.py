@@ -57,7 +57,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.runspec import RunSpec
@@ -69,12 +69,12 @@ from robusttune.experiments.sweep.space_file import (EXTRA_METRICS, INVALID_POLI
                                          SEARCH_ALGORITHMS, ConstraintSpec, ResourceSpec,
                                          SchedulerSpec, SearchSpec, SweepFile, default_mode,
                                          report_metrics)
-from robusttune.core.yaml_input import read_yaml
+from robusttune.core.yaml_input import parse_assignments, read_yaml
 
 __all__ = [
     "Domain", "Axis", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec", "SweepSpec",
     "Expansion", "load_sweep", "parse_sweep", "report_metrics", "default_mode", "format_value",
-    "constraint_violation", "override_sweep_mapping", "DOMAIN_KINDS", "RANDOM_KINDS", "SAMPLERS",
+    "constraint_violation", "file_assignments", "override_sweep_mapping", "DOMAIN_KINDS", "RANDOM_KINDS", "SAMPLERS",
     "SEARCH_ALGORITHMS", "SCHEDULERS", "INVALID_POLICIES", "EXTRA_METRICS", "TOP_KEYS",
 ]
 
@@ -342,15 +342,27 @@ def constraint_violation(spec: RunSpec, constraints: ConstraintSpec) -> str | No
 # ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
-def load_sweep(path: str | Path, **overrides: Any) -> SweepSpec:
+def load_sweep(path: str | Path, assignments: Sequence[str] = (), **overrides: Any) -> SweepSpec:
     """Read and validate a search-space YAML file, with command-line ``overrides``
-    (`override_sweep_mapping`) written into it first: the file and its flags are validated
-    together (a flag may settle what the file alone leaves wrong, and a bad flag is named as
-    typed)."""
+    (`override_sweep_mapping`) and ``--set`` ``assignments`` written into it first: the file and
+    its flags are validated together (a flag may settle what the file alone leaves wrong, and a
+    bad flag is named as typed)."""
     path = Path(path)
-    raw, given = override_sweep_mapping(read_yaml(path, "search space"), **overrides)
+    mapping = read_yaml(path, "search space")
+    if assignments:
+        overrides["run"] = {**(overrides.get("run") or {}), **file_assignments(mapping, path.name,
+                                                                                assignments)}
+    raw, given = override_sweep_mapping(mapping, **overrides)
     source = f"{path.name} with {' '.join(given)}" if given else path.name
     return parse_sweep(raw, name=path.stem, source=source)
+
+
+def file_assignments(mapping: Any, source: str, assignments: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` texts as RunSpec values, read once the plugins the file names are
+    loaded (their knobs are keys ``--set`` may name)."""
+    if isinstance(mapping, Mapping):
+        declare_plugins(_deep_copy(dict(mapping)), source)
+    return parse_assignments(assignments)
 
 
 def override_sweep_mapping(mapping: Any, **changes: Any) -> tuple[Any, list[str]]:
