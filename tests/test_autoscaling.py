@@ -66,9 +66,9 @@ MAP = {"name": "map",
        "breakdown": {"seeds": [1], "adversary": {"attack_strength": [3.0]}}}
 FIRST_WAVE_RUNS = 2  # the map's first wave: two fractions of its lattice, one seed
 COMMAND_TIMEOUT_S = 240
-# The story takes about 2 minutes alone on this 2-core machine and 4.5 at load 8 (most of it
-# command and worker start-up; docs/how-to/cluster.md has the measured times): above
-# pytest's 300 s default under load.
+# The story took about 2 minutes alone on this 2-core machine and 4.5 at load 8, and 1 minute
+# alone once maps streamed (most of it command and worker start-up; docs/how-to/cluster.md has
+# the measured times): under load it can pass pytest's 300 s default.
 pytestmark = pytest.mark.timeout(900)
 
 
