@@ -30,7 +30,8 @@ from robusttune.core.runspec import RunSpec
 
 __all__ = ["AUTO", "GpuNode", "gpu_memory_bytes", "gpu_nodes", "cluster_gpu_nodes", "runs_per_gpu",
            "share_of", "gpu_share", "device_phrase", "refuse_cuda_without_gpus", "AutoGpuResources",
-           "resolve_gpu", "MAX_RUNS_PER_GPU", "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB", "UNKNOWN_GPU_MEMORY_GIB"]
+           "resolve_gpu", "MAX_RUNS_PER_GPU", "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB",
+           "UNKNOWN_GPU_MEMORY_GIB"]
 
 AUTO = "auto"
 # The most runs one GPU is given: what bench/gpu.py measures side by side (1, 4, 16); beyond it

@@ -74,8 +74,9 @@ from robusttune.core.yaml_input import parse_assignments, read_yaml
 __all__ = [
     "Domain", "Axis", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec", "SweepSpec",
     "Expansion", "load_sweep", "parse_sweep", "report_metrics", "default_mode", "format_value",
-    "constraint_violation", "file_assignments", "override_sweep_mapping", "DOMAIN_KINDS", "RANDOM_KINDS", "SAMPLERS",
-    "SEARCH_ALGORITHMS", "SCHEDULERS", "INVALID_POLICIES", "EXTRA_METRICS", "TOP_KEYS",
+    "constraint_violation", "file_assignments", "override_sweep_mapping", "DOMAIN_KINDS",
+    "RANDOM_KINDS", "SAMPLERS", "SEARCH_ALGORITHMS", "SCHEDULERS", "INVALID_POLICIES",
+    "EXTRA_METRICS", "TOP_KEYS",
 ]
 
 TOP_KEYS: tuple[str, ...] = tuple(SweepFile.model_fields)
