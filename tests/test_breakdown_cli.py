@@ -235,7 +235,6 @@ def test_bad_command_line_values_are_one_line_and_named_as_typed(tmp_path, space
 def test_a_flag_may_settle_what_the_file_alone_leaves_wrong(tmp_path, space):
     # the command line is written into the file's mapping before it is validated, not after
     from robusttune.commands.breakdown import prepare_plan
-
     from robusttune.core.registry import SpecError
 
     mapping = yaml.safe_load(space.read_text())
