@@ -144,7 +144,7 @@ def run_footprint(spec: Any) -> Footprint | None:
         return None
     try:
         d, per_input, largest = model_profile(spec.model, shape.input_shape, shape.num_classes,
-                                     **spec.params_for(MODELS, spec.model))
+                                              **spec.params_for(MODELS, spec.model))
     except (SpecError, RuntimeError, NotImplementedError, TypeError, ValueError):
         return None  # a plugin model that needs real tensors to be built
     features = math.prod(shape.input_shape)

@@ -190,8 +190,9 @@ def resolve_gpu(gpu: float | str, cpu: float, devices: Sequence[tuple[str, str]]
     """What ``tune.with_resources`` gets for ``resources: {cpu, gpu}``: the fixed bundle for a
     number, or for ``auto`` the fixed CPU-only bundle where no trial can have a GPU (none in the
     cluster, or every device cpu) and else `AutoGpuResources`. ``devices``: (where, device) for
-    every device the trials can have (`domains.key_values`); a cuda one on a cluster without
-    GPUs is an error, as it is with ``gpu: 0``."""
+    every device the trials can have (`domains.key_values`), or none where each run is checked
+    as it is asked for (a map's); a cuda one on a cluster without GPUs is an error, as it is
+    with ``gpu: 0``."""
     if gpu != AUTO:
         return {"cpu": float(cpu), "gpu": float(gpu)}
     if not nodes:

@@ -213,9 +213,9 @@ class TuneStreamRunner:
             searcher = ConcurrencyLimiter(searcher, max_concurrent=self.max_concurrent)
         # every trial loads the driver's plugins before it builds its run (one object, bound once)
         trainable = tune.with_parameters(run_trial, plugins=declared())
-        # each run's device is checked as the command asks for the run (`_ask`)
-        resources = resolve_gpu(self.resources["gpu"], self.resources["cpu"],
-                                [("run.device", "auto")], self._gpu_nodes, streamed_run_spec)
+        # no devices known up front: each run's is checked as the command asks for it (`_ask`)
+        resources = resolve_gpu(self.resources["gpu"], self.resources["cpu"], (),
+                                self._gpu_nodes, streamed_run_spec)
         tuner = tune.Tuner(
             tune.with_resources(trainable, resources),
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, metric=METRIC,

@@ -21,30 +21,34 @@ from robusttune.core.schema import RunSchema
 
 @dataclass(frozen=True)
 class _TorchvisionSource:
-    """How one torchvision dataset is read: its class, extra arguments, classes and the standard
-    per-channel statistics of its [0, 1] training pixels."""
+    """How one torchvision dataset is read: its class, its shape (one image, the classes, the
+    images of both splits), the standard per-channel statistics of its [0, 1] training pixels
+    and extra arguments."""
 
     cls_name: str
-    num_classes: int
+    shape: DataShape
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    shape: DataShape
     kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def num_classes(self) -> int:
+        return self.shape.num_classes
 
 
 _TORCHVISION_SOURCES: dict[str, _TorchvisionSource] = {
-    "mnist": _TorchvisionSource("MNIST", 10, (0.1307,), (0.3081,), DataShape((1, 28, 28), 10, 70_000)),
-    "fashion_mnist": _TorchvisionSource("FashionMNIST", 10, (0.2860,), (0.3530,),
-                                        DataShape((1, 28, 28), 10, 70_000)),
+    "mnist": _TorchvisionSource("MNIST", DataShape((1, 28, 28), 10, 70_000), (0.1307,), (0.3081,)),
+    "fashion_mnist": _TorchvisionSource("FashionMNIST", DataShape((1, 28, 28), 10, 70_000),
+                                        (0.2860,), (0.3530,)),
     # byclass: digits, upper- and lower-case letters, the 62-class FEMNIST stand-in of SWB-DM.
-    "emnist": _TorchvisionSource("EMNIST", 62, (0.1736,), (0.3316,),
-                                 DataShape((1, 28, 28), 62, 814_255), (("split", "byclass"),)),
+    "emnist": _TorchvisionSource("EMNIST", DataShape((1, 28, 28), 62, 814_255), (0.1736,),
+                                 (0.3316,), (("split", "byclass"),)),
     # The per-pixel standard deviations (not the 0.2023/0.1994/0.2010 of many CIFAR repositories,
     # which are averages of per-image deviations).
-    "cifar10": _TorchvisionSource("CIFAR10", 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
-                                  DataShape((3, 32, 32), 10, 60_000)),
-    "cifar100": _TorchvisionSource("CIFAR100", 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
-                                   DataShape((3, 32, 32), 100, 60_000)),
+    "cifar10": _TorchvisionSource("CIFAR10", DataShape((3, 32, 32), 10, 60_000),
+                                  (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": _TorchvisionSource("CIFAR100", DataShape((3, 32, 32), 100, 60_000),
+                                   (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 
 
