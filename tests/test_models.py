@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from robusttune.problem.models import (MODELS, flat_params, load_flat_params, make_model, param_layout,
-                               param_views)
+from robusttune.problem.models import (MODELS, bound_copy, flat_params, load_flat_params, make_model,
+                                       param_layout, param_views)
 from robusttune.core.registry import SpecError
 
 SHAPES = [(1, 8, 8), (3, 32, 32), (1, 28, 28)]
@@ -135,3 +135,37 @@ def test_load_flat_params_checks_the_size():
     model = make_model("mlp", (1, 8, 8), 10)
     with pytest.raises(ValueError, match="flat vector"):
         load_flat_params(model, torch.zeros(3))
+
+
+@pytest.mark.parametrize("name,shape", [("mlp", (64,)), ("cnn2", (1, 8, 8))])
+def test_bound_copy_computes_what_functional_call_computes_and_writes_its_vector(name, shape):
+    model = make_model(name, shape, 10, seed=0)
+    original = {n: p.detach().clone() for n, p in model.named_parameters()}
+    flat = torch.randn(param_layout(model).numel) * 0.1
+    net, params = bound_copy(model, flat)
+    x, y = torch.randn(5, *shape), torch.tensor([0, 1, 2, 3, 4])
+    # the same forward and gradients, bit for bit, as the functional call on views of `flat`
+    leaf = flat.clone().requires_grad_(True)
+    expected = functional_call(model, param_views(model, leaf), (x,))
+    assert torch.equal(net(x), expected)
+    grads = torch.autograd.grad(nn.functional.cross_entropy(net(x), y), params)
+    (flat_grad,) = torch.autograd.grad(nn.functional.cross_entropy(expected, y), [leaf])
+    assert torch.equal(torch.cat([g.reshape(-1) for g in grads]), flat_grad)
+    # an in-place step on the parameters is a step on `flat`; the model itself is untouched
+    before = flat.clone()
+    with torch.no_grad():
+        torch._foreach_add_(params, list(grads), alpha=-0.5)
+    assert torch.equal(flat, before - 0.5 * flat_grad)
+    assert all(torch.equal(p, original[n]) for n, p in model.named_parameters())
+    assert all(p.requires_grad and p.is_leaf for p in params)
+
+
+def test_bound_copy_keeps_tied_parameters_tied_and_checks_the_size():
+    tied = nn.Sequential(nn.Linear(3, 3, bias=False), nn.Linear(3, 3, bias=False))
+    tied[1].weight = tied[0].weight
+    flat = torch.arange(9.0)
+    net, params = bound_copy(tied, flat)
+    assert len(params) == 1 and net[0].weight is net[1].weight is params[0]
+    assert torch.equal(net(torch.eye(3)), torch.eye(3) @ flat.view(3, 3).T @ flat.view(3, 3).T)
+    with pytest.raises(ValueError, match="flat vector of 9 values"):
+        bound_copy(tied, torch.zeros(10))

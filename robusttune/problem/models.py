@@ -6,11 +6,13 @@ resnet18 because running statistics are not aggregatable and break ``torch.func.
 
 The flat layout is the order of ``model.named_parameters()``: theta = concat_j vec(W_j). ``ParamLayout``
 turns a flat vector (or a stack of them, ``Tensor[..., d]``) into the ``{name: tensor}`` dict that
-``torch.func.functional_call`` takes, as views without copies.
+``torch.func.functional_call`` takes, as views without copies; `bound_copy` gives a copy of the
+architecture whose own parameters are such views, for loops that call one vector many times.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -23,7 +25,7 @@ from robusttune.core.registry import SpecError
 
 __all__ = [
     "MODELS", "make_model", "flat_params", "load_flat_params", "ParamLayout", "param_layout",
-    "param_views", "CNN2", "ConvNet", "MLP", "resnet18",
+    "param_views", "bound_copy", "CNN2", "ConvNet", "MLP", "resnet18",
 ]
 
 
@@ -254,3 +256,23 @@ def param_layout(model: nn.Module) -> ParamLayout:
 def param_views(model: nn.Module, flat: Tensor) -> dict[str, Tensor]:
     """``{name: view}`` of ``flat`` for ``torch.func.functional_call(model, ..., (x,))``."""
     return param_layout(model).views(flat)
+
+
+def bound_copy(model: nn.Module, flat: Tensor) -> tuple[nn.Module, list[nn.Parameter]]:
+    """A copy of ``model`` whose parameters are leaf views of ``flat`` (Tensor[d], the layout of
+    `flat_params`), and those parameters in that order: ``copy(x)`` computes f(x; flat), the
+    gradient of a loss comes back per parameter, and an in-place update of a parameter writes
+    ``flat``. ``model`` is not modified and its parameters are not copied (they are swapped for
+    the views while the module is copied).
+
+    For a loop that calls one vector many times, where ``functional_call`` would swap every
+    parameter in and out of the module on each call (about 0.1 ms for the MLP's six tensors, a
+    fifth of one of its steps on the CPU). The arithmetic is the same kernels on the same values,
+    so the results are the same bits as ``functional_call``'s."""
+    layout = param_layout(model)
+    if flat.shape != (layout.numel,):
+        raise ValueError(f"expected a flat vector of {layout.numel} values; got shape {tuple(flat.shape)}")
+    bound = [nn.Parameter(view) for view in layout.views(flat).values()]
+    # deepcopy takes a memo of objects already copied: the parameters map to the views
+    memo = {id(p): b for p, b in zip(model.parameters(), bound)}
+    return copy.deepcopy(model, memo), bound

@@ -73,7 +73,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from robusttune.problem.models import param_layout
+from robusttune.problem.models import bound_copy, param_layout
 from robusttune.core.registry import SpecError
 
 __all__ = [
@@ -159,11 +159,11 @@ def train_clients(
 ) -> Tensor:
     """Train every client of ``data`` (a list of ``(x_i, y_i)``) from ``start`` as described in
     the module docstring; return the trained vectors, ``Tensor[k, d]`` in the order of ``data``.
-    ``model`` is only the architecture (it is called through ``functional_call`` and never
-    modified). A client without data returns its start. ``start`` is ``Tensor[d]``, shared by
-    every client (a round of one run), or ``Tensor[k, d]``, client i starting from ``start[i]``
-    (the clients of several runs of one architecture in one computation: bench/gpu.py's stacked
-    runs).
+    ``model`` is only the architecture (it is never modified: the sequential trainer calls a copy
+    bound to the client's vector, the batched one ``functional_call``). A client without data
+    returns its start. ``start`` is ``Tensor[d]``, shared by every client (a round of one run), or
+    ``Tensor[k, d]``, client i starting from ``start[i]`` (the clients of several runs of one
+    architecture in one computation: bench/gpu.py's stacked runs).
 
     ``drift`` (Tensor[d], shared by every client): each step's gradient becomes g_t + drift, the
     gradient of CE + <drift, theta>. FedCM (Xu et al., 2021) runs SGD on
@@ -190,21 +190,22 @@ def _train_sequential(model: nn.Module, starts: Tensor, data: ClientData, orders
     layout = param_layout(model)
     drifts = None if drift is None else list(layout.views(drift).values())
     out = starts.clone(memory_format=torch.contiguous_format)
-    buf = torch.empty_like(out[0]) if momentum != 0 else None
+    # The parameters are leaf views into one flat vector, and so is the momentum buffer: the
+    # foreach updates below write it in place, so no step pays a concatenation of d values (38
+    # ms of 110 per resnet18 step on this CPU with a flat leaf). The module is bound to that
+    # vector once, not swapped through functional_call at every step (`bound_copy`).
+    theta = torch.empty_like(out[0])
+    net, params = bound_copy(model, theta)
+    buf = torch.empty_like(theta) if momentum != 0 else None
+    bufs = None if buf is None else list(layout.views(buf).values())
     for i, ((x, y), batches) in enumerate(zip(data, orders)):
-        # The parameters are leaf views into out[i] and the momentum buffer views into one flat
-        # vector: the foreach updates below write the result in place, so no step pays a
-        # concatenation of d values (38 ms of 110 per resnet18 step on this CPU with a flat leaf).
-        theta = layout.views(out[i])
-        for v in theta.values():
-            v.requires_grad_(True)
-        params = list(theta.values())
+        with torch.no_grad():
+            theta.copy_(out[i])
         if buf is not None:
             buf.zero_()  # mu * 0 + g_0 = g_0: the first step of torch.optim.SGD exactly
-            bufs = list(layout.views(buf).values())
         # one gather per epoch, then the batches are views: no indexing inside the step loop
         for xb, yb in _epoch_batches(x, y, batches, batch_size):
-            loss = F.cross_entropy(functional_call(model, theta, (xb,)), yb)
+            loss = F.cross_entropy(net(xb), yb)
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
                 if drifts is not None:
@@ -215,6 +216,8 @@ def _train_sequential(model: nn.Module, starts: Tensor, data: ClientData, orders
                     torch._foreach_mul_(bufs, momentum)
                     torch._foreach_add_(bufs, grads)
                     torch._foreach_add_(params, bufs, alpha=-lr)
+        with torch.no_grad():
+            out[i].copy_(theta)
     return out
 
 
@@ -344,15 +347,15 @@ def client_gradients(
     batches = [_first_batch(len(y), batch_size, s) for (_, y), s in zip(data, seeds)]
     layout = param_layout(model)
     if resolve_trainer(strategy, start.device) == "sequential":
-        theta = {n: v.requires_grad_(True) for n, v in layout.views(start.clone()).items()}
+        net, params = bound_copy(model, start.clone())
         # one host-to-device copy of every client's batch per round, not one per client (a
         # DeMoA round is milliseconds, so per-client transfers show)
         on_device = _to_data_device(torch.cat(batches), data).split([len(b) for b in batches])
         for i, ((x, y), b) in enumerate(zip(data, on_device)):
             if len(b) == 0:
                 continue
-            loss = F.cross_entropy(functional_call(model, theta, (x[b],)), y[b])
-            grads = torch.autograd.grad(loss, list(theta.values()))
+            loss = F.cross_entropy(net(x[b]), y[b])
+            grads = torch.autograd.grad(loss, params)
             torch._foreach_copy_(list(layout.views(out[i]).values()), grads)
         return out
     live = [i for i in range(k) if len(batches[i]) > 0]
