@@ -126,10 +126,13 @@ def test_client_without_data_returns_start(cnn, strategy):
 
 def test_client_gradients_batched_equals_sequential_and_reference(cnn):
     start = flat_params(cnn)
+    given = start.clone()
     data = client_data([20, 3, 0, 9])  # a client smaller than the batch and one without data
     seeds = [4, 5, 6, 7]
     seq = client_gradients(cnn, start, data, batch_size=8, seeds=seeds, strategy="sequential")
     bat = client_gradients(cnn, start, data, batch_size=8, seeds=seeds, strategy="batched")
+    # the start is read, not written or made a leaf of any graph
+    assert torch.equal(start, given) and not start.requires_grad
     torch.testing.assert_close(bat, seq, atol=1e-6, rtol=0)
     assert torch.equal(seq[2], torch.zeros_like(start))
     for strategy in ("sequential", "batched"):  # a round that sampled nobody

@@ -215,9 +215,7 @@ def flat_params(model: nn.Module) -> Tensor:
 
 def load_flat_params(model: nn.Module, flat: Tensor) -> None:
     """Copy ``flat`` (Tensor[d], same layout as ``flat_params``) into the model's parameters."""
-    layout = param_layout(model)
-    if flat.shape != (layout.numel,):
-        raise ValueError(f"expected a flat vector of {layout.numel} values; got shape {tuple(flat.shape)}")
+    layout = _flat_layout(model, flat)
     with torch.no_grad():
         for p, view in zip(model.parameters(), layout.views(flat).values()):
             p.copy_(view)
@@ -253,6 +251,14 @@ def param_layout(model: nn.Module) -> ParamLayout:
     return ParamLayout(tuple(names), tuple(shapes), tuple(sizes))
 
 
+def _flat_layout(model: nn.Module, flat: Tensor) -> ParamLayout:
+    """The model's layout, once ``flat`` is checked to be one vector of it (Tensor[d])."""
+    layout = param_layout(model)
+    if flat.shape != (layout.numel,):
+        raise ValueError(f"expected a flat vector of {layout.numel} values; got shape {tuple(flat.shape)}")
+    return layout
+
+
 def param_views(model: nn.Module, flat: Tensor) -> dict[str, Tensor]:
     """``{name: view}`` of ``flat`` for ``torch.func.functional_call(model, ..., (x,))``."""
     return param_layout(model).views(flat)
@@ -269,9 +275,7 @@ def bound_copy(model: nn.Module, flat: Tensor) -> tuple[nn.Module, list[nn.Param
     parameter in and out of the module on each call (about 0.1 ms for the MLP's six tensors, a
     fifth of one of its steps on the CPU). The arithmetic is the same kernels on the same values,
     so the results are the same bits as ``functional_call``'s."""
-    layout = param_layout(model)
-    if flat.shape != (layout.numel,):
-        raise ValueError(f"expected a flat vector of {layout.numel} values; got shape {tuple(flat.shape)}")
+    layout = _flat_layout(model, flat)
     bound = [nn.Parameter(view) for view in layout.views(flat).values()]
     # deepcopy takes a memo of objects already copied: the parameters map to the views
     memo = {id(p): b for p, b in zip(model.parameters(), bound)}

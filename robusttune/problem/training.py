@@ -347,7 +347,7 @@ def client_gradients(
     batches = [_first_batch(len(y), batch_size, s) for (_, y), s in zip(data, seeds)]
     layout = param_layout(model)
     if resolve_trainer(strategy, start.device) == "sequential":
-        net, params = bound_copy(model, start.clone())
+        net, params = bound_copy(model, start)  # views of start, never written
         # one host-to-device copy of every client's batch per round, not one per client (a
         # DeMoA round is milliseconds, so per-client transfers show)
         on_device = _to_data_device(torch.cat(batches), data).split([len(b) for b in batches])
