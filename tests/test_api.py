@@ -18,7 +18,8 @@ import robusttune
 from robusttune.core.registries import AGGREGATORS, ATTACKS
 from robusttune.core.records import ROUND_COLUMNS, RunSummary
 from robusttune.core.registry import SpecError
-from robusttune.experiments.breakdown.report import BREAKDOWN_COLUMNS, POINTS_COLUMNS
+from robusttune.experiments.breakdown.report import (BREAKDOWN_COLUMNS, POINTS_COLUMNS,
+                                                     SEEDS_COLUMNS)
 from robusttune.reports.tuning import RESULT_COLUMN_DOCS
 from robusttune.reports.catalogue import CONCEPTS
 
@@ -65,6 +66,7 @@ def test_breakdown_and_report_from_a_dict_in_process(tmp_path):
     axes = ["method", "participation"]
     assert list(result.table.columns) == axes + list(BREAKDOWN_COLUMNS)
     assert list(result.points.columns) == axes + list(POINTS_COLUMNS)
+    assert list(result.seeds.columns) == axes + list(SEEDS_COLUMNS)
     report = robusttune.report(result.folder)
     assert report.path.exists() and set(report.runs["method"]) == {"median", "fedavg"}
 

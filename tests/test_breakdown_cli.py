@@ -71,7 +71,9 @@ def breakdown(*args: str) -> "object":
 
 def kill_after_first_wave(monkeypatch) -> None:
     """The bisection's evaluator raises KeyboardInterrupt when it is asked for a second wave."""
-    real = command.bisect_breakdown
+    import robusttune.experiments.breakdown.replicates as replicates
+
+    real = replicates.bisect_breakdown
 
     def bisect(cells, evaluate, **options):
         waves = []
@@ -84,7 +86,7 @@ def kill_after_first_wave(monkeypatch) -> None:
 
         return real(cells, killed, **options)
 
-    monkeypatch.setattr(command, "bisect_breakdown", bisect)
+    monkeypatch.setattr(replicates, "bisect_breakdown", bisect)
 
 
 COMPARED = ["aggregator", "breakdown_fraction", "status", "evaluated", "points_evaluated", "trials",
@@ -123,14 +125,15 @@ def test_a_killed_map_resumes_without_running_a_finished_run_again(tmp_path, spa
         if kill == "after the first wave":
             kill_after_first_wave(patch)
         else:
-            # the second point's first seed ran, its second did not; staged: inside the ladders
+            # the first seed's wave cut after its third run; staged: inside the ladders
             runs.kill_at = 15 if "staged" in kill else 3
         killed = breakdown(space, "--local", "--storage", tmp_path, "--name", "map")
     assert killed.exit_code == 130, killed.output
     assert "--resume" in killed.stderr.splitlines()[-1]
     before = list(runs.keys)
     kept = (tmp_path / "map" / RUNS_FILE).read_text().splitlines()
-    assert len(kept) == len(before) == {"after the first wave": 8}.get(kill, runs.kill_at)
+    # the first wave: each cell's first seed at its clean point and first midpoint (2 x 2 runs)
+    assert len(kept) == len(before) == {"after the first wave": 4}.get(kill, runs.kill_at)
     if "tuned" in kill:  # the kept runs are Optuna's: their trim ratios differ
         assert len({json.loads(line)["summary"]["spec"]["trim_ratio"] for line in kept}) > 1
     assert not (tmp_path / "map" / "breakdown.csv").exists()
@@ -167,7 +170,7 @@ def test_name_storage_and_set_place_and_record_the_map(tmp_path, space, runs):
     assert {s["rounds_run"] for s in summaries} == {2} and {s["spec"]["rounds"] for s in summaries} == {2}
     # one progress line per wave off a terminal, none of Ray's tables
     progress = [line for line in result.stderr.splitlines() if line.startswith("breakdown: ")]
-    assert progress and "2/2 cells done" in progress[-1] and "left 0s" in progress[-1]
+    assert progress and "4/4 cell-seeds done" in progress[-1] and "left 0s" in progress[-1]
 
     # what a user may do next, and what is refused in one line
     def refused(*args: str, words: tuple[str, ...]) -> None:
@@ -199,9 +202,10 @@ def test_dry_run_prints_cells_lattices_and_the_bound_and_writes_nothing(tmp_path
     out = result.output
     assert "mean" in out and "median" in out and "{0, 1/10, ..., 5/10}" in out
     assert "1: attack_strength=3.0" in out
-    # per cell: clean 2 seeds + 5 attacked points x 2 seeds x 1 variant = 12; bisection: 1 clean
-    # + ceil(log2 6) = 3 midpoints + 2 verification points = 6, the whole lattice here
-    assert "at most 24" in out and "about 24" in out
+    # per cell: clean 2 seeds + 5 attacked points x 2 seeds x 1 variant = 12; bisection: the
+    # first seed 1 clean + ceil(log2 6) = 3 midpoints + 2 verification points = 6, the whole
+    # lattice here; the second seed 1 clean + b1 + b1 + 1 = 3: 9 a cell
+    assert "at most 24" in out and "about 18" in out
     assert not (tmp_path / "store").exists() and runs.keys == []
 
     # the default adversary (the attack's ladder) and a tuned knob multiply the trials
@@ -212,9 +216,10 @@ def test_dry_run_prints_cells_lattices_and_the_bound_and_writes_nothing(tmp_path
                               "attack: {grid: [sign_flip]}\n  trim_ratio: {uniform: [0.0, 0.4]}"))
     out = breakdown(tuned, "--dry-run", "--storage", tmp_path / "store").output
     assert "4: attack_strength=1.0 | attack_strength=3.0 | attack_strength=10.0" in out
-    # per cell: 2 seeds x 3 budget x (1 + 10 x 4 variants) = 246; bisection: 1 + 4 + 2 = 7 points
+    # per cell: 2 seeds x 3 budget x (1 + 10 x 4 variants) = 246; bisection: the first seed
+    # 1 + 4 + 2 = 7 points, the second 3; a clean point takes 3 trials, an attacked one 3 x 4
     assert "at most 492" in out and "about 2 x" not in out
-    assert f"about {2 * 6 * (1 + 6 * 4)}" in out
+    assert f"about {2 * (2 * 3 + (7 + 3 - 2) * 3 * 4)}" in out
     assert "budget 3 Optuna trials per point for trim_ratio" in out
 
 

@@ -160,11 +160,14 @@ def test_cli_calibrate_with_local_sweep(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     rows = data["sweep"]["rows"]
-    # 2 trims x (beta 0.17 and 0.27: both k = 1 of 6, one lattice point) x 1 seed
+    # 2 trims x (beta 0.17 and 0.27: both k = 1 of 6, one lattice point), each over the
+    # default three seeds
     assert len(rows) == 4 and {r["trim_ratio"] for r in rows} == {0.0, 0.34}
-    assert {r["byzantine_clients"] for r in rows} == {1}
+    assert {r["byzantine_clients"] for r in rows} == {1} and {r["seeds"] for r in rows} == {3}
+    for row in rows:   # a trim survives only in every seed
+        assert row["survived"] == (row["seeds_survived"] == 3)
     assert data["recommended_trim_ratio"] in (None, 0.0, 0.34)
-    # each trim's clean run, then sign_flip's ladder (1, 3, 10, 100) at k = 1, staged: a trim
-    # stops at the first strength that breaks it
+    # per seed each trim's clean run, then sign_flip's ladder (1, 3, 10, 100) at k = 1, staged:
+    # a trim stops at the first strength that breaks it
     trials = len(list((tmp_path / "trials").iterdir()))
-    assert 2 + 2 <= trials <= 2 + 2 * 4
+    assert 3 * (2 + 2) <= trials <= 3 * (2 + 2 * 4)

@@ -18,7 +18,8 @@ from robusttune.core.records import ROUND_COLUMNS, RunSummary
 from robusttune.core.registries import AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS, MODELS
 from robusttune.core.runspec import method_presets
 from robusttune.core.schema import RUNSPEC_KEYS
-from robusttune.experiments.breakdown.report import BREAKDOWN_COLUMNS, POINTS_COLUMNS
+from robusttune.experiments.breakdown.report import (BREAKDOWN_COLUMNS, POINTS_COLUMNS,
+                                                     SEEDS_COLUMNS)
 from robusttune.reports.tuning import RESULT_COLUMN_DOCS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,8 +70,8 @@ def test_the_reference_names_every_command_option_and_output_column(site):
             for flag in param.opts:
                 assert flag in page or param.name.upper() in page, (name, flag)
     outputs = text_of(site / "reference" / "generated" / "outputs.html")
-    for columns in (ROUND_COLUMNS, RunSummary.KEYS, BREAKDOWN_COLUMNS, POINTS_COLUMNS,
-                    RESULT_COLUMN_DOCS):
+    for columns in (ROUND_COLUMNS, RunSummary.KEYS, BREAKDOWN_COLUMNS, SEEDS_COLUMNS,
+                    POINTS_COLUMNS, RESULT_COLUMN_DOCS):
         assert all(f" {column} " in outputs for column in columns)
 
 

@@ -395,7 +395,7 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
     import pandas as pd
     from typer.testing import CliRunner
 
-    import robusttune.commands.breakdown as command
+    import robusttune.experiments.breakdown.replicates as replicates
     from robusttune.experiments.breakdown.store import run_key
     from robusttune.commands.cli import app
     from robusttune.experiments.sweep.stream import TuneStreamRunner
@@ -406,7 +406,7 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
                      "space: {aggregator: {grid: [mean]}, attack: {grid: [sign_flip]}}\n"
                      "breakdown: {seeds: [1], adversary: {attack_strength: [3.0]}, verify_radius: 0}\n")
     handed: list[str] = []
-    real_call, real_bisect = TuneStreamRunner.__call__, command.bisect_concurrently
+    real_call, real_bisect = TuneStreamRunner.__call__, replicates.bisect_breakdown
 
     def counted(self, specs):
         handed.extend(run_key(s) for s in specs)
@@ -426,7 +426,8 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
     monkeypatch.setattr(TuneStreamRunner, "__call__", counted)
     args = ["breakdown", str(space), "--storage", str(tmp_path), "--name", "ray"]
     with monkeypatch.context() as patch:
-        patch.setattr(command, "bisect_concurrently", killed_after_one_wave)
+        # each cell's thread bisects its seeds through bisect_breakdown
+        patch.setattr(replicates, "bisect_breakdown", killed_after_one_wave)
         first = CliRunner().invoke(app, args)
     assert first.exit_code == 130, first.output
     before = list(handed)

@@ -101,7 +101,8 @@ def methods_page() -> str:
 
 def outputs_page() -> str:
     from robusttune.core.records import ROUND_COLUMNS, RunSummary
-    from robusttune.experiments.breakdown.report import BREAKDOWN_COLUMNS, POINTS_COLUMNS
+    from robusttune.experiments.breakdown.report import (BREAKDOWN_COLUMNS, POINTS_COLUMNS,
+                                                         SEEDS_COLUMNS)
     from robusttune.reports.tuning import RESULT_COLUMN_DOCS
 
     sections = [
@@ -109,6 +110,8 @@ def outputs_page() -> str:
         ("summary.json", "A run folder: the run's end.", RunSummary.KEYS),
         ("breakdown.csv", "A map's folder: one row per cell, after the cell's own keys "
                           "(method, participation ...).", BREAKDOWN_COLUMNS),
+        ("breakdown_seeds.csv", "A map's folder: one row per cell and seed (each seed a "
+                                "replicate), after the cell's own keys.", SEEDS_COLUMNS),
         ("breakdown_points.csv", "A map's folder: one row per evaluated lattice point, after "
                                  "the cell's own keys.", POINTS_COLUMNS),
         ("tuning.csv", "A tuning study's folder: one row per proposal, beside one column per "

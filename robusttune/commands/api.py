@@ -58,13 +58,15 @@ class SweepResult:
 
 @dataclass(frozen=True)
 class BreakdownResult:
-    """A breakdown map: ``table`` (breakdown.csv, one row per cell), ``points``
-    (breakdown_points.csv, the runs behind each number) and the report breakdown.md."""
+    """A breakdown map: ``table`` (breakdown.csv, one row per cell: the median over seeds and
+    its range), ``points`` (breakdown_points.csv, the runs behind each number), the report
+    breakdown.md and ``seeds`` (breakdown_seeds.csv, one row per cell and seed)."""
 
     folder: Path
     table: pd.DataFrame = field(repr=False)
     points: pd.DataFrame = field(repr=False)
     report: Path
+    seeds: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,8 @@ def breakdown(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] =
     folder = Path(_invoke(cli.breakdown, space=_yaml_file(space, "breakdown"),
                           set_=_assignments(set or {}), **options))
     return BreakdownResult(folder, _csv(folder / "breakdown.csv"),
-                           _csv(folder / "breakdown_points.csv"), folder / "breakdown.md")
+                           _csv(folder / "breakdown_points.csv"), folder / "breakdown.md",
+                           _csv(folder / "breakdown_seeds.csv"))
 
 
 def calibrate(*, clients: int, participation: float, byzantine: float, rounds: int,

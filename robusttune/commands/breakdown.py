@@ -21,10 +21,11 @@ from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence
 from rich.console import Console
 
 from robusttune.methods.adversary import Adversary
-from robusttune.experiments.breakdown.bisection import (BreakdownMap, Cell, bisect_breakdown,
-                                            bisect_concurrently)
+from robusttune.experiments.breakdown.bisection import Cell
 from robusttune.experiments.breakdown.evaluate import spec_evaluator
-from robusttune.experiments.breakdown.plan import BreakdownPlan, load_plan, plan_costs
+from robusttune.experiments.breakdown.plan import (BreakdownPlan, load_plan, plan_costs,
+                                                   replicate_costs)
+from robusttune.experiments.breakdown.replicates import ReplicatedMap, bisect_replicates
 from robusttune.experiments.breakdown.prior import prior_starts, read_prior
 from robusttune.experiments.breakdown.progress import MapProgress
 from robusttune.experiments.breakdown.store import StoredRunner, open_stored_runner
@@ -74,7 +75,8 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
                      "N": cost.cell.clients, "lattice": cost.lattice,
                      "variants per attacked point": f"{len(cost.variants)}: {variants}"
                      + (f" + up to {plan.adaptive} searched" if plan.adaptive else ""),
-                     "points (bisection)": cost.expected_points, "points (lattice)": cost.k_max + 1,
+                     "points (bisection)": cost.points,
+                     "points (lattice)": cost.seeds * (cost.k_max + 1),
                      "trials (bisection)": cost.expected, "trials (bound)": cost.bound})
     tuning = (f"budget {plan.budget} Optuna trials per point for {', '.join(plan.tune)}"
               if plan.tune else "no tuned knob")
@@ -82,8 +84,11 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
                 title=f"{plan.name}: {len(costs)} cells, {len(plan.seeds)} seed(s), {tuning}")
     bound = sum(c.bound for c in costs)
     expected = sum(c.expected for c in costs)
-    console.print(f"trials: about {expected} by bisection (1 clean point, ceil(log2(k_max + 1)) "
-                  f"midpoints and up to {2 * plan.verify_radius} verification points per cell), "
+    later = (f"; each later seed starts from the first seed's answer b1: 1 clean point, b1 and "
+             f"b1 + 1 where it holds" if len(plan.seeds) > 1 else "")
+    console.print(f"trials: about {expected} by bisection (first seed: 1 clean point, "
+                  f"ceil(log2(k_max + 1)) midpoints and up to {2 * plan.verify_radius} "
+                  f"verification points per cell{later}), "
                   f"at most {bound} (the full lattice x seeds x variants x budget)",
                   markup=False, highlight=False, soft_wrap=True)
     if starts is not None:
@@ -96,8 +101,9 @@ def dry_run_report(plan: BreakdownPlan, folder: Path, console: Console | None = 
 
 def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool, local: bool,
             session: ContextManager[Any], starts: Mapping[Cell, int] | None, command: str = "",
-            console: Console | None = None) -> tuple[BreakdownMap, StoredRunner]:
-    """Bisect ``plan``'s cells with ``runner`` inside ``session`` (a Ray session, or nothing),
+            console: Console | None = None) -> tuple[ReplicatedMap, StoredRunner]:
+    """Bisect ``plan``'s cells at each of its seeds (`bisect_replicates`) with ``runner`` inside
+    ``session`` (a Ray session, or nothing),
     every finished run kept in ``folder`` and, with ``resume``, the kept ones not run again.
     ``starts``: the cells' earlier answers (`plan_starts`). A Ctrl-C (KeyboardInterrupt)
     propagates; what finished before it is kept."""
@@ -105,7 +111,7 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
     # in process the runs go one after another anyway: the lock-step waves keep the run folders'
     # order; a streaming runner (Ray) gets every cell's next runs as soon as each cell asks
     concurrent = hasattr(runner, "drive")
-    progress = MapProgress(plan_costs(plan), console=console, concurrent=concurrent)
+    progress = MapProgress(replicate_costs(plan), console=console, concurrent=concurrent)
     stored = open_stored_runner(folder, plan, runner, resume=resume, local=local, command=command,
                                 say=lambda line: console.print(line, markup=False, highlight=False,
                                                                soft_wrap=True),
@@ -119,14 +125,13 @@ def run_map(plan: BreakdownPlan, folder: Path, runner: Callable, *, resume: bool
 
     options = dict(max_fraction=plan.max_fraction, threshold=plan.threshold,
                    relative_threshold=plan.relative_threshold, verify_radius=plan.verify_radius,
-                   on_non_monotone=plan.on_non_monotone, starts=starts)
+                   on_non_monotone=plan.on_non_monotone, clean_margin=plan.clean_margin)
 
-    def bisect() -> BreakdownMap:
-        if concurrent:
-            return bisect_concurrently(plan.cells, progress.watch(evaluate),
-                                       on_cell_done=lambda done: progress.cell_done(done.cell),
-                                       **options)
-        return bisect_breakdown(plan.cells, progress.watch(evaluate), **options)
+    def bisect() -> ReplicatedMap:
+        return bisect_replicates(plan.cells, plan.seeds, progress.watch(evaluate), starts=starts,
+                                 concurrent=concurrent,
+                                 on_replicate_done=lambda done: progress.cell_done(done.cell),
+                                 **options)
 
     with session, progress:
         result = drive(stored, bisect)

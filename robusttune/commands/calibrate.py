@@ -46,7 +46,8 @@ def calibrate(
     adaptive: int = typer.Option(0, "--adaptive", help="Sweep: adaptive strength-search runs per attack and point, beyond the ladder."),
     margin: float = typer.Option(0.1, "--margin", help="Sweep: also require survival at beta + margin."),
     sweep_rounds: Optional[int] = typer.Option(None, "--sweep-rounds", help="Sweep: rounds per run (default min(T, 10))."),
-    seeds: list[int] = typer.Option([42], "--seed", help="Sweep: seeds, repeatable."),
+    seeds: list[int] = typer.Option([42, 43, 44], "--seed", help="Sweep: seeds, repeatable; "
+                                    "a trim must survive in every one (default: three)."),
     set_: list[str] = typer.Option([], "--set", help="Sweep: further RunSpec key=value, repeatable."),
     out: Optional[Path] = typer.Option(None, "--out", help="Sweep: results folder (default results/calibrate-...)."),
     local: bool = typer.Option(False, "--local", help="Sweep: run trials in this process, without Ray."),
@@ -59,7 +60,8 @@ def calibrate(
     round and of a round whose count exceeds floor(n r), over T rounds, with and without a cache;
     then (unless --analytic-only) a short sweep over trim ratios at beta and beta + margin
     against the breakdown map's worst case (every default attack over its strength ladder) that
-    recommends the smallest trim surviving every attack and shows the accuracy cost of larger ones."""
+    recommends the smallest trim surviving every attack in every seed and shows the accuracy cost
+    of larger ones."""
     from robusttune.methods.adversary import Adversary
     from robusttune.problem.byzantine_law import Deployment, aggregator_inputs, analyze
     from robusttune.experiments.calibration import default_trim_grid, no_survivor_line, trim_sweep

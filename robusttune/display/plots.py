@@ -187,8 +187,11 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
                       column: str = "participation", panel: str = "attack") -> Path | None:
     """Heatmap of ``breakdown_fraction``: rows = aggregator (or method), columns = participation,
     one panel per attack (and per dataset when several); a cell over several rows shows their
-    minimum. A cell that never broke shows ">=" its lattice top, non-monotone cells carry '*',
-    cells whose clean run failed 'x'. None when the table is empty."""
+    minimum. With ``breakdown_min`` and ``breakdown_max`` (a map over several seeds: the square
+    shows the median) the seeds' range is written under the value where it is not one point. A
+    cell that never broke shows ">=" its lattice top, non-monotone cells carry '*', cells whose
+    seeds disagree by more than one lattice step '!', cells without a baseline (the clean run
+    failed, or did not learn) 'x'. None when the table is empty."""
     if table.empty or "breakdown_fraction" not in table:
         return None
     table = table.copy()
@@ -222,13 +225,21 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
         grid = np.full((len(rows), len(columns)), np.nan)
         marks = [["" for _ in columns] for _ in rows]
         never = np.zeros((len(rows), len(columns)), dtype=bool)
+        spread = [["" for _ in columns] for _ in rows]
         for (r, c), group in sub.groupby([row, column], sort=False):
             i, j = rows.index(r), columns.index(c)
             grid[i, j] = group["breakdown_fraction"].min()
             never[i, j] = bool((group["status"] == "survives_all").all())
+            if "breakdown_min" in group and "breakdown_max" in group:
+                low = pd.to_numeric(group["breakdown_min"], errors="coerce").min()
+                high = pd.to_numeric(group["breakdown_max"], errors="coerce").min()
+                if not (math.isnan(low) or math.isnan(high)) and high - low > 1e-9:
+                    spread[i][j] = f"\n{low:.2f}-{high:.2f}"
             if (group["status"] == "non_monotone").any():
                 marks[i][j] = "*"
-            if (group["status"] == "fails_clean").any():
+            if (group["status"] == "seeds_disagree").any():
+                marks[i][j] = "!"
+            if group["status"].isin(["fails_clean", "clean_at_chance"]).any():
                 marks[i][j] = "x"
         image = axis.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=max(top, 1e-9),
                             aspect="auto")
@@ -237,7 +248,8 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
                 # a cell that never broke survived the whole lattice: its fraction is a floor
                 text = "" if math.isnan(grid[i, j]) else \
                     (f">={grid[i, j]:.2f}" if never[i, j] else f"{grid[i, j]:.2f}")
-                axis.text(j, i, text + marks[i][j], ha="center", va="center", fontsize=8,
+                axis.text(j, i, text + marks[i][j] + spread[i][j], ha="center", va="center",
+                          fontsize=8 if not spread[i][j] else 7,
                           color="white" if not math.isnan(grid[i, j]) and grid[i, j] < 0.6 * top else "black")
         axis.set_xticks(range(len(columns)), [f"{c:g}" if isinstance(c, float) else str(c) for c in columns])
         axis.set_yticks(range(len(rows)), [str(r) for r in rows])
@@ -253,7 +265,8 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
     breakdown fraction beta*(p), one line per method. A value that never broke (its cells
     survived the whole lattice, so beta* is at least the top) is an open marker at the lattice
     top; a filled marker is a measured breakdown; methods whose cells all failed clean at some p
-    leave a gap there. None when there is nothing to draw."""
+    leave a gap there. With ``seed_min`` and ``seed_max`` (a map over several seeds: the line
+    is the medians') a bar spans the seeds' own frontiers. None when there is nothing to draw."""
     if frontier.empty or frontier["breakdown_fraction"].notna().sum() == 0:
         return None
     from matplotlib import colormaps
@@ -276,6 +289,11 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
         x = x + (i - (len(methods) - 1) / 2) * shift
         colour = colours(i % 20)
         axis.plot(x, y, "-", color=colour, alpha=0.8, label=method)
+        if "seed_min" in rows and "seed_max" in rows:
+            low = pd.to_numeric(rows["seed_min"], errors="coerce").to_numpy(float)
+            high = pd.to_numeric(rows["seed_max"], errors="coerce").to_numpy(float)
+            shown = ~(np.isnan(low) | np.isnan(high) | np.isnan(y))
+            axis.vlines(x[shown], low[shown], high[shown], color=colour, alpha=0.5, linewidth=2)
         axis.plot(x[~never], y[~never], "o", color=colour, markersize=5)
         axis.plot(x[never], y[never], "o", markerfacecolor="white", color=colour, markersize=6)
     axis.axhline(top, color="grey", linestyle=":", linewidth=1)

@@ -28,9 +28,11 @@ class TrimSweep:
     """Outcome of `trim_sweep`. ``rows``: one per (trim ratio, Byzantine fraction) with the worst
     case's mean final accuracy over seeds (``accuracy``: the selection accuracy, validation when
     the runs hold a validation part; ``test_accuracy``: the same runs on the test part, what the
-    recommendation is reported with), whether a seed collapsed, ``survived``
-    and ``attack`` (the adversary setting behind the number: the worst, or the weakest that broke
-    the point); ``clean_accuracy`` and ``threshold``: each trim's clean accuracy and survival bar;
+    recommendation is reported with), whether a seed collapsed, ``seeds_survived`` (of
+    ``seeds``), ``survived`` (in every seed) and ``attack`` (the adversary setting behind the
+    number at the seed closest to failing: the worst, or the weakest that broke the point);
+    ``clean_accuracy`` and ``threshold``: each trim's clean accuracy and survival bar (means over
+    seeds);
     ``recommended``: the smallest trim ratio that survives at every Byzantine fraction swept
     (None if none does); ``cost``: each larger trim's accuracy loss against it, in points, at the
     deployment's own fraction; ``adversary``: what the worst case ran."""
@@ -53,49 +55,70 @@ def default_trim_grid(byzantine_fraction: float, margin: float, n_inputs: int) -
 
 def trim_sweep(base: Mapping[str, Any], trims: Sequence[float], byzantine_fractions: Sequence[float],
                runner: Runner, seeds: Sequence[int] = (42,), adversary: Adversary | None = None,
-               relative_threshold: float = 0.5, threshold: float | None = None) -> TrimSweep:
+               relative_threshold: float = 0.5, threshold: float | None = None,
+               clean_margin: float | None = None) -> TrimSweep:
     """Judge ``base`` (RunSpec keys with the dataset, method and deployment; ``clients`` = N) at
     every trim ratio r against the shared worst case (``adversary``, default
     `Adversary.default()`: every default attack over its strength ladder), exactly as a breakdown
-    map of the cells {trim_ratio: r} judges its lattice points: each r is a cell, its points
+    map over ``seeds`` judges its lattice points: each (r, seed) is a replicate cell, its points
     k = 0 (clean) and k = floor(beta N) for each beta swept, through
-    `robusttune.experiments.breakdown.spec_evaluator` (staged ladders, shared runs; one runner call per
-    stage).
+    `robusttune.experiments.breakdown.spec_evaluator` (staged ladders, shared runs; one runner
+    call per stage).
 
-    A point survives when no seed collapsed and its worst case's mean accuracy reaches the bar:
-    ``threshold`` if given, else ``relative_threshold`` x that trim's clean accuracy (the map's
-    `survival_bar`). Recommended: the smallest r surviving at every beta swept (the deployment's
-    fraction and the margin above it)."""
+    At each seed a point survives when its worst case did not collapse and its accuracy reaches
+    that seed's bar: ``threshold`` if given, else chance + ``relative_threshold`` x (that seed's
+    clean accuracy - chance) (the map's `survival_bar`); a seed whose clean run did not learn
+    (`learned`: within ``clean_margin`` of chance, the map's default) survives nothing. A trim
+    survives at beta when it survives in every seed. Recommended: the smallest r surviving at
+    every beta swept (the deployment's fraction and the margin above it) in every seed."""
     from robusttune.methods.adversary import Adversary
     from robusttune.experiments.breakdown import Cell, Point, spec_evaluator, survival_bar
+    from robusttune.experiments.breakdown.bisection import DEFAULT_CLEAN_MARGIN, learned
 
     for r in trims:
         check_trim(r)
+    if not seeds:
+        raise ValueError("trim_sweep needs at least one seed")
+    margin = DEFAULT_CLEAN_MARGIN if clean_margin is None else clean_margin
     clients = int(base["clients"])
     threat = adversary or Adversary.default()
     evaluate = spec_evaluator({**base, "attack": base.get("attack", "none")}, runner, seeds=seeds,
                               adversary=threat, survival=(threshold, relative_threshold))
-    cells = [Cell.of(clients, trim_ratio=float(r)) for r in trims]
+    cells = {(float(r), int(s)): Cell.of(clients, trim_ratio=float(r), seed=int(s))
+             for r in trims for s in seeds}
     # the clean points first: from then on every point's survival bar is known (staged ladders
     # stop at the first variant below it, as in a map)
-    clean = dict(zip(trims, evaluate([Point(cell, 0) for cell in cells])))
+    clean = dict(zip(cells, evaluate([Point(cell, 0) for cell in cells.values()])))
     counts = {beta: lattice_byzantine(beta, clients) for beta in byzantine_fractions}
-    attacked_points = [Point(cell, k) for cell in cells for k in sorted(set(counts.values())) if k > 0]
-    attacked = dict(zip(((p.cell["trim_ratio"], p.byzantine) for p in attacked_points),
-                        evaluate(attacked_points)))
+    ks = sorted(k for k in set(counts.values()) if k > 0)
+    attacked_keys = [(key, k) for key in cells for k in ks]
+    attacked = dict(zip(attacked_keys,
+                        evaluate([Point(cells[key], k) for key, k in attacked_keys])))
     result = TrimSweep(adversary=threat.describe(base.get("attack", "none")))
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values)
+
     for r in trims:
-        result.clean_accuracy[r] = clean[r].accuracy
-        result.threshold[r] = survival_bar(threshold, relative_threshold, clean[r].accuracy)
+        r = float(r)
+        bars = {s: survival_bar(threshold, relative_threshold, clean[r, s].accuracy,
+                                clean[r, s].chance) for s in seeds}
+        taught = {s: learned(clean[r, s].accuracy, clean[r, s].chance, margin) for s in seeds}
+        result.clean_accuracy[r] = mean([clean[r, s].accuracy for s in seeds])
+        result.threshold[r] = mean(list(bars.values()))
         for beta, k in counts.items():
-            outcome = attacked.get((float(r), k), clean[r])
+            outcomes = {s: attacked.get(((r, s), k), clean[r, s]) for s in seeds}
+            survived = [s for s in seeds if taught[s] and survives(
+                outcomes[s].accuracy, outcomes[s].collapsed, bars[s])]
+            weakest = min(seeds, key=lambda s: outcomes[s].accuracy - bars[s])
             result.rows.append({
                 "trim_ratio": r, "byzantine_fraction": beta, "byzantine_clients": k,
-                "accuracy": outcome.accuracy, "test_accuracy": outcome.test_accuracy,
-                "collapsed": outcome.collapsed,
-                "seeds": len(seeds),
-                "survived": survives(outcome.accuracy, outcome.collapsed, result.threshold[r]),
-                "attack": " ".join(f"{a}={b}" for a, b in outcome.breaker)})
+                "accuracy": mean([outcomes[s].accuracy for s in seeds]),
+                "test_accuracy": mean([outcomes[s].test_accuracy for s in seeds]),
+                "collapsed": any(outcomes[s].collapsed for s in seeds),
+                "seeds": len(seeds), "seeds_survived": len(survived),
+                "survived": len(survived) == len(seeds),
+                "attack": " ".join(f"{a}={b}" for a, b in outcomes[weakest].breaker)})
     surviving = [r for r in trims
                  if all(row["survived"] for row in result.rows if row["trim_ratio"] == r)]
     result.recommended = min(surviving) if surviving else None

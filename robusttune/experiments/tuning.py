@@ -5,9 +5,10 @@ A tuning space (``search_spaces/tune_defence.yaml``) is a sweep-layer search spa
 parameters) and whose ``tuning:`` section says how to search them. Optuna (ask/tell, seeded)
 proposes knobs x; each proposal is scored by the shared adversary (`robusttune.methods.adversary`):
 
-    clean(x) = accuracy of x at beta = 0,
-    worst(x) = min over the adversary's variants v of score(x, v) at k = floor(beta N)
-               (score: validation accuracy, 0 when collapsed; the breakdown map's worst case),
+    clean(x) = accuracy of x at beta = 0 (the mean over the seeds),
+    worst(x) = min over the seeds s and the adversary's variants v of score(x, v, s) at
+               k = floor(beta N) (score: validation accuracy, 0 when collapsed; the breakdown
+               map's worst case, with each seed a replicate, as in a map),
 
 each run one federated run (one Ray Tune trial through `robusttune.experiments.sweep.stream.TuneStreamRunner`,
 or in process with ``--local``). The study maximises (clean, worst) with NSGA-II (Deb et al.,
@@ -33,7 +34,7 @@ from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Sequenc
 
 from pydantic import Field
 
-from robusttune.methods.adversary import Adversary, score
+from robusttune.methods.adversary import Adversary, score, worst_of
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.registry import SpecError
 from robusttune.core.validation import Checked, Number
@@ -222,12 +223,14 @@ def study_cost(plan: TuningPlan) -> str:
 @dataclass(frozen=True)
 class Proposal:
     """One proposal's knobs and its two outcomes (`robusttune.experiments.breakdown.Outcome`): ``clean`` at
-    beta = 0 and ``worst`` at k = floor(beta N), the worst of the adversary's variants."""
+    beta = 0 (the mean over seeds) and ``worst`` at k = floor(beta N), the worst of the
+    adversary's variants at the seed where it is worst (``worst_seed``)."""
 
     number: int
     knobs: dict[str, Any]
     clean: Any
     worst: Any
+    worst_seed: int | None = None
 
     @property
     def values(self) -> tuple[float, float]:
@@ -238,6 +241,7 @@ class Proposal:
         return {"proposal": self.number, **self.knobs,
                 "clean_validation": self.values[0], "worst_validation": self.values[1],
                 "worst_attack": " ".join(f"{a}={b}" for a, b in self.worst.breaker),
+                "worst_seed": self.worst_seed,
                 "clean_test": self.clean.test_accuracy, "worst_test": self.worst.test_accuracy,
                 "worst_collapsed": self.worst.collapsed}
 
@@ -271,6 +275,20 @@ class TuningResult:
         return table
 
 
+def seed_mean(outcomes: Sequence[Any]) -> Any:
+    """One seed-averaged `Outcome` of one point's replicates: mean selection and test accuracy
+    (a non-finite one counts as 0), collapsed when any seed collapsed, their trials summed."""
+    from robusttune.core.records import mean_accuracy
+    from robusttune.experiments.breakdown import Outcome
+
+    first = outcomes[0]
+    return Outcome(mean_accuracy(o.accuracy for o in outcomes),
+                   any(o.collapsed for o in outcomes), sum(o.trials for o in outcomes),
+                   tuple(d for o in outcomes for d in o.detail), first.breaker,
+                   test_accuracy=mean_accuracy(o.test_accuracy for o in outcomes),
+                   chance=first.chance)
+
+
 def run_study(plan: TuningPlan, runner: Any,
               on_wave: Callable[[list[Proposal]], None] | None = None,
               staged: bool = True) -> TuningResult:
@@ -302,11 +320,18 @@ def run_study(plan: TuningPlan, runner: Any,
     proposals: list[Proposal] = []
     while len(proposals) < plan.num_samples:
         asked = [study.ask(distributions) for _ in range(min(plan.batch, plan.num_samples - len(proposals)))]
-        cells = [Cell.of(plan.clients, **trial.params) for trial in asked]
+        # one replicate per seed: the worst case is each seed's worst variant, then the worst seed
+        cells = [Cell.of(plan.clients, **trial.params, seed=seed)
+                 for trial in asked for seed in plan.seeds]
         outcomes = evaluate([Point(c, 0) for c in cells] + [Point(c, plan.byzantine) for c in cells])
+        S = len(plan.seeds)
         wave = []
         for i, trial in enumerate(asked):
-            proposal = Proposal(trial.number, dict(trial.params), outcomes[i], outcomes[len(asked) + i])
+            clean = outcomes[i * S:(i + 1) * S]
+            attacked = outcomes[len(cells) + i * S:len(cells) + (i + 1) * S]
+            worst = worst_of(attacked)
+            proposal = Proposal(trial.number, dict(trial.params), seed_mean(clean),
+                                attacked[worst], plan.seeds[worst])
             study.tell(trial, proposal.values[1] if plan.objectives == "worst" else list(proposal.values))
             wave.append(proposal)
         proposals += wave

@@ -37,9 +37,12 @@ def print_calibration(f: dict[str, Any]) -> None:
                  "beta (k)": f"{row['byzantine_fraction']:g} ({row['byzantine_clients']})",
                  "clean": f"{sweep['clean_accuracy'][str(row['trim_ratio'])]:.3f}",
                  "bar": f"{sweep['threshold'][str(row['trim_ratio'])]:.3f}",
-                 "worst validation": f"{row['accuracy']:.3f}", "its test": f"{row['test_accuracy']:.3f}",
+                 "worst validation (mean)": f"{row['accuracy']:.3f}",
+                 "its test": f"{row['test_accuracy']:.3f}",
                  "collapsed": str(row["collapsed"]),
-                 "survived": str(row["survived"]), "worst attack": row["attack"] or "-"}
+                 "survived (seeds)": f"{row['survived']} ({row.get('seeds_survived', '?')}/"
+                                     f"{row.get('seeds', '?')})",
+                 "worst attack": row["attack"] or "-"}
                 for row in sorted(sweep["rows"], key=lambda r: (r["trim_ratio"], r["byzantine_fraction"]))]
         print_table(rows, console=console,
                     title=(f"trim sweep: {sweep['method']} on {sweep['dataset']} against the worst "
@@ -51,8 +54,8 @@ def print_calibration(f: dict[str, Any]) -> None:
             tests = ", ".join(f"{row['test_accuracy']:.3f} at beta={row['byzantine_fraction']:g}"
                               for row in chosen)
             console.print(f"recommended trim ratio: {f['recommended_trim_ratio']:g} (the smallest "
-                          f"surviving every attack at beta and beta + margin, on validation "
-                          f"accuracy); its worst-case test accuracy: {tests}")
+                          f"surviving every attack at beta and beta + margin in every seed, on "
+                          f"validation accuracy); its worst-case test accuracy: {tests}")
         for r, cost in sweep["accuracy_cost_points"].items():
             console.print(f"  r={float(r):g} costs {cost:+.2f} accuracy points against it")
         console.print(f"runs: {sweep['folder']}")

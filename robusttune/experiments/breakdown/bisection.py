@@ -4,9 +4,12 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 Survival of a lattice point k (k Byzantine clients of N, beta = k/N):
 
     survives(k) = not collapsed(k) and accuracy(k) >= threshold,
-    threshold   = the absolute ``threshold`` if given, else relative_threshold x accuracy(0)
+    threshold   = the absolute ``threshold`` if given, else
+                  chance + relative_threshold x (accuracy(0) - chance),   chance = 1/K
 
-(default: half the same cell's clean accuracy, DESIGN.md "Sweeps"). Assuming survives(k) is
+(default: half the same cell's clean margin above chance, K the dataset's classes). A cell whose
+clean run does not learn (accuracy(0) - chance < ``clean_margin``) has no breakdown point: its
+status is ``clean_at_chance``, never a survival. Assuming survives(k) is
 non-increasing in k, the breakdown point b = max{k : survives(k)} is found by bisection on
 [0, k_max] in ceil(log2(k_max + 1)) evaluations instead of k_max + 1. A cell may start from an
 earlier answer b0 (``starts``: a previous map of the same cells, at fewer rounds or on another
@@ -34,11 +37,19 @@ from robusttune.core.registry import SpecError
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "Verdict", "Evaluator", "survival_bar", "bisect_concurrently",
+    "Verdict", "Evaluator", "survival_bar", "bisect_concurrently", "learned", "NO_ANSWER",
+    "DEFAULT_CLEAN_MARGIN",
 ]
 
 EPS = 1e-9
-STATUSES = ("ok", "survives_all", "non_monotone", "fails_clean")
+STATUSES = ("ok", "survives_all", "non_monotone", "fails_clean", "clean_at_chance")
+# statuses without a breakdown point: the clean run failed the bar, or it did not learn
+NO_ANSWER = ("fails_clean", "clean_at_chance")
+# A clean run must beat chance by this much (accuracy points) for its cell to have a breakdown
+# point (docs/explanations/concepts.md, "Survival above chance"): at the default relative
+# threshold 0.5 a survivor then stands at least 5 points above chance, ten times the collapse
+# margin and 2.5 binomial standard deviations of the digits test set's accuracy near chance.
+DEFAULT_CLEAN_MARGIN = 0.1
 
 
 # -- points and outcomes -----------------------------------------------------------------------
@@ -85,7 +96,8 @@ class Outcome:
     folders, tuned knobs), ``runs``: what evaluating it in full costs without any saving (seeds x
     adversary variants x budget; None: ``trials``), the measure of the full lattice, and
     ``test_accuracy``: the mean final test accuracy of the same runs (what a report states of the
-    selected setting; NaN for a hand-made outcome)."""
+    selected setting; NaN for a hand-made outcome) and ``chance``: 1/K for the runs' K classes
+    (0 for a hand-made outcome: its bar is then relative to 0)."""
 
     accuracy: float
     collapsed: bool = False
@@ -95,6 +107,7 @@ class Outcome:
     breaker: tuple[tuple[str, Any], ...] = ()
     runs: int | None = None
     test_accuracy: float = math.nan
+    chance: float = 0.0
 
     @property
     def full_runs(self) -> int:
@@ -108,18 +121,34 @@ class Outcome:
         detail += tuple(f"{k}={v}" for k, v in extra.items())
         accuracy = mean_accuracy(s.selection_accuracy for s in summaries) if summaries else 0.0
         test = mean_accuracy(s.final_accuracy for s in summaries) if summaries else 0.0
+        classes = max((s.num_classes for s in summaries), default=0)
         return cls(accuracy, any(s.collapsed for s in summaries), len(summaries), detail,
-                   test_accuracy=test)
+                   test_accuracy=test, chance=1.0 / classes if classes > 0 else 0.0)
 
 
 Verdict = Outcome | bool
 Evaluator = Callable[[Sequence[Point]], Sequence[Verdict]]
 
 
-def survival_bar(threshold: float | None, relative_threshold: float, clean_accuracy: float) -> float:
-    """The accuracy an attacked point must reach: the absolute ``threshold`` if given, else
-    relative_threshold x the cell's clean accuracy (DESIGN.md "Sweeps")."""
-    return threshold if threshold is not None else relative_threshold * clean_accuracy
+def survival_bar(threshold: float | None, relative_threshold: float, clean_accuracy: float,
+                 chance: float = 0.0) -> float:
+    """The accuracy an attacked point must reach: the absolute ``threshold`` if given, else the
+    same share of the clean run's margin above chance,
+
+        bar = chance + relative_threshold x (clean_accuracy - chance),   chance = 1/K,
+
+    so a clean run of 0.15 on 10 classes asks 0.125 of an attacked one, not 0.075 (below chance:
+    every run that did not collapse would survive). ``chance`` = 0 is the plain relative bar."""
+    if threshold is not None:
+        return threshold
+    return chance + relative_threshold * (clean_accuracy - chance)
+
+
+def learned(clean_accuracy: float, chance: float, clean_margin: float) -> bool:
+    """Whether a clean run learned: its accuracy beats chance by at least ``clean_margin``
+    (accuracy - chance >= clean_margin). A cell whose clean run did not learn has no breakdown
+    point (its status is ``clean_at_chance``): any bar drawn from it measures noise."""
+    return math.isfinite(clean_accuracy) and clean_accuracy - chance >= clean_margin - EPS
 
 
 def lattice_top(clients: int, max_fraction: float) -> int:
@@ -147,6 +176,10 @@ class CellResult:
     scan: bool = False
     radius: int = 1               # verification: evaluate b - radius .. b + 1 + radius
     start: int | None = None      # an earlier answer b0: the first wave tries b0 and b0 + 1
+    clean_margin: float = 0.0     # the clean run must beat chance by this much (`learned`)
+    # a start that holds (b0 survives, b0 + 1 fails) is not verified again: another replicate of
+    # the cell verified that boundary (`robusttune.experiments.breakdown.replicates`)
+    trust_start: bool = False
 
     def __post_init__(self) -> None:
         self.hi = self.k_max + 1      # a virtual failure just above the lattice
@@ -158,9 +191,16 @@ class CellResult:
         return clean.accuracy if isinstance(clean, Outcome) else math.nan
 
     @property
+    def chance(self) -> float:
+        """1/K of the cell's runs (0 when its verdicts are hand-made)."""
+        clean = self.outcomes.get(0)
+        return clean.chance if isinstance(clean, Outcome) else 0.0
+
+    @property
     def bar(self) -> float:
         """The accuracy a point must reach (`survival_bar`)."""
-        return survival_bar(self.threshold, self.relative_threshold, self.clean_accuracy)
+        return survival_bar(self.threshold, self.relative_threshold, self.clean_accuracy,
+                            self.chance)
 
     def survived(self, k: int) -> bool:
         verdict = self.outcomes[k]
@@ -184,6 +224,11 @@ class CellResult:
         if not self.survived(0):
             self.status = "fails_clean"
             return []
+        clean = self.outcomes[0]
+        if isinstance(clean, Outcome) and not learned(clean.accuracy, clean.chance,
+                                                      self.clean_margin):
+            self.status = "clean_at_chance"
+            return []
         for k in self._first_points():
             # the prior's points narrow the bracket before any midpoint (a survivor at b0 + 1
             # after a failure at b0 is left for verification to flag)
@@ -206,7 +251,9 @@ class CellResult:
                 return missing
         if not self.verified:
             self.verified = True
-            missing = [k for k in self._neighbourhood() if k not in self.outcomes]
+            held = self.start is not None and self.lo == min(max(self.start, 0), self.k_max)
+            missing = [] if self.trust_start and held else \
+                [k for k in self._neighbourhood() if k not in self.outcomes]
             if missing:
                 return missing
         self._finish()
@@ -236,7 +283,7 @@ class CellResult:
     # the answer ----------------------------------------------------------------------------
     @property
     def breakdown(self) -> int | None:
-        return None if self.status in ("fails_clean", "pending") else self.lo
+        return None if self.status in (*NO_ANSWER, "pending") else self.lo
 
     @property
     def conservative(self) -> int | None:
@@ -286,7 +333,7 @@ class CellResult:
             "status": self.status, "monotone": self.status != "non_monotone",
             "conservative_fraction": frac(self.conservative),
             "largest_surviving_fraction": frac(self.largest_survivor),
-            "clean_accuracy": self.clean_accuracy,
+            "clean_accuracy": self.clean_accuracy, "chance": self.chance,
             "clean_test_accuracy": (self.outcomes[0].test_accuracy
                                     if isinstance(self.outcomes.get(0), Outcome) else math.nan),
             "threshold": self.bar if 0 in self.outcomes else None,
@@ -375,7 +422,8 @@ def distinct_cells(cells: Iterable[Cell]) -> list[Cell]:
 def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction: float = 0.5,
                      threshold: float | None = None, relative_threshold: float = 0.5,
                      verify_radius: int = 1, on_non_monotone: str = "flag",
-                     max_waves: int = 1000, starts: Mapping[Cell, int] | None = None) -> BreakdownMap:
+                     max_waves: int = 1000, starts: Mapping[Cell, int] | None = None,
+                     clean_margin: float = 0.0, trust_starts: bool = False) -> BreakdownMap:
     """Parallel bisection of every cell's breakdown point (see the module docstring).
 
     ``evaluate`` receives one list of Points per wave (every cell's next points, no duplicates)
@@ -383,7 +431,10 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
     bool taken as the survival verdict itself. ``on_non_monotone="scan"`` evaluates the rest of a
     flagged cell's lattice so its largest survivor is exact. ``starts`` gives cells an earlier
     answer b0 to begin from (module docstring); for a cell whose survival is monotone in k the
-    answer is the one a bisection without it finds."""
+    answer is the one a bisection without it finds. ``clean_margin``: a cell whose clean outcome
+    does not beat chance by that much (`learned`) stops there, ``clean_at_chance``.
+    ``trust_starts``: a cell whose start holds skips verification (another replicate of it
+    verified that boundary); one whose start does not hold verifies its own."""
     if not 0 < max_fraction < 1:
         raise SpecError(f"max_fraction must be in (0, 1); got {max_fraction}")
     if verify_radius < 0:
@@ -394,7 +445,8 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
     for cell in distinct_cells(cells):
         results.append(CellResult(cell, lattice_top(cell.clients, max_fraction), threshold,
                                   relative_threshold, radius=verify_radius,
-                                  start=(starts or {}).get(cell)))
+                                  start=(starts or {}).get(cell), clean_margin=clean_margin,
+                                  trust_start=trust_starts))
     waves = 0
     while True:
         wanted: dict[Point, CellResult] = {}

@@ -121,7 +121,9 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                    survival: tuple[float | None, float] | None = None,
                    adaptive: int = 0) -> Evaluator:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
-    byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds.
+    byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds. A cell that sets
+    ``seed`` itself (a replicate, `robusttune.experiments.breakdown.replicates`) runs at that seed
+    alone: a map's seeds are replicates, each bisected as a one-seed map.
 
     The adversary is the worst case: without ``adversary`` every point with k > 0 runs each
     strength of its attack's ``strength_ladder`` (robusttune.methods.attacks), and its outcome is the
@@ -148,7 +150,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
       The cost is more runner calls per wave (at most the ladder's length).
 
     ``survival`` = (threshold, relative_threshold), the bar `bisect_breakdown` judges points by
-    (`survival_bar`: the absolute threshold, else relative x the cell's clean accuracy), stops a
+    (`survival_bar`: the absolute threshold, else chance + relative x the cell's clean margin
+    above chance), stops a
     staged ladder earlier still: at the first variant that fails that bar (collapsed, or below
     it). Bisection reads only whether a point survived, and a point survives the worst variant
     iff it survives every variant, so no verdict changes; what changes is what a failed point
@@ -177,7 +180,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         raise SpecError("seeds must list at least one seed")
     shared = _SharedRuns(runner, share, on_trials)
     stop_bar = survival if staged and not tune else None
-    clean_accuracy: dict[Cell, float] = {}   # each cell's k = 0 outcome, once run
+    clean_outcome: dict[Cell, Outcome] = {}   # each cell's k = 0 outcome, once run
 
     def settled(point: Point, outcome: Outcome) -> bool:
         """Whether no later variant can change the point's verdict (see ``staged``, ``survival``)."""
@@ -186,9 +189,11 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         if stop_bar is None or point.byzantine == 0:
             return False
         threshold, relative = stop_bar
-        if threshold is None and point.cell not in clean_accuracy:
+        if threshold is None and point.cell not in clean_outcome:
             return False
-        bar = survival_bar(threshold, relative, clean_accuracy.get(point.cell, float("nan")))
+        clean = clean_outcome.get(point.cell)
+        bar = survival_bar(threshold, relative, clean.accuracy if clean else float("nan"),
+                           clean.chance if clean else 0.0)
         return not survives(outcome.accuracy, outcome.collapsed, bar)
 
     def attack_of(point: Point) -> str:
@@ -197,20 +202,26 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
     def variants_for(point: Point) -> list[dict]:
         return threat.variants(attack_of(point)) if point.byzantine > 0 else [{}]
 
+    def seeds_of(point: Point) -> Sequence[int]:
+        """A replicate's cell carries its own seed (`robusttune.experiments.breakdown.replicates`):
+        its points run at that seed alone; any other cell's points run at every seed."""
+        values = point.cell.as_dict()
+        return [values["seed"]] if "seed" in values else seeds
+
     def specs_for(point: Point, knobs: Mapping[str, Any], variant: Mapping[str, Any]) -> list[RunSpec]:
         return [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
                                    "byzantine_fraction": point.fraction, "seed": seed})
-                for seed in seeds]
+                for seed in seeds_of(point)]
 
-    def judge(per_variant: list[Outcome], variants: list[dict], trials: int,
+    def judge(point: Point, per_variant: list[Outcome], variants: list[dict], trials: int,
               full: int) -> Outcome:
         """The worst variant run (the first with the lowest score); ``runs`` counts every
         variant, run or not (``full`` of them): what the point costs in full."""
         position = worst_of(per_variant)
         worst = per_variant[position]
         return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
-                       tuple(variants[position].items()), runs=full * len(seeds),
-                       test_accuracy=worst.test_accuracy)
+                       tuple(variants[position].items()), runs=full * len(seeds_of(point)),
+                       test_accuracy=worst.test_accuracy, chance=worst.chance)
 
     def searches_of(point: Point) -> list[tuple[dict, tuple[float, ...]]]:
         """The adaptive searches of ``point``: (group settings, ladder); none at k = 0."""
@@ -222,12 +233,15 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         specs = [spec for i, variant in todo
                  for spec in specs_for(requests[i][0], requests[i][1], variant)]
         summaries, new = shared(specs)
-        for n, (i, variant) in enumerate(todo):
-            span = slice(n * len(seeds), (n + 1) * len(seeds))
+        start = 0
+        for i, variant in todo:
+            size = len(seeds_of(requests[i][0]))
+            span = slice(start, start + size)
+            start += size
             judged[i].append(Outcome.from_summaries(summaries[span], **requests[i][1], **variant))
             trials[i] += sum(new[span])
             if requests[i][0].byzantine == 0:
-                clean_accuracy[requests[i][0].cell] = judged[i][-1].accuracy
+                clean_outcome[requests[i][0].cell] = judged[i][-1]
 
     def search(requests: list[tuple[Point, dict]], variants: list[list[dict]],
                judged: list[list[Outcome]], trials: list[int]) -> None:
@@ -273,7 +287,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         variants = [list(v) for v in variants]   # the search appends the strengths it ran
         if threat.adaptive:
             search(requests, variants, judged, trials)
-        return [judge(judged[i], variants[i], trials[i], full[i]) for i in range(len(requests))]
+        return [judge(requests[i][0], judged[i], variants[i], trials[i], full[i])
+                for i in range(len(requests))]
 
     if not tune:
         return lambda points: run_batch([(p, {}) for p in points])
@@ -299,7 +314,8 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         # the point's trial count is the whole study's runs, not only the best trial's
         return [Outcome(b.accuracy, b.collapsed, t, b.detail, b.breaker,  # type: ignore[union-attr]
                         runs=b.runs * budget,  # type: ignore[union-attr, operator]
-                        test_accuracy=b.test_accuracy)  # type: ignore[union-attr]
+                        test_accuracy=b.test_accuracy,  # type: ignore[union-attr]
+                        chance=b.chance)  # type: ignore[union-attr]
                 for b, t in zip(best, trials)]
 
     return tuned

@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequenc
 
 from pydantic import Field
 
-from robusttune.experiments.breakdown.bisection import Cell
+from robusttune.experiments.breakdown.bisection import DEFAULT_CLEAN_MARGIN, Cell
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.registry import SpecError
@@ -23,7 +23,7 @@ from robusttune.experiments.sweep.space import file_assignments, parse_sweep
 from robusttune.core.yaml_input import read_yaml
 
 __all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "override_plan_mapping",
-           "parse_plan", "plan_costs", "rounds_for_participation"]
+           "parse_plan", "plan_costs", "replicate_costs", "rounds_for_participation"]
 
 
 class BreakdownSection(Checked):
@@ -35,6 +35,8 @@ class BreakdownSection(Checked):
     seeds: Annotated[list[Annotated[int, Number, Field(ge=0)]], Field(min_length=1)] = [42]
     threshold: optional_finite(ge=0, le=1) = None
     relative_threshold: Annotated[float, Number, Field(gt=0, le=1)] = 0.5
+    # a clean run must beat chance (1/K) by this much for its cell to have a breakdown point
+    clean_margin: Annotated[float, Number, Field(ge=0, lt=1)] = DEFAULT_CLEAN_MARGIN
     max_fraction: Annotated[float, Number, Field(gt=0, lt=1)] = 0.5
     budget: Annotated[int, Number, Field(ge=1)] = 4
     verify_radius: Annotated[int, Number, Field(ge=0)] = 1
@@ -79,6 +81,7 @@ class BreakdownPlan:
     seeds: list[int] = field(default_factory=lambda: [42])
     threshold: float | None = None
     relative_threshold: float = 0.5
+    clean_margin: float = DEFAULT_CLEAN_MARGIN
     max_fraction: float = 0.5
     budget: int = 4
     verify_radius: int = 1
@@ -105,9 +108,24 @@ class BreakdownPlan:
 
     def identity(self) -> dict[str, Any]:
         """What decides the map's outcomes: the mapping without its name, resources and
-        max_concurrent (where and how fast it runs). A resumed map must match it."""
-        return {k: v for k, v in self.raw.items()
+        max_concurrent (where and how fast it runs) and without breakdown.seeds. A resumed map
+        must match it. The seeds may change on a resume: each seed's replicates are a
+        deterministic function of the plan and their own runs (the first seed's answers, for
+        the later seeds' starts), and runs are kept by their RunSpec, seed included, so a longer
+        list runs only the new seeds' runs."""
+        return self.identity_of(self.raw)
+
+    @staticmethod
+    def identity_of(mapping: Mapping[str, Any]) -> dict[str, Any]:
+        """`identity` of a stored plan.yaml's mapping (what `MapStore.open` compares)."""
+        kept = {k: v for k, v in mapping.items()
                 if k not in ("name", "resources", "max_concurrent", "plugins")}
+        section = kept.get("breakdown")
+        if isinstance(section, dict) and "seeds" in section:
+            kept["breakdown"] = {k: v for k, v in section.items() if k != "seeds"}
+            if not kept["breakdown"]:
+                kept.pop("breakdown")
+        return kept
 
 
 def _override_grids(space: Any, key: str, value: Any) -> Any:
@@ -212,6 +230,9 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
         raise SpecError(f"{where}: byzantine_fraction is the breakdown lattice's; remove it "
                         f"from run and space")
+    if "seed" in space:
+        raise SpecError(f"{where}: space.seed: a map's seeds are replicates of every cell; "
+                        f"allowed: breakdown.seeds: [s1, s2, ...] (run.seed sets a one-seed map)")
     # the lattice sets byzantine_fraction later; an attacked cell is legal at k = 0
     raw["constraints"] = {**(raw.get("constraints") or {}), "attack_matches_byzantine": False}
     raw["search"] = {"algorithm": "grid"}
@@ -278,24 +299,35 @@ def rounds_for_participation(spec: RunSpec, client_rounds: float) -> int:
 class CellCost:
     """What one cell of a plan costs: its lattice top k_max (points 0 .. k_max of N), the
     adversary variants an attacked point runs, and trials for the full lattice (``bound``) and
-    for the bisection (``expected``: the clean point, ceil(log2(k_max + 1)) midpoints and up to
+    for the bisection (``expected``). Per seed: the clean point's trials and an attacked point's;
+    the first seed's expected points (the clean point, ceil(log2(k_max + 1)) midpoints and up to
     2 x verify_radius verification points, at most the whole lattice; started from an earlier
-    answer that still holds: the clean point, b0, b0 + 1 and the verification points)."""
+    answer that still holds: the clean point, b0, b0 + 1 and the verification points) and each
+    later seed's (``later_points``: the clean point, b1 and b1 + 1 where the first seed's answer
+    b1 holds, `robusttune.experiments.breakdown.replicates`)."""
 
     cell: Cell
     k_max: int
     variants: list[dict[str, Any]]
-    clean_trials: int          # trials of the clean point: seeds x budget
-    attacked_trials: int       # trials of a point with k > 0: seeds x variants x budget
-    expected_points: int
+    clean_trials: int          # trials of the clean point, one seed: budget
+    attacked_trials: int       # trials of a point with k > 0, one seed: variants x budget
+    expected_points: int       # the first seed's
+    seeds: int = 1
+    later_points: int = 0      # each later seed's
 
     @property
     def bound(self) -> int:
-        return self.clean_trials + self.k_max * self.attacked_trials
+        return self.seeds * (self.clean_trials + self.k_max * self.attacked_trials)
+
+    @property
+    def points(self) -> int:
+        """Lattice points expected over every seed."""
+        return self.expected_points + (self.seeds - 1) * self.later_points
 
     @property
     def expected(self) -> int:
-        return self.clean_trials + (self.expected_points - 1) * self.attacked_trials
+        return (self.seeds * self.clean_trials
+                + (self.points - self.seeds) * self.attacked_trials)
 
     @property
     def lattice(self) -> str:
@@ -305,8 +337,7 @@ class CellCost:
 
 
 def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
-    """Every cell's `CellCost` under ``plan`` (what ``--dry-run`` prints, and what the progress
-    display's estimate of the time left counts down)."""
+    """Every cell's `CellCost` under ``plan``, over all its seeds (what ``--dry-run`` prints)."""
     from robusttune.methods.adversary import Adversary
     from robusttune.experiments.breakdown.bisection import lattice_top
 
@@ -320,6 +351,21 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
         if plan.start_from is not None:
             steps = min(2, k_max)
         expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
-        costs.append(CellCost(cell, k_max, threat.variants(attack), len(plan.seeds) * budget,
-                              len(plan.seeds) * threat.runs_per_point(attack) * budget, expected))
+        costs.append(CellCost(cell, k_max, threat.variants(attack), budget,
+                              threat.runs_per_point(attack) * budget, expected,
+                              seeds=len(plan.seeds), later_points=min(k_max + 1, 3)))
+    return costs
+
+
+def replicate_costs(plan: BreakdownPlan) -> list[CellCost]:
+    """One `CellCost` per cell and seed (the replicates the map bisects: the progress display's
+    estimate of the time left counts them down), the first seed's and the later seeds'."""
+    from robusttune.experiments.breakdown.replicates import replicate
+
+    costs = []
+    for cost in plan_costs(plan):
+        for n, seed in enumerate(plan.seeds):
+            costs.append(CellCost(replicate(cost.cell, seed), cost.k_max, cost.variants,
+                                  cost.clean_trials, cost.attacked_trials,
+                                  cost.expected_points if n == 0 else cost.later_points))
     return costs

@@ -51,6 +51,7 @@ class MapProgress:
         # cell is pending until it is done, and the wave shown is the most steps any cell took
         self.concurrent = concurrent
         self._steps: dict[Cell, int] = {}
+        self._seen: set[Cell] = set()
         self._lock = threading.RLock()
 
     # -- the display --------------------------------------------------------------------------
@@ -84,7 +85,11 @@ class MapProgress:
                         self._steps[cell] = self._steps.get(cell, 0) + 1
                     self.waves = max(self._steps.values(), default=0)
                 else:
-                    self.pending = {p.cell for p in points}
+                    # lock step: a cell seen before that no longer asks is done; a replicate of a
+                    # later seed not asked for yet is still to come
+                    asked = {p.cell for p in points}
+                    self._seen |= asked
+                    self.pending = asked | (set(self.points) - self._seen)
                     self.waves += 1
                     self._mark = self.clock()
                 self._show()
@@ -149,6 +154,8 @@ class MapProgress:
             left = "?" if seconds is None else "~" + duration(seconds)
         trials = f"{self.ran} trials" + (f" (+{self.reused} kept)" if self.reused else "")
         # short enough for an 80-column terminal: a wrapped line is not redrawn in place cleanly
-        return (f"breakdown: {self.cells_done}/{len(self.points)} cells done, "
+        unit = "cells" if all("seed" not in c.as_dict() for c in self.points) or \
+            len({c.as_dict()["seed"] for c in self.points}) <= 1 else "cell-seeds"
+        return (f"breakdown: {self.cells_done}/{len(self.points)} {unit} done, "
                 f"{sum(self.points.values())} points, {trials}, wave {self.waves}, "
                 f"elapsed {duration(elapsed)}, left {left}")

@@ -1,6 +1,8 @@
-"""Writing a breakdown map to a folder: breakdown.csv (one row per cell), breakdown_points.csv
-(every evaluated point and the runs behind it), breakdown.png (the heatmap), frontier.csv and
-frontier.png (the breakdown fraction as a function of p, one curve per method) and breakdown.md."""
+"""Writing a breakdown map to a folder: breakdown.csv (one row per cell: the answer over its
+seeds), breakdown_seeds.csv (one row per cell and seed), breakdown_points.csv (every evaluated
+point and the runs behind it), breakdown.png (the heatmap), frontier.csv and frontier.png (the
+breakdown fraction as a function of p, one curve per method), ordering.csv (in how many seeds
+the frontier's order of two methods holds) and breakdown.md."""
 
 from __future__ import annotations
 
@@ -9,28 +11,37 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from robusttune.experiments.breakdown.bisection import BreakdownMap, CellResult
+from robusttune.experiments.breakdown.bisection import NO_ANSWER, BreakdownMap, CellResult
+from robusttune.experiments.breakdown.replicates import ReplicatedMap
 from robusttune.experiments.breakdown.theory import theory_columns
 from robusttune.display.markdown import markdown_table
 
 # the columns of breakdown.csv and breakdown_points.csv after the cell's own axes (method,
 # participation ...), as the reference documents them
 BREAKDOWN_COLUMNS: dict[str, str] = {
-    "breakdown": "The answer as it reads: the fraction, '>= top' for a cell that never broke on the lattice, 'fails clean' without a baseline.",
+    "breakdown": "The answer as it reads: the median over seeds with the seeds' range in brackets, '>= top' for a cell that never broke on the lattice, 'fails clean' or 'clean at chance' without a baseline.",
     "clients": "N, the cell's clients (the lattice is {0, 1/N, 2/N, ...}).",
-    "breakdown_fraction": "The largest surviving fraction b/N below the first failing point (empty when the cell fails clean).",
+    "breakdown_fraction": "The median over seeds (the lower median for an even count) of each seed's largest surviving fraction b/N below its first failing point (empty when the cell has no baseline).",
     "breakdown_byzantine": "b, that fraction's Byzantine clients.",
-    "status": "ok, survives_all (never broke up to max_fraction), non_monotone (a survivor above a failure) or fails_clean.",
-    "monotone": "No point above a failing one survived.",
-    "conservative_fraction": "For a non-monotone cell, the fraction below its first failure.",
-    "largest_surviving_fraction": "The largest fraction any evaluated point survived.",
-    "clean_accuracy": "Validation accuracy at beta = 0, the cell's baseline.",
+    "breakdown_min": "The smallest of the seeds' breakdown fractions.",
+    "breakdown_max": "The largest of the seeds' breakdown fractions.",
+    "seeds": "The seeds the cell was bisected at (breakdown.seeds), each a replicate.",
+    "seeds_answered": "Seeds whose clean run passed the bar and learned (the median is over these; a cell needs a majority of its seeds).",
+    "seeds_agree": "The seeds' answers lie within one lattice step of each other.",
+    "seed_breakdowns": "Each seed's answer, in breakdown.seeds order (breakdown_seeds.csv has the rest).",
+    "status": "ok, survives_all (never broke up to max_fraction), non_monotone (a survivor above a failure), seeds_disagree (the seeds' answers differ by more than one lattice step), fails_clean (the clean run missed an absolute threshold) or clean_at_chance (the clean run beat chance by less than clean_margin).",
+    "monotone": "No point above a failing one survived, in any seed.",
+    "conservative_fraction": "For a non-monotone cell, the fraction below its first failure (the smallest over seeds).",
+    "largest_surviving_fraction": "The largest fraction any evaluated point survived (over seeds).",
+    "clean_accuracy": "Validation accuracy at beta = 0, the cell's baseline (the mean over seeds).",
+    "clean_accuracy_min": "The lowest seed's clean accuracy.",
+    "chance": "1/K for the dataset's K classes: the bar and the clean margin are read above it.",
     "clean_test_accuracy": "Test accuracy of the same clean runs.",
-    "threshold": "The survival bar: relative_threshold x clean accuracy, or the absolute threshold.",
-    "points_evaluated": "Lattice points evaluated (bisection, verification).",
+    "threshold": "The survival bar: chance + relative_threshold x (clean accuracy - chance), or the absolute threshold (the mean over seeds).",
+    "points_evaluated": "Lattice points evaluated (bisection, verification), over every seed.",
     "lattice_points": "Points of the cell's lattice up to max_fraction.",
-    "trials": "Runs the cell took.",
-    "broken_by": "The adversary setting that broke the first failing point.",
+    "trials": "Runs the cell took, over every seed.",
+    "broken_by": "The adversary setting that broke the first failing point (of the median seed).",
     "attack_family": "Its family: ladder (a strength ladder) or rule-aware.",
     "evaluated": "Each evaluated point k with + (survived) or - (failed).",
     "violations": "Points that survived above a failure (non-monotone cells).",
@@ -39,12 +50,36 @@ BREAKDOWN_COLUMNS: dict[str, str] = {
     "p_majority_round": "At the first failing point: the chance one round's sample is Byzantine-majority.",
     "p_majority_run": "The chance some round of the run is.",
 }
+# breakdown_seeds.csv: one row per cell and seed, after the cell's own keys; each column is the
+# one seed's figure (what a one-seed map at that seed writes in breakdown.csv)
+SEEDS_COLUMNS: dict[str, str] = {
+    "seed": "The replicate's seed.",
+    "clients": "N.",
+    "breakdown_fraction": "This seed's largest surviving fraction below its first failing point.",
+    "breakdown_byzantine": "b, that fraction's Byzantine clients.",
+    "status": "This seed's status: ok, survives_all, non_monotone, fails_clean or clean_at_chance.",
+    "monotone": "No point above a failing one survived.",
+    "conservative_fraction": "The fraction below this seed's first evaluated failure.",
+    "largest_surviving_fraction": "The largest fraction this seed survived.",
+    "clean_accuracy": "This seed's clean validation accuracy.",
+    "chance": "1/K.",
+    "clean_test_accuracy": "Its test accuracy.",
+    "threshold": "This seed's survival bar.",
+    "points_evaluated": "Lattice points this seed evaluated.",
+    "lattice_points": "Points of the lattice up to max_fraction.",
+    "trials": "Runs this seed took.",
+    "broken_by": "The adversary setting that broke this seed's first failing point.",
+    "evaluated": "Each evaluated point k with + (survived) or - (failed).",
+    "violations": "Points that survived above a failure.",
+}
+
 POINTS_COLUMNS: dict[str, str] = {
+    "seed": "The replicate's seed.",
     "clients": "N.",
     "byzantine": "k, the point's Byzantine clients.",
     "byzantine_fraction": "k / N.",
     "survived": "Every adversary setting's runs survived at this point.",
-    "accuracy": "What survival read: validation accuracy (mean over seeds) of the setting named in adversary.",
+    "accuracy": "What survival read: validation accuracy of the setting named in adversary (that seed's run).",
     "test_accuracy": "The same runs' test accuracy.",
     "collapsed": "A run of that setting collapsed.",
     "trials": "Runs the point took.",
@@ -52,20 +87,27 @@ POINTS_COLUMNS: dict[str, str] = {
     "detail": "Every run folder behind the point.",
 }
 
-__all__ = ["BREAKDOWN_COLUMNS", "POINTS_COLUMNS", "write_breakdown", "breakdown_table", "breaking_family", "breakdown_label", "answer", "frontier_table",
+__all__ = ["BREAKDOWN_COLUMNS", "SEEDS_COLUMNS", "POINTS_COLUMNS", "write_breakdown", "breakdown_table",
+           "breaking_family", "breakdown_label", "answer", "frontier_table", "ordering_table",
            "cells_by_method", "method_names"]
 
 
 def breakdown_label(row: Mapping[str, Any]) -> str:
-    """How a cell's answer reads: the fraction, ">= top" for a cell that never broke on the
-    lattice (its true breakdown lies above what was tried), "fails clean" without a baseline."""
-    if row["status"] == "fails_clean":
-        return "fails clean"
+    """How a cell's answer reads: the median fraction over seeds, with the seeds' range in
+    brackets where they differ (``0.15 [0.05, 0.35]``), ">= top" for a cell that never broke on
+    the lattice (its true breakdown lies above what was tried), "fails clean" or "clean at
+    chance" without a baseline."""
+    status = row["status"]
+    if status in NO_ANSWER:
+        return status.replace("_", " ")
     top = (row["lattice_points"] - 1) / row["clients"]
-    if row["status"] == "survives_all":
-        return f">= {top:.3g}"
-    text = f"{row['breakdown_fraction']:.3g}"
-    return text + " (non-monotone)" if row["status"] == "non_monotone" else text
+    text = f">= {top:.3g}" if status == "survives_all" else f"{row['breakdown_fraction']:.3g}"
+    low, high = row.get("breakdown_min"), row.get("breakdown_max")
+    if low is not None and high is not None and not pd.isna(low) and not pd.isna(high) \
+            and high - low > 1e-9:
+        text += f" [{low:.3g}, {high:.3g}]"
+    flags = {"non_monotone": " (non-monotone)", "seeds_disagree": " (seeds disagree)"}
+    return text + flags.get(status, "")
 
 
 def answer(table: Any) -> list[str]:
@@ -77,7 +119,7 @@ def answer(table: Any) -> list[str]:
         return cells_by_method(rows, table)
 
     lines = []
-    first = table[(table["status"] != "fails_clean") & (table["breakdown_byzantine"] == 0)]
+    first = table[~table["status"].isin(NO_ANSWER) & (table["breakdown_byzantine"] == 0)]
     if len(first):
         lines.append(f"Breaks at the first Byzantine client ({len(first)} cells): {cells(first)}.")
     never = table[table["status"] == "survives_all"]
@@ -87,12 +129,12 @@ def answer(table: Any) -> list[str]:
     if "theory_fraction" in table:
         theory = pd.to_numeric(table["theory_fraction"], errors="coerce")
         measured = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
-        reached = table[table["status"].isin(["ok", "survives_all"]) & theory.notna()
+        reached = table[table["status"].isin(["ok", "survives_all", "seeds_disagree"]) & theory.notna()
                         & (measured >= theory - 1e-9)]
         if len(reached):
             lines.append(f"Reached the rule's theoretical fraction over its inputs (measured >= "
                          f"`theory_fraction`) in {len(reached)} cells: {cells(reached)}.")
-        below = table[(table["status"] == "ok") & (measured < theory - 1e-9)]
+        below = table[table["status"].isin(["ok", "seeds_disagree"]) & (measured < theory - 1e-9)]
         if len(below):
             lines.append(f"Broke within the rule's own precondition (measured below its theoretical "
                          f"fraction: the attack, not the count, broke it) in {len(below)} cells: "
@@ -112,6 +154,16 @@ def answer(table: Any) -> list[str]:
     if len(flagged):
         lines.append(f"No baseline (the clean run itself failed) in {len(flagged)} cells: "
                      f"{cells(flagged)}.")
+    chance = table[table["status"] == "clean_at_chance"]
+    if len(chance):
+        lines.append(f"No breakdown point (the clean run did not learn: within clean_margin of "
+                     f"chance in most seeds) in {len(chance)} cells: {cells(chance)}.")
+    if "seeds" in table and (table["seeds"] > 1).any():
+        unsettled = table[table["status"] == "seeds_disagree"]
+        if len(unsettled):
+            lines.append(f"The seeds disagree by more than one lattice step in {len(unsettled)} "
+                         f"cells (the median is the answer; the range is in brackets): "
+                         f"{cells(unsettled)}.")
     return lines or ["Every cell broke somewhere inside the lattice; see the table."]
 
 
@@ -175,25 +227,71 @@ def method_names(table: Any, key: str) -> Any:
     return names
 
 
-def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
+def frontier_table(table: Any, base: Mapping[str, Any] | None = None,
+                   seeds_table: Any = None) -> Any:
     """The p-frontier beta*(p): one row per (method, participation p), its value the minimum
     breakdown fraction over every cell of that method at that p (the attacks, sampling modes and
     any other axis: the worst case),
 
         beta*(method, p) = min { breakdown_fraction(cell) : cell.method = method, cell.p = p },
 
-    taken over the cells with a baseline (a cell whose clean run failed has no breakdown and is
-    only counted, in ``fails_clean``; a (method, p) whose cells all failed clean has NaN).
+    taken over the cells with a baseline (a cell without one, its clean run failed or did not
+    learn, has no breakdown and is only counted, in ``fails_clean``; a (method, p) whose cells
+    all lack one has NaN). ``breakdown_fraction`` is each cell's median over seeds; with
+    ``seeds_table`` (breakdown_seeds.csv: one row per cell and seed) each seed's own frontier
+    beta*_s(method, p) (the same minimum over that seed's answers) is kept too, in
+    ``seed_values`` (seed order) with its ``seed_min`` and ``seed_max``.
     ``never_broke`` is true when every cell at the minimum survived its whole lattice, so the
     value is a floor (``>= top``); ``worst`` names the cell(s) at the minimum. The method is the
     ``method`` axis (else ``aggregator``, else ``algorithm``, else one method "all"); p is the
     ``participation`` axis, else ``base``'s participation (else the RunSpec default)."""
-    from robusttune.core.schema import RunSchema
-
     columns = ["method", "participation", "breakdown_fraction", "never_broke", "lattice_top",
-               "label", "cells", "fails_clean", "worst"]
+               "label", "cells", "fails_clean", "worst", "seed_min", "seed_max", "seed_values"]
     if table.empty:
         return pd.DataFrame(columns=columns)
+    table = _with_method_and_p(table, base)
+    method_key = _method_key(table)
+    others = [c for c in ("attack", "participation_mode", "dataset", "aggregator", "algorithm")
+              if c in table and c != method_key and table[c].nunique(dropna=False) > 1]
+    per_seed = _seed_frontiers(seeds_table, base)
+    rows = []
+    for (method, p), group in table.groupby(["_method", "participation"], sort=False):
+        measured = group[~group["status"].isin(NO_ANSWER) & group["_fraction"].notna()]
+        values = per_seed.get((method, p), [])
+        finite = [v for v in values if not pd.isna(v)]
+        row = {"method": method, "participation": p, "cells": len(group),
+               "fails_clean": int(group["status"].isin(NO_ANSWER).sum()),
+               "lattice_top": float(group["_top"].min()),
+               "seed_min": min(finite) if finite else float("nan"),
+               "seed_max": max(finite) if finite else float("nan"),
+               "seed_values": " ".join("-" if pd.isna(v) else f"{v:.3g}" for v in values)}
+        if measured.empty:
+            rows.append({**row, "breakdown_fraction": float("nan"), "never_broke": False,
+                         "label": "no baseline", "worst": ""})
+            continue
+        value = float(measured["_fraction"].min())
+        at_min = measured[measured["_fraction"] <= value + 1e-12]
+        never = bool((at_min["status"] == "survives_all").all())
+        worst = "; ".join(", ".join(f"{k}={r[k]}" for k in others) or "-"
+                          for _, r in at_min.iterrows())
+        label = f">= {value:.3g}" if never else f"{value:.3g}"
+        if len(finite) > 1 and max(finite) - min(finite) > 1e-9:
+            label += f" [{min(finite):.3g}, {max(finite):.3g}]"
+        rows.append({**row, "breakdown_fraction": value, "never_broke": never,
+                     "label": label, "worst": worst})
+    frontier = pd.DataFrame(rows, columns=columns)
+    # methods in the map's order, p ascending within each
+    order = {m: i for i, m in enumerate(dict.fromkeys(frontier["method"]))}
+    frontier["_order"] = frontier["method"].map(order)
+    frontier = frontier.sort_values(["_order", "participation"], kind="stable")
+    return frontier.drop(columns="_order").reset_index(drop=True)
+
+
+def _with_method_and_p(table: Any, base: Mapping[str, Any] | None) -> Any:
+    """``table`` with the frontier's working columns: ``_method``, ``participation`` (the base
+    run's where no cell sets it), ``_top`` and ``_fraction``."""
+    from robusttune.core.schema import RunSchema
+
     table = table.copy()
     method_key = _method_key(table)
     table["_method"] = method_names(table, method_key) if method_key else "all"
@@ -202,31 +300,59 @@ def frontier_table(table: Any, base: Mapping[str, Any] | None = None) -> Any:
         table["participation"] = (base or {}).get("participation", default)
     table["_top"] = (table["lattice_points"] - 1) / table["clients"]
     table["_fraction"] = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
-    others = [c for c in ("attack", "participation_mode", "dataset", "aggregator", "algorithm")
-              if c in table and c != method_key and table[c].nunique(dropna=False) > 1]
+    return table
+
+
+def _seed_frontiers(seeds_table: Any, base: Mapping[str, Any] | None) -> dict[tuple, list[float]]:
+    """(method, p) -> each seed's frontier value, in seed order (NaN where that seed has no
+    measured cell there); empty without a seeds table or a seed column."""
+    if seeds_table is None or seeds_table.empty or "seed" not in seeds_table:
+        return {}
+    table = _with_method_and_p(seeds_table, base)
+    seeds = list(dict.fromkeys(table["seed"]))
+    out: dict[tuple, list[float]] = {}
+    for key, group in table.groupby(["_method", "participation"], sort=False):
+        measured = group[~group["status"].isin(NO_ANSWER) & group["_fraction"].notna()]
+        by_seed = measured.groupby("seed")["_fraction"].min()
+        out[key] = [float(by_seed.get(s, float("nan"))) for s in seeds]
+    return out
+
+
+def ordering_table(frontier: Any) -> Any:
+    """How firmly the frontier orders the methods at each p: for each p, the methods in
+    descending order of their frontier value beta*(method, p) (the medians over seeds), and for
+    every two neighbours A above B with beta*(A) > beta*(B), in how many seeds A's own frontier
+    is above B's (``holds``), equal (``ties``) or below (``reversed``), of the seeds where both
+    have one (``seeds``). Empty unless the frontier holds per-seed values of several seeds."""
+    columns = ["participation", "higher", "lower", "higher_fraction", "lower_fraction",
+               "holds", "ties", "reversed", "seeds"]
     rows = []
-    for (method, p), group in table.groupby(["_method", "participation"], sort=False):
-        measured = group[(group["status"] != "fails_clean") & group["_fraction"].notna()]
-        row = {"method": method, "participation": p, "cells": len(group),
-               "fails_clean": int((group["status"] == "fails_clean").sum()),
-               "lattice_top": float(group["_top"].min())}
-        if measured.empty:
-            rows.append({**row, "breakdown_fraction": float("nan"), "never_broke": False,
-                         "label": "fails clean", "worst": ""})
-            continue
-        value = float(measured["_fraction"].min())
-        at_min = measured[measured["_fraction"] <= value + 1e-12]
-        never = bool((at_min["status"] == "survives_all").all())
-        worst = "; ".join(", ".join(f"{k}={r[k]}" for k in others) or "-"
-                          for _, r in at_min.iterrows())
-        rows.append({**row, "breakdown_fraction": value, "never_broke": never,
-                     "label": f">= {value:.3g}" if never else f"{value:.3g}", "worst": worst})
-    frontier = pd.DataFrame(rows, columns=columns)
-    # methods in the map's order, p ascending within each
-    order = {m: i for i, m in enumerate(dict.fromkeys(frontier["method"]))}
-    frontier["_order"] = frontier["method"].map(order)
-    frontier = frontier.sort_values(["_order", "participation"], kind="stable")
-    return frontier.drop(columns="_order").reset_index(drop=True)
+    if frontier.empty or "seed_values" not in frontier:
+        return pd.DataFrame(columns=columns)
+    for p, group in frontier.groupby("participation", sort=True):
+        ranked = group[group["breakdown_fraction"].notna()].sort_values(
+            "breakdown_fraction", ascending=False, kind="stable")
+        ranked = list(ranked.itertuples(index=False))
+        for above, below in zip(ranked, ranked[1:]):
+            if not above.breakdown_fraction > below.breakdown_fraction + 1e-12:
+                continue
+            a, b = _values(above.seed_values), _values(below.seed_values)
+            pairs = [(x, y) for x, y in zip(a, b) if not (pd.isna(x) or pd.isna(y))]
+            if len(pairs) < 2:
+                continue
+            rows.append({"participation": p, "higher": above.method, "lower": below.method,
+                         "higher_fraction": above.breakdown_fraction,
+                         "lower_fraction": below.breakdown_fraction,
+                         "holds": sum(x > y + 1e-12 for x, y in pairs),
+                         "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
+                         "reversed": sum(x < y - 1e-12 for x, y in pairs), "seeds": len(pairs)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _values(text: Any) -> list[float]:
+    if not isinstance(text, str) or not text:
+        return []
+    return [float("nan") if word == "-" else float(word) for word in text.split()]
 
 
 def breaking_family(cell: CellResult, base: Mapping[str, Any] | None = None) -> str:
@@ -243,34 +369,51 @@ def breaking_family(cell: CellResult, base: Mapping[str, Any] | None = None) -> 
     return family_of(attack) if attack else ""
 
 
-def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Breakdown map",
-                    base: Mapping[str, Any] | None = None) -> Path:
-    """breakdown.csv (one row per cell), breakdown_points.csv (every evaluated point and the runs
-    behind it), breakdown.png (heatmap), frontier.csv and frontier.png (`frontier_table`, one
-    curve per method over p) and breakdown.md, which opens with the map's answer;
-    with ``base`` (the plan's run) each cell also gets the theory columns (`theory_columns`).
-    Returns the .md path."""
+def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
+                    title: str = "Breakdown map", base: Mapping[str, Any] | None = None) -> Path:
+    """breakdown.csv (one row per cell: its answer over seeds), breakdown_seeds.csv (one row per
+    cell and seed), breakdown_points.csv (every evaluated point and the runs behind it),
+    breakdown.png (heatmap: the median, the seeds' range in each square), frontier.csv and
+    frontier.png (`frontier_table`, one curve per method over p), ordering.csv
+    (`ordering_table`) and breakdown.md, which opens with the map's answer; with ``base`` (the
+    plan's run) each cell also gets the theory columns (`theory_columns`). Returns the .md path."""
     from robusttune.display.plots import breakdown_frontier, breakdown_heatmap
+    result = ReplicatedMap.of(result)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = breakdown_table(result, base)
     table.to_csv(out / "breakdown.csv", index=False)
+    seeds_table = result.seeds_frame()
+    seeds_table.to_csv(out / "breakdown_seeds.csv", index=False)
     result.points_frame().to_csv(out / "breakdown_points.csv", index=False)
     figure = breakdown_heatmap(table, out / "breakdown.png")
-    frontier = frontier_table(table, base)
+    frontier = frontier_table(table, base, seeds_table)
     frontier.to_csv(out / "frontier.csv", index=False)
+    ordering = ordering_table(frontier)
+    ordering.to_csv(out / "ordering.csv", index=False)
     frontier_figure = breakdown_frontier(frontier, out / "frontier.png")
+    several = len(result.seeds) > 1
     hidden = ("evaluated", "violations", "threshold", "breakdown_fraction", "breakdown_byzantine",
-              "monotone", "lattice_points")
+              "monotone", "lattice_points", "breakdown_min", "breakdown_max", "chance",
+              "clean_accuracy_min", "seeds_agree", *(() if several else
+                                                     ("seeds", "seeds_answered", "seed_breakdowns")))
     shown = [c for c in table.columns if c not in hidden]
+    seeds_line = (f"Seeds {result.seeds} are replicates: each cell is bisected at each seed as a "
+                  f"one-seed map would be, and `breakdown` is the median of their answers with "
+                  f"their range in brackets (`seed_breakdowns` lists them in order, "
+                  f"`breakdown_seeds.csv` has each seed's row)." if several else
+                  "One seed: each breakdown point is one draw of a random event; list several "
+                  "in breakdown.seeds to see its spread.")
     lines = [f"# {title}", "", *answer(table), "",
              "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
-             "(no collapse, final accuracy >= threshold) against every adversary setting tried "
+             "(no collapse, final accuracy >= threshold: by default chance plus half the clean "
+             "run's margin above chance) against every adversary setting tried "
              "(`broken_by` names the weakest setting of the ladder that broke the first failing "
              "point, `attack_family` its family: `ladder` or `rule-aware`; the adversary runs the "
              "ladders first, so `rule-aware` means every ladder survived that point); "
              "`theory_fraction` is the rule's own bound over its `inputs`, `p_majority_round` "
-             "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point.",
+             "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point. "
+             + seeds_line,
              "", markdown_table(table[shown], floatfmt=".3g", index=False), "",
              f"Cost: {result.cost_line()}.", ""]
     flagged = table[table["status"] == "non_monotone"]
@@ -278,7 +421,7 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
         lines += ["## Non-monotone cells", "",
                   "Survival is not monotone in the Byzantine count here; the breakdown column is "
                   "bisection's answer, `conservative_fraction` the first evaluated failure minus one.", ""]
-        keys = list(dict.fromkeys(k for c in result.cells for k in c.cell.as_dict()))
+        keys = list(dict.fromkeys(k for c in result.cells for k in c.as_dict()))
         for _, row in flagged.iterrows():
             # a key only some cells set (pre_aggregator) is blank, not "nan", in the others
             cell = ", ".join(f"{k}={row[k]}" for k in keys if not pd.isna(row[k]))
@@ -295,28 +438,51 @@ def write_breakdown(result: BreakdownMap, out_dir: str | Path, title: str = "Bre
         lines += ["## The p-frontier", "",
                   "beta*(p): for each method and participation p the smallest breakdown fraction "
                   "over its cells at that p (every attack and sampling mode: the worst case); "
-                  "`>=` marks a value no cell at the minimum broke below (the lattice top). "
-                  "`frontier.csv` names the cell that set each value.", "",
+                  "`>=` marks a value no cell at the minimum broke below (the lattice top)"
+                  + ("; in brackets the range of the seeds' own frontiers" if several else "")
+                  + ". `frontier.csv` names the cell that set each value.", "",
                   markdown_table(pivot, index=True), ""]
         if frontier_figure is not None:
             lines += [f"![p-frontier]({frontier_figure.name})", ""]
+    if not ordering.empty:
+        def holds(h: int, t: int, r: int, n: int) -> str:
+            others = ", ".join(f"{count} {word}" for count, word in ((t, "tied"), (r, "reversed"))
+                               if count)
+            return f"{h} of {n}" + (f" ({others})" if others else "")
+
+        shown_order = ordering.assign(
+            **{"holds in": [holds(*values) for values in zip(ordering["holds"], ordering["ties"],
+                                                             ordering["reversed"],
+                                                             ordering["seeds"])]})
+        lines += ["## How firmly the frontier orders the methods", "",
+                  "At each p, every two neighbours of the frontier's order (medians over seeds): "
+                  "in how many seeds the higher method's own frontier is above the lower's. A "
+                  "comparison that holds in fewer than all seeds is a statement about these "
+                  "seeds, not about the methods (`ordering.csv`).", "",
+                  markdown_table(shown_order[["participation", "higher", "lower",
+                                              "higher_fraction", "lower_fraction", "holds in"]],
+                                 floatfmt=".3g", index=False), ""]
     lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
     path = out / "breakdown.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def breakdown_table(result: BreakdownMap, base: Mapping[str, Any] | None = None) -> Any:
-    """One row per cell: `CellResult.row`, the readable ``breakdown`` label and, with ``base``,
-    the theory columns."""
+def breakdown_table(result: BreakdownMap | ReplicatedMap,
+                    base: Mapping[str, Any] | None = None) -> Any:
+    """One row per cell: its answer over seeds (`robusttune.experiments.breakdown.replicates.summarise`),
+    the readable ``breakdown`` label and, with ``base``, the theory columns (drawn from the seed
+    whose answer is the median)."""
+    result = ReplicatedMap.of(result)
     table = result.to_frame()
     if table.empty:
         return table
-    table.insert(len(result.cells[0].cell.as_dict()), "breakdown",
+    table.insert(len(result.cells[0].as_dict()), "breakdown",
                  [breakdown_label(row) for _, row in table.iterrows()])
+    representatives = [result.representative(cell) for cell in result.cells]
     table.insert(list(table.columns).index("broken_by") + 1, "attack_family",
-                 [breaking_family(cell, base) for cell in result.cells])
+                 [breaking_family(r, base) for r in representatives])
     if base is not None:
-        extra = pd.DataFrame([theory_columns(base, cell) for cell in result.cells])
+        extra = pd.DataFrame([theory_columns(base, r) for r in representatives])
         table = pd.concat([table, extra], axis=1)
     return table
