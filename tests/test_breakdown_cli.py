@@ -336,16 +336,20 @@ def test_the_map_the_horizon_and_the_study_open_their_store_through_one_helper(t
 
 
 def test_set_seed_maps_that_seed_where_the_file_names_seeds():
-    # breakdown.yaml names breakdown.seeds [42]: `--set seed=7` must map seed 7, not 42 silently
+    # breakdown.yaml names breakdown.seeds [42, 43, 44]: `--set seed=7` must map seed 7 alone,
+    # not those three silently
     from robusttune.experiments.breakdown import load_plan
 
     shipped = Path(__file__).resolve().parents[1] / "search_spaces" / "breakdown.yaml"
     plan = load_plan(shipped)
-    assert plan.seeds == [42]
+    assert plan.seeds == [42, 43, 44]
     moved = plan.with_overrides(run={"seed": 7})
     assert moved.seeds == [7] and moved.raw["breakdown"]["seeds"] == [7]
     assert moved.identity() != plan.identity()      # a resumed seed-42 map is not this one
-    assert plan.with_overrides(run={"rounds": 3}).seeds == [42]
+    assert plan.with_overrides(run={"rounds": 3}).seeds == [42, 43, 44]
+    # the seeds alone may change on a resume (a longer list adds replicates)
+    grown = plan.with_overrides(seeds=[42, 43, 44, 45])
+    assert grown.seeds == [42, 43, 44, 45] and grown.identity() == plan.identity()
 
 
 # The RunSpec keys of every map kept before `KEYS_ADDED_LATER` existed (session 7): a key added

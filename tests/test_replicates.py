@@ -151,14 +151,37 @@ def test_each_seed_gets_the_answer_its_own_one_seed_map_gives(trial):
     assert list(frame["seed"]) == seeds * len(cells)
 
 
+def test_the_outward_search_finds_every_edge_from_every_start():
+    """A later seed's search (gallop) on every monotone world of small lattices, from every
+    start: the edge a bisection from scratch finds, and from a start at the edge or one below
+    it, at most two points beside the clean one."""
+    for clients in range(1, 11):
+        cell = Cell.of(clients, aggregator="x")
+        k_max = clients // 2
+        for edge in range(k_max + 1):
+            truth = {(cell, 1): edge}
+            for start in range(k_max + 1):
+                log: list = []
+                result = bisect_breakdown([replicate(cell, 1)], world_evaluator(truth, log),
+                                          starts={replicate(cell, 1): start}, gallop=True,
+                                          max_fraction=0.5).cells[0]
+                assert result.breakdown == edge and result.status in ("ok", "survives_all")
+                if k_max > 0 and start in (edge, edge - 1) and edge < k_max:
+                    assert len(log) <= 3, (clients, edge, start, log)
+
+
 def test_a_non_monotone_seed_is_flagged_in_the_summary():
     cell = Cell.of(10, aggregator="odd")
-    # seed 2 survives 0..2 and 4 again: its verification sees the survivor above a failure
-    truth = {(cell, 1): 3, (cell, 2): {1, 2, 4}, (cell, 3): 3}
+    # the first seed survives 0..2 and 4 again: its verification sees the survivor above a
+    # failure; the later seeds search from its answer 2 and are monotone
+    truth = {(cell, 1): {1, 2, 4}, (cell, 2): 3, (cell, 3): 2}
     result = bisect_replicates([cell], [1, 2, 3], world_evaluator(truth), verify_radius=1)
-    statuses = [r.status for r in result.results[cell]]
-    assert statuses[0] == "ok" and statuses[1] == "non_monotone"
+    replicates = result.results[cell]
+    assert [r.status for r in replicates] == ["non_monotone", "ok", "ok"]
+    assert [r.breakdown for r in replicates] == [2, 3, 2]
     assert result.to_frame().iloc[0]["status"] == "non_monotone"
+    # a later seed evaluates only what its search asks: b1 + 1 and b1 where b1 holds
+    assert sorted(replicates[2].outcomes) == [0, 2, 3]
 
 
 def test_seeds_listed_twice_or_a_seeded_cell_are_refused():

@@ -316,6 +316,37 @@ def dataset_grid(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_lab
     return grid
 
 
+def seeds_grid(cells: pd.DataFrame) -> pd.DataFrame:
+    """A map over several seeds: each cell's answer as breakdown.md prints it (the median over
+    seeds, their range in brackets), method (rows) x regime (columns)."""
+    shown = cells.assign(answer=_answers(cells))
+    shown["regime"] = [f"p={p:g} {mode}" for p, mode in
+                       zip(shown["participation"], shown["participation_mode"])]
+    grid = shown.pivot(index="method", columns="regime", values="answer")
+    regimes = list(dict.fromkeys(shown.sort_values(REGIME_KEYS, ascending=[True, False])["regime"]))
+    return grid.loc[_method_order(shown), regimes]
+
+
+def seeds_against(cells: pd.DataFrame, other: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """Per method: the cells whose median over seeds equals, lies below or above ``other``'s
+    answer (a one-seed map at ``seed``), and the cells whose seeds' range does not hold it."""
+    paired = cells.merge(other, on=cell_keys(cells), suffixes=("", "_other"))
+    median = pd.to_numeric(paired["breakdown_fraction"], errors="coerce")
+    alone = pd.to_numeric(paired["breakdown_fraction_other"], errors="coerce")
+    low = pd.to_numeric(paired["breakdown_min"], errors="coerce")
+    high = pd.to_numeric(paired["breakdown_max"], errors="coerce")
+    rows = []
+    for method in _method_order(paired):
+        at = paired["method"] == method
+        rows.append({"method": method, "cells": int(at.sum()),
+                     "median = seed %d" % seed: int((at & (median == alone)).sum()),
+                     "median below": int((at & (median < alone)).sum()),
+                     "median above": int((at & (median > alone)).sum()),
+                     "seed %d outside the range" % seed: int((at & ((alone < low - 1e-9)
+                                                                   | (alone > high + 1e-9))).sum())})
+    return pd.DataFrame(rows)
+
+
 def dataset_summary(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     """Per method, over the cells both maps hold: those whose answer is the same, lower on this
     map's dataset, higher on it, and the mean move of the breakdown fraction (this - other; a cell
@@ -370,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset-from", type=Path, default=None,
                         help="a map of the same cells on another dataset or at other rounds: every "
                              "cell's answer on both, and the cells whose answer differs")
+    parser.add_argument("--one-seed-from", type=Path, default=None,
+                        help="with a map over several seeds: a one-seed map of the same cells, "
+                             "each cell's median beside its answer")
+    parser.add_argument("--one-seed", type=int, default=42,
+                        help="the seed of --one-seed-from's map (default 42)")
     args = parser.parse_args(argv)
     needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
     others = [folder for folder in (args.moved_from, args.dataset_from) if folder is not None]
@@ -389,6 +425,20 @@ def main(argv: list[str] | None = None) -> int:
         markdown_table(frontier_table(frontier)), "",
         "## The cached methods cell by cell, and the run that failed first", "",
         markdown_table(cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False), ""]))
+    if "breakdown_min" in cells.columns and (cells.get("seeds", pd.Series([1])) > 1).any():
+        print("\n".join(["## Each cell's breakdown over seeds: the median [min, max]", "",
+                          markdown_table(seeds_grid(cells)), ""]))
+        ordering = args.map_dir / "ordering.csv"
+        if ordering.exists():
+            print("\n".join(["## How firmly the frontier orders neighbouring methods", "",
+                              markdown_table(pd.read_csv(ordering), floatfmt=".3g", index=False),
+                              ""]))
+        if args.one_seed_from is not None:
+            other = read_map_csv(args.one_seed_from / "breakdown.csv")
+            seed = args.one_seed
+            print("\n".join([f"## The median over seeds against the one-seed map "
+                              f"{args.one_seed_from.name} (seed {seed})", "",
+                              markdown_table(seeds_against(cells, other, seed), index=False), ""]))
     if "attack_family" in cells.columns:
         print("\n".join(["## What broke each cell first: a strength ladder or a rule-aware attack", "",
                           markdown_table(family_table(cells), index=False), ""]))

@@ -138,10 +138,11 @@ def parse_tuning(mapping: Any, *, source: str, default_name: str) -> TuningPlan:
     (the knobs, no key of NOT_KNOBS), ``tuning`` (`TuningSection`), ``resources``,
     ``max_concurrent``. Errors are one SpecError line naming the file and the key."""
     from robusttune.core.runspec import RunSpec
-    from robusttune.experiments.sweep.space import parse_sweep
+    from robusttune.experiments.sweep.space import check_sections, parse_sweep
 
     if not isinstance(mapping, dict):
         raise SpecError(f"{source}: a tuning space is a mapping (run, space, tuning ...)")
+    check_sections(mapping, source)
     kept = copy.deepcopy(mapping)
     declare_plugins(kept, source)   # first: the names a plugin registers are checked below
     raw = copy.deepcopy(kept)

@@ -24,13 +24,14 @@ from typing import Any, Sequence
 import pandas as pd
 
 from robusttune.reports import axes
-from robusttune.core.runspec import run_keys
+from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.display.plots import threat_label
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
 from robusttune.reports.aggregation import figure_two_section
 from robusttune.display.markdown import markdown_table
 from robusttune.reports.spread import spread_section
+from robusttune.reports.tables import read_table
 from robusttune.reports.tuning import tuning_section
 
 __all__ = [
@@ -76,12 +77,18 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
     keys = run_keys()   # a plugin's knobs are columns too
     for path in sorted(root.rglob("summary.json")):
         try:
-            summary = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            summary = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError):
             continue                     # a run being written; summary.json is atomic otherwise
         if not isinstance(summary, dict) or not isinstance(summary.get("spec"), dict):
             continue                     # some other tool's summary.json
-        run = RunSummary.from_dict(summary)
+        try:
+            # the spec resolved again: a key missing (a summary written before the key existed)
+            # takes its default, and a spec no run could have had is not a run of this tool
+            resolved = RunSpec.from_dict(summary["spec"]).to_dict()
+            run = RunSummary.from_dict({**summary, "spec": {**resolved, **summary["spec"]}})
+        except (SpecError, ValueError, TypeError, AttributeError):
+            continue
         if run.stopped_early and not include_partial:
             continue
         row: dict[str, Any] = {"run_id": path.parent.relative_to(root).as_posix() or ".",
@@ -101,6 +108,14 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
     return frame[ordered + rest].reset_index(drop=True)
 
 
+# what a report reads of a rounds.csv: these columns, as numbers
+ROUND_REQUIRED = ("round", "accuracy", "param_norm")
+ROUND_NUMERIC = ("round", "accuracy", "loss", "param_norm", "nonfinite_params", "max_class_share",
+                 "sampled", "byzantine_sampled", "byzantine_input_share", "f_assumed",
+                 "train_seconds", "aggregate_seconds", "aggregation_error",
+                 "honest_input_spread", "validation_accuracy")
+
+
 def load_rounds(results_dir: str | Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every run's rounds.csv stacked, with its ``run_id`` first."""
     runs = load_runs(results_dir) if runs is None else runs
@@ -108,7 +123,10 @@ def load_rounds(results_dir: str | Path, runs: pd.DataFrame | None = None) -> pd
     for run_id, folder in zip(runs["run_id"], runs["run_dir"]):
         path = Path(folder) / "rounds.csv"
         if path.exists() and path.stat().st_size:
-            part = pd.read_csv(path)
+            # a rounds.csv that is not one (broken, or another tool's) is passed over
+            part = read_table(path, required=ROUND_REQUIRED, numeric=ROUND_NUMERIC)
+            if part is None:
+                continue
             part.insert(0, "run_id", run_id)
             parts.append(part)
     if not parts:
@@ -355,8 +373,11 @@ def report(results_dir: str | Path, out: str | Path | None = None,
         if skipped:
             lines.append("")
     breakdown_csv = next(iter(sorted(root.rglob("breakdown.csv"))), None)
-    if breakdown_csv is not None:
-        table = pd.read_csv(breakdown_csv)
+    table = None if breakdown_csv is None else read_table(
+        breakdown_csv, required=("status", "breakdown_fraction", "lattice_points", "clients"),
+        numeric=("breakdown_fraction", "breakdown_min", "breakdown_max", "lattice_points",
+                 "clients"))
+    if table is not None:
         figure = plots.breakdown_heatmap(table, out_dir / "breakdown.png")
         shown = [c for c in table.columns if c not in ("evaluated", "violations", "threshold")]
         lines += ["## Breakdown map", "", markdown_table(table[shown], floatfmt=".3g", index=False), ""]

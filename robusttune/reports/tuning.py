@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from robusttune.reports.tables import read_table
+
 from robusttune.display.markdown import markdown_table
 from robusttune.core.registry import SpecError
 
@@ -43,6 +45,7 @@ RESULT_COLUMN_DOCS: dict[str, str] = {
     "worst_collapsed": "Whether the worst-case run collapsed.",
 }
 RESULT_COLUMNS = tuple(RESULT_COLUMN_DOCS)
+NUMERIC_RESULTS = ("proposal", "clean_validation", "worst_validation", "clean_test", "worst_test")
 
 
 def knob_columns(table: pd.DataFrame) -> list[str]:
@@ -108,13 +111,14 @@ def _plan_of(folder: Path) -> Any:
     """The study's TuningPlan from its plan.yaml, or the one-line reason it cannot be read."""
     import yaml
 
+    from robusttune.core.yaml_input import parse_yaml, read_yaml_text
     from robusttune.experiments.tuning import parse_tuning
 
     path = folder / "plan.yaml"
     if not path.exists():
         return f"{path} is missing"
     try:
-        mapping = yaml.safe_load(path.read_text()) or {}
+        mapping = parse_yaml(read_yaml_text(path), str(path)) or {}
         name = mapping.pop("name", folder.name) if isinstance(mapping, dict) else folder.name
         return parse_tuning(mapping, source=str(path), default_name=str(name))
     except (SpecError, yaml.YAMLError) as error:
@@ -129,8 +133,11 @@ def tuning_section(root: Path, out_dir: Path) -> list[str]:
 
     studies = sorted(p for p in root.rglob(TUNING_FILE) if out_dir not in p.parents)
     lines: list[str] = []
-    for index, csv in enumerate(studies):
-        table = pd.read_csv(csv)
+    tables = [(csv, read_table(csv, required=NUMERIC_RESULTS[:3], numeric=NUMERIC_RESULTS))
+              for csv in studies]
+    # a tuning.csv that is not one (broken, or another tool's) is passed over
+    studies = [csv for csv, table in tables if table is not None]
+    for index, (csv, table) in enumerate((c, t) for c, t in tables if t is not None):
         suffix = "" if len(studies) == 1 else f"_{index:02d}"
         figure = pareto_figure(table, out_dir / f"pareto{suffix}.png")
         front_table(table).to_csv(out_dir / f"tuning_front{suffix}.csv", index=False)

@@ -6,9 +6,12 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
               the worst case over each attack's strength ladder; equal runs shared by
               `canonical_spec`, each ladder stopped at its first collapse or failure)
 - `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
+- `replicates` `bisect_replicates`: every cell once per seed (later seeds from the first seed's
+              answer), the answer the median over seeds with its range (`ReplicatedMap`)
 - `prior`     `prior_starts`: each cell's answer in an earlier map, where its bisection starts
-- `report`    `write_breakdown`: breakdown.csv, breakdown_points.csv, breakdown.png, breakdown.md,
-              frontier.csv and frontier.png (`frontier_table`: the p-frontier beta*(p))
+- `report`    `write_breakdown`: breakdown.csv, breakdown_seeds.csv, breakdown_points.csv,
+              breakdown.png, breakdown.md, frontier.csv and frontier.png (`frontier_table`: the
+              p-frontier beta*(p)), ordering.csv (`ordering_table`)
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from robusttune.experiments.breakdown.bisection import (BreakdownMap, Cell, Cell
 from robusttune.experiments.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
 from robusttune.experiments.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
 from robusttune.experiments.breakdown.prior import prior_starts, read_prior
+from robusttune.experiments.breakdown.replicates import ReplicatedMap, bisect_replicates
 from robusttune.experiments.breakdown.report import write_breakdown
 
 __all__ = [
     "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown",
     "bisect_concurrently", "lattice_top",
     "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
-    "write_breakdown", "survival_bar", "prior_starts", "read_prior",
+    "write_breakdown", "survival_bar", "prior_starts", "read_prior", "ReplicatedMap",
+    "bisect_replicates",
 ]

@@ -14,7 +14,9 @@ non-increasing in k, the breakdown point b = max{k : survives(k)} is found by bi
 [0, k_max] in ceil(log2(k_max + 1)) evaluations instead of k_max + 1. A cell may start from an
 earlier answer b0 (``starts``: a previous map of the same cells, at fewer rounds or on another
 dataset): its first wave then holds b0 and b0 + 1 beside the clean point, and bisection goes on
-only in the bracket they leave, so a prior that still holds costs those two points. All cells
+only in the bracket they leave, so a prior that still holds costs those two points (a later
+seed's replicate, ``gallop``, searches outward from its start instead and leaves verification to
+the seed that verified the cell: `robusttune.experiments.breakdown.replicates`). All cells
 are bisected in lock step: each *wave* hands the evaluator one batch holding every cell's next
 point, so a Ray layer runs a whole wave as parallel trials. The boundary is then verified: the point above b has
 failed (bisection guarantees it) and the points within ``verify_radius`` of the boundary are
@@ -48,7 +50,8 @@ NO_ANSWER = ("fails_clean", "clean_at_chance")
 # A clean run must beat chance by this much (accuracy points) for its cell to have a breakdown
 # point (docs/explanations/concepts.md, "Survival above chance"): at the default relative
 # threshold 0.5 a survivor then stands at least 5 points above chance, ten times the collapse
-# margin and 2.5 binomial standard deviations of the digits test set's accuracy near chance.
+# margin, and a clean run at the margin is 4.5 binomial standard deviations above chance on the
+# digits validation part (180 images).
 DEFAULT_CLEAN_MARGIN = 0.1
 
 
@@ -177,9 +180,14 @@ class CellResult:
     radius: int = 1               # verification: evaluate b - radius .. b + 1 + radius
     start: int | None = None      # an earlier answer b0: the first wave tries b0 and b0 + 1
     clean_margin: float = 0.0     # the clean run must beat chance by this much (`learned`)
-    # a start that holds (b0 survives, b0 + 1 fails) is not verified again: another replicate of
-    # the cell verified that boundary (`robusttune.experiments.breakdown.replicates`)
-    trust_start: bool = False
+    # search outward from ``start`` (`_gallop_probe`) instead of bisecting, and verify no more
+    # than that search evaluates: a later seed's replicate, started from the first seed's answer,
+    # whose neighbourhood that seed verified (`robusttune.experiments.breakdown.replicates`)
+    gallop: bool = False
+    _moves: int = field(default=0, init=False, repr=False)
+    _up: bool = field(default=True, init=False, repr=False)
+    _step: int = field(default=1, init=False, repr=False)
+    _bracketed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.hi = self.k_max + 1      # a virtual failure just above the lattice
@@ -229,6 +237,14 @@ class CellResult:
                                                       self.clean_margin):
             self.status = "clean_at_chance"
             return []
+        if self.galloping:
+            while self.hi - self.lo > 1:
+                probe = self._gallop_probe()
+                if probe not in self.outcomes:
+                    return [probe]
+                self._gallop_consume(probe)
+            self._finish()
+            return []
         for k in self._first_points():
             # the prior's points narrow the bracket before any midpoint (a survivor at b0 + 1
             # after a failure at b0 is left for verification to flag)
@@ -251,19 +267,55 @@ class CellResult:
                 return missing
         if not self.verified:
             self.verified = True
-            held = self.start is not None and self.lo == min(max(self.start, 0), self.k_max)
-            missing = [] if self.trust_start and held else \
-                [k for k in self._neighbourhood() if k not in self.outcomes]
+            missing = [k for k in self._neighbourhood() if k not in self.outcomes]
             if missing:
                 return missing
         self._finish()
         return []
 
+    @property
+    def galloping(self) -> bool:
+        return self.gallop and self.start is not None and not self.scan
+
     def _first_points(self) -> list[int]:
+        if self.galloping:
+            return [self._gallop_probe()] if self.k_max > 0 else []
         if self.start is None:
             return [(self.lo + self.hi) // 2]
         b0 = min(max(self.start, 0), self.k_max)
         return [k for k in (b0, b0 + 1) if k <= self.k_max]
+
+    def _gallop_probe(self) -> int:
+        """The next point of the outward search from b0 = ``start``: first b0 + 1 (at most
+        k_max); then, while the probes keep surviving, lo + 1, lo + 2, lo + 4, ... (at most
+        hi - 1); while they keep failing, b0, hi - 2, hi - 4, ... (at least lo + 1); once the
+        bracket is found (a failure going up, a survivor going down), its midpoints. A start
+        within one step of the edge costs two points beside the clean one: b0 + 1 and the
+        survivor b0 (or b0 + 2): a survivor runs every adversary setting, a failure stops at its
+        first break, so the search avoids survivors it does not need."""
+        if self._moves == 0:
+            return max(1, min(min(max(self.start or 0, 0), self.k_max) + 1, self.k_max))
+        if self._bracketed:
+            return (self.lo + self.hi) // 2
+        if self._up:
+            return min(self.lo + self._step, self.hi - 1)
+        return max(self.hi - self._step, self.lo + 1)
+
+    def _gallop_consume(self, probe: int) -> None:
+        alive = self.survived(probe)
+        if alive:
+            self.lo = max(self.lo, probe)
+        else:
+            self.hi = min(self.hi, probe)
+        self._moves += 1
+        if self._bracketed:
+            return
+        if self._moves == 1:
+            self._up, self._step = alive, 1
+        elif alive != self._up:
+            self._bracketed = True
+        else:
+            self._step *= 2
 
     def _neighbourhood(self) -> list[int]:
         b = self.lo
@@ -423,7 +475,7 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
                      threshold: float | None = None, relative_threshold: float = 0.5,
                      verify_radius: int = 1, on_non_monotone: str = "flag",
                      max_waves: int = 1000, starts: Mapping[Cell, int] | None = None,
-                     clean_margin: float = 0.0, trust_starts: bool = False) -> BreakdownMap:
+                     clean_margin: float = 0.0, gallop: bool = False) -> BreakdownMap:
     """Parallel bisection of every cell's breakdown point (see the module docstring).
 
     ``evaluate`` receives one list of Points per wave (every cell's next points, no duplicates)
@@ -433,8 +485,10 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
     answer b0 to begin from (module docstring); for a cell whose survival is monotone in k the
     answer is the one a bisection without it finds. ``clean_margin``: a cell whose clean outcome
     does not beat chance by that much (`learned`) stops there, ``clean_at_chance``.
-    ``trust_starts``: a cell whose start holds skips verification (another replicate of it
-    verified that boundary); one whose start does not hold verifies its own."""
+    ``gallop``: a cell with a start searches outward from it (`CellResult._gallop_probe`) and
+    verifies no more than that search evaluates: for a replicate whose boundary's neighbourhood
+    another replicate of the cell verified. Either way, on a monotone cell every start gives
+    the answer a bisection from scratch gives."""
     if not 0 < max_fraction < 1:
         raise SpecError(f"max_fraction must be in (0, 1); got {max_fraction}")
     if verify_radius < 0:
@@ -446,7 +500,7 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
         results.append(CellResult(cell, lattice_top(cell.clients, max_fraction), threshold,
                                   relative_threshold, radius=verify_radius,
                                   start=(starts or {}).get(cell), clean_margin=clean_margin,
-                                  trust_start=trust_starts))
+                                  gallop=gallop))
     waves = 0
     while True:
         wanted: dict[Point, CellResult] = {}

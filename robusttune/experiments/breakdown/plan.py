@@ -19,7 +19,7 @@ from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.registry import SpecError
 from robusttune.core.validation import Checked, Number, optional_finite
 from robusttune.experiments.sweep.domains import format_value
-from robusttune.experiments.sweep.space import file_assignments, parse_sweep
+from robusttune.experiments.sweep.space import check_sections, file_assignments, parse_sweep
 from robusttune.core.yaml_input import read_yaml
 
 __all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "override_plan_mapping",
@@ -210,6 +210,7 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     where = f"{source} with {' '.join(given)}" if given else source
     if not isinstance(mapping, dict):
         raise SpecError(f"{where}: a breakdown space is a mapping (run, space, breakdown ...)")
+    check_sections(mapping, where)
     kept = copy.deepcopy(mapping)
     declare_plugins(kept, where)   # first: the names a plugin registers are checked below
     raw = copy.deepcopy(kept)

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from robusttune.experiments.breakdown.bisection import EPS, Cell, lattice_top
+from robusttune.experiments.breakdown.bisection import EPS, NO_ANSWER, Cell, lattice_top
 from robusttune.core.registry import SpecError
 
 __all__ = ["prior_starts", "read_prior"]
@@ -64,11 +64,11 @@ def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell],
     row, so `median` is not `nnm+median`); keys the CSV lacks (a dataset axis the earlier map did
     not have) are not compared, nor are keys only the earlier map's cells set (an attack per cell
     there, the whole adversary per cell here). Several matching rows: the lowest answer (the
-    worst case). A cell without a matching row, or whose matching rows all failed clean, starts
-    cold."""
+    worst case). A cell without a matching row, or whose matching rows all lack an answer (the
+    clean run failed or did not learn), starts cold; a map over seeds answers with its median."""
     keys = sorted(({key for cell in cells for key in cell.as_dict()} & set(prior.columns))
                   - set(IGNORED_KEYS))
-    usable = prior[prior["status"] != "fails_clean"]
+    usable = prior[~prior["status"].isin(NO_ANSWER)]
     starts: dict[Cell, int] = {}
     for cell in cells:
         values = cell.as_dict()

@@ -8,14 +8,19 @@ same cell's breakdown point moves by up to 0.30 between seeds, so one seed's ans
 by chance. Pooling seeds (the mean accuracy over seeds, judged once) hides that spread and lets a
 diverged seed drag a point down or a lucky one hold it up; replicates show it.
 
-Cost. The first seed bisects from scratch (or from ``breakdown.start_from``); every later seed of
-a cell starts from the first seed's answer b1 (`CellResult.start`): its first wave holds the
-clean point, b1 and b1 + 1, and where b1 still holds (b1 survives, b1 + 1 fails) the seed is
-done, its boundary already verified by the first seed (``trust_start``); where it does not, the
-seed bisects on in the bracket left and verifies its own boundary. On a cell whose survival is
-monotone in k every seed's answer is the one its own one-seed map gives (bisection finds a step
-function's edge from any start; tests/test_replicates.py compares them). Runs are shared as in a
-one-seed map (`spec_evaluator`'s ``share`` and ``staged``).
+Cost. The first seed bisects from scratch (or from ``breakdown.start_from``) and verifies its
+boundary's neighbourhood, as a one-seed map does. Every later seed of a cell searches outward
+from the first seed's answer b1 (`CellResult._gallop_probe`): its first wave holds the clean
+point and b1 + 1; a failure there asks b1, a survival b1 + 2, and the steps double while the
+probes keep moving the same way, then bisect the bracket found. Where the seeds agree within a
+step a later seed costs its clean point, one failure and one survivor; a survivor runs every
+adversary setting and a failure stops at its first break, so the search asks for no survivor it
+does not need, and it verifies no more than it evaluates (the first seed verified the cell's
+boundary). On a cell whose survival is monotone in k every seed's answer is the one its own
+one-seed map gives (a search of a step function finds its edge from any start;
+tests/test_replicates.py compares them), and a later seed whose evaluated points contradict
+each other is flagged non-monotone as any cell is. Runs are shared as in a one-seed map
+(`spec_evaluator`'s ``share`` and ``staged``).
 
 The headline is the lower median of the seeds' answers (the middle one for odd S, the lower of
 the two middle ones for even S): a lattice point, and at that fraction at least half the seeds
@@ -75,11 +80,14 @@ class ReplicatedMap:
     @classmethod
     def of(cls, result: "BreakdownMap | ReplicatedMap") -> "ReplicatedMap":
         """``result`` as a ReplicatedMap: a `BreakdownMap` (cells bisected at the evaluator's
-        own seeds, e.g. `bisect_breakdown` called directly) is one replicate per cell."""
+        own seeds, e.g. `bisect_breakdown` called directly) is one replicate per cell; its
+        ``seeds`` are the cells' own where every cell carries one, else none."""
         if isinstance(result, ReplicatedMap):
             return result
         cells = [r.cell for r in result.cells]
-        return cls(cells, [], {r.cell: [r] for r in result.cells}, result.waves)
+        seeded = bool(cells) and all("seed" in c.as_dict() for c in cells)
+        seeds = list(dict.fromkeys(int(c["seed"]) for c in cells)) if seeded else []
+        return cls(cells, seeds, {r.cell: [r] for r in result.cells}, result.waves)
 
     def representative(self, cell: Cell) -> CellResult:
         """The replicate that stands for ``cell`` in the per-cell columns drawn from one
@@ -249,7 +257,7 @@ def bisect_replicates(cells: Iterable[Cell], seeds: Sequence[int], evaluate: Eva
         # a first-seed answer to start from, else the earlier map's, else cold
         begin = {replicate(c, s): answers[c] if answers[c] is not None else (starts or {}).get(c)
                  for c in group for s in later}
-        return bisect_breakdown(units, evaluate, **options, trust_starts=True,
+        return bisect_breakdown(units, evaluate, **options, gallop=True,
                                 starts={u: b for u, b in begin.items() if b is not None})
 
     def whole(group: list[Cell]) -> tuple[list[CellResult], int]:

@@ -403,7 +403,7 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
                   f"their range in brackets (`seed_breakdowns` lists them in order, "
                   f"`breakdown_seeds.csv` has each seed's row)." if several else
                   "One seed: each breakdown point is one draw of a random event; list several "
-                  "in breakdown.seeds to see its spread.")
+                  "in breakdown.seeds to see its spread." if result.seeds else "")
     lines = [f"# {title}", "", *answer(table), "",
              "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
              "(no collapse, final accuracy >= threshold: by default chance plus half the clean "
@@ -412,8 +412,8 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
              "point, `attack_family` its family: `ladder` or `rule-aware`; the adversary runs the "
              "ladders first, so `rule-aware` means every ladder survived that point); "
              "`theory_fraction` is the rule's own bound over its `inputs`, `p_majority_round` "
-             "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point. "
-             + seeds_line,
+             "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point."
+             + (" " + seeds_line if seeds_line else ""),
              "", markdown_table(table[shown], floatfmt=".3g", index=False), "",
              f"Cost: {result.cost_line()}.", ""]
     flagged = table[table["status"] == "non_monotone"]

@@ -31,6 +31,7 @@ from robusttune.core.runspec import RunSpec
 from robusttune.core.files import write_text_atomic
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
+from robusttune.core.yaml_input import parse_yaml, read_yaml_text
 
 __all__ = ["PLAN_FILE", "RUNS_FILE", "MapStore", "StoredRunner", "open_stored_runner",
            "interrupted_lines"]
@@ -89,7 +90,10 @@ class MapStore:
         """plan.yaml's identity (see `BreakdownPlan.identity`), or None when there is none."""
         if not self.plan_path.exists():
             return None
-        mapping = yaml.safe_load(self.plan_path.read_text()) or {}
+        mapping = parse_yaml(read_yaml_text(self.plan_path), str(self.plan_path)) or {}
+        if not isinstance(mapping, dict):
+            raise SpecError(f"{self.plan_path}: not a {self.kind}'s plan (a mapping); allowed: "
+                            f"the plan.yaml the command wrote, or a new --name")
         return {k: v for k, v in mapping.items()
                 if k not in ("name", "resources", "max_concurrent", "plugins")}
 
@@ -100,17 +104,19 @@ class MapStore:
         runs: dict[str, RunSummary] = {}
         if not self.runs_path.exists():
             return runs
-        lines = self.runs_path.read_text().split("\n")
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
+        lines = self.runs_path.read_bytes().split(b"\n")
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
                 continue
             try:
-                entry = json.loads(line)
+                # a line that is not UTF-8 is as unreadable as a torn one (UnicodeDecodeError
+                # is a ValueError)
+                entry = json.loads(raw.decode("utf-8"))
                 # the key as this version spells it (a line kept before a key was added, or
                 # one that spells an added key at its old value, is the same run)
                 key = _identity(json.loads(entry["key"]))
                 runs[key] = RunSummary.from_dict(_restore_floats(entry["summary"]))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 self.notes.append(f"note: {self.runs_path} line {number} is incomplete (a run cut "
                                   f"off while it was written); that run is run again")
         return runs

@@ -73,7 +73,7 @@ from robusttune.core.yaml_input import parse_assignments, read_yaml
 
 __all__ = [
     "Domain", "Axis", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec", "SweepSpec",
-    "Expansion", "load_sweep", "parse_sweep", "report_metrics", "default_mode", "format_value",
+    "Expansion", "load_sweep", "parse_sweep", "check_sections", "report_metrics", "default_mode", "format_value",
     "constraint_violation", "file_assignments", "override_sweep_mapping", "DOMAIN_KINDS",
     "RANDOM_KINDS", "SAMPLERS", "SEARCH_ALGORITHMS", "SCHEDULERS", "INVALID_POLICIES",
     "EXTRA_METRICS", "TOP_KEYS",
@@ -395,6 +395,20 @@ def override_sweep_mapping(mapping: Any, **changes: Any) -> tuple[Any, list[str]
         else:
             raw["resources"] = {**(raw.get("resources") or {}), key: value}
     return raw, given
+
+
+MAPPING_SECTIONS = ("run", "space", "constraints", "resources", "search", "scheduler")
+
+
+def check_sections(mapping: Mapping[str, Any], where: str,
+                   sections: Sequence[str] = MAPPING_SECTIONS) -> None:
+    """One SpecError line for a section of ``sections`` that is set to something other than a
+    mapping (``run: true``), before anything reads into it (a breakdown or tuning space reads
+    run and space before the sweep layer validates them)."""
+    for section in sections:
+        value = mapping.get(section)
+        if value is not None and not isinstance(value, Mapping):
+            raise SpecError(f"{where}: {section} must be a mapping; got {format_value(value)}")
 
 
 def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>") -> SweepSpec:

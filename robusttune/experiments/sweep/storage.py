@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from robusttune.core.files import write_text_atomic
+from robusttune.core.registry import SpecError
 from robusttune.experiments.sweep.space import SweepSpec, parse_sweep
-from robusttune.core.yaml_input import parse_yaml
+from robusttune.core.yaml_input import MAX_YAML_BYTES, parse_yaml, read_yaml_text
 
 __all__ = ["SWEEP_FILE", "TRIALS_FILE", "DEFAULT_STORAGE", "is_local", "experiment_path",
            "storage_path", "write_text", "read_text", "stored_sweep", "restorable"]
@@ -55,18 +56,28 @@ def write_text(folder: str, filename: str, text: str) -> None:
 
 
 def read_text(folder: str, filename: str) -> str | None:
-    """A file beside the results, or None when there is none."""
+    """A YAML file beside the results (UTF-8, at most MAX_YAML_BYTES: `read_yaml_text`), or None
+    when there is none."""
     if is_local(folder):
         path = Path(folder) / filename
-        return path.read_text() if path.exists() else None
+        return read_yaml_text(path) if path.exists() else None
     import pyarrow.fs
 
     filesystem, path = pyarrow.fs.FileSystem.from_uri(folder)
     try:
         with filesystem.open_input_stream(f"{path}/{filename}") as stream:
-            return stream.read().decode()
+            data = stream.read(MAX_YAML_BYTES + 1)
     except (FileNotFoundError, OSError):
         return None
+    where = f"{folder}/{filename}"
+    if len(data) > MAX_YAML_BYTES:
+        raise SpecError(f"{where}: larger than {MAX_YAML_BYTES:,} bytes; allowed: the YAML file "
+                        f"a sweep wrote")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{where}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+                        f"{error.start}); allowed: the YAML file a sweep wrote") from None
 
 
 def stored_sweep(path: str) -> SweepSpec | None:
