@@ -21,7 +21,8 @@ from robusttune.experiments.breakdown.bisection import CellResult, learned
 from robusttune.experiments.breakdown.replicates import (ReplicatedMap, bisect_replicates,
                                                          lower_median, replicate, summarise)
 from robusttune.experiments.breakdown.report import (breakdown_table, frontier_table,
-                                                     ordering_table, write_breakdown)
+                                                     ordering_table, regime_ordering_table,
+                                                     write_breakdown)
 from robusttune.experiments.breakdown.store import RUNS_FILE
 
 CHANCE = 0.1
@@ -212,9 +213,14 @@ def test_the_report_shows_the_spread_and_how_firmly_methods_are_ordered(tmp_path
     row = order.loc[(0.5, "gm")]
     assert (row["lower"], row["holds"], row["reversed"], row["seeds"]) == ("krum", 2, 1, 3)
     assert order.loc[(1.0, "gm"), "holds"] == 3
+    # gm's own frontier: p = 1 (0.25) above p = 0.5 (0.15) in seeds 2 and 3 (0.25 > 0.15,
+    # 0.3 > 0.1), below in seed 1 (0.25 < 0.35); krum's 0.1 above 0.05 in seeds 1 and 3
+    regimes = regime_ordering_table(frontier).set_index("method")
+    assert tuple(regimes.loc["gm", ["higher_p", "holds", "reversed"]]) == (1.0, 2, 1)
+    assert tuple(regimes.loc["krum", ["higher_p", "holds", "reversed"]]) == (1.0, 2, 1)
     text = write_breakdown(result, tmp_path).read_text()
     assert "How firmly the frontier orders the methods" in text and "2 of 3 (1 reversed)" in text
-    assert "Seeds [1, 2, 3] are replicates" in text
+    assert "Seeds [1, 2, 3] are replicates" in text and "each method's regimes" in text
     seeds = pd.read_csv(tmp_path / "breakdown_seeds.csv")
     assert len(seeds) == 4 * 3 and set(seeds["seed"]) == {1, 2, 3}
     one_seed = ReplicatedMap.of(bisect_breakdown([replicate(cells[0], 1)], world_evaluator(truth)))

@@ -41,8 +41,8 @@ def horizon(
 ) -> None:
     """Each cell's horizon: the round its clean run stops learning, and the map at those rounds.
 
-    A breakdown reads half the cell's clean accuracy; read on an undertrained model the bar is
-    low. Writes horizon.md (per cell: horizon, accuracy at the cell's rounds and at the horizon)
+    A breakdown reads half the cell's clean margin above chance; read on an undertrained model
+    the bar is low. Writes horizon.md (per cell: horizon, accuracy at the cell's rounds and at the horizon)
     and at_plateau.yaml, to run with ``robusttune breakdown``."""
     from robusttune.commands.breakdown import (EXIT_INTERRUPTED, map_folder, prepare_plan,
                                               runner_flags)

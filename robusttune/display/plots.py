@@ -190,8 +190,9 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
     minimum. With ``breakdown_min`` and ``breakdown_max`` (a map over several seeds: the square
     shows the median) the seeds' range is written under the value where it is not one point. A
     cell that never broke shows ">=" its lattice top, non-monotone cells carry '*', cells whose
-    seeds disagree by more than one lattice step '!', cells without a baseline (the clean run
-    failed, or did not learn) 'x'. None when the table is empty."""
+    seeds disagree by more than one lattice step '!' (a square over several rows takes its marks
+    and range from the rows at its minimum), squares without a baseline (the clean run failed,
+    or did not learn, in every row) 'x'. None when the table is empty."""
     if table.empty or "breakdown_fraction" not in table:
         return None
     table = table.copy()
@@ -229,18 +230,23 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
         for (r, c), group in sub.groupby([row, column], sort=False):
             i, j = rows.index(r), columns.index(c)
             grid[i, j] = group["breakdown_fraction"].min()
-            never[i, j] = bool((group["status"] == "survives_all").all())
-            if "breakdown_min" in group and "breakdown_max" in group:
-                low = pd.to_numeric(group["breakdown_min"], errors="coerce").min()
-                high = pd.to_numeric(group["breakdown_max"], errors="coerce").min()
+            if math.isnan(grid[i, j]):
+                marks[i][j] = "x"      # no row of the square has a baseline
+                continue
+            # the square shows its lowest row: its marks and range are that row's
+            shown = group[group["breakdown_fraction"] <= grid[i, j] + 1e-12]
+            broke = (shown["never_broke"].astype(str).str.lower().isin(["true", "1"])
+                     if "never_broke" in shown else shown["status"] == "survives_all")
+            never[i, j] = bool(broke.all())
+            if "breakdown_min" in shown and "breakdown_max" in shown:
+                low = pd.to_numeric(shown["breakdown_min"], errors="coerce").min()
+                high = pd.to_numeric(shown["breakdown_max"], errors="coerce").max()
                 if not (math.isnan(low) or math.isnan(high)) and high - low > 1e-9:
                     spread[i][j] = f"\n{low:.2f}-{high:.2f}"
-            if (group["status"] == "non_monotone").any():
+            if (shown["status"] == "non_monotone").any():
                 marks[i][j] = "*"
-            if (group["status"] == "seeds_disagree").any():
+            if (shown["status"] == "seeds_disagree").any():
                 marks[i][j] = "!"
-            if group["status"].isin(["fails_clean", "clean_at_chance"]).any():
-                marks[i][j] = "x"
         image = axis.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=max(top, 1e-9),
                             aspect="auto")
         for i in range(len(rows)):

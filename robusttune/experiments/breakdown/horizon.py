@@ -1,8 +1,8 @@
 """A map's horizon: for every cell, the round at which its clean run has stopped learning.
 
-A breakdown is read against half the cell's clean accuracy (``relative_threshold``). Read after
-too few rounds, the clean run is still learning, the bar is set by an undertrained model and a
-slow rule gets a low one (issue 27). ``robusttune horizon SPACE.yaml`` runs each cell's clean
+A breakdown is read against half the cell's clean margin above chance (``relative_threshold``).
+Read after too few rounds, the clean run is still learning, the bar is set by an undertrained
+model and a slow rule gets a low one (issue 27). ``robusttune horizon SPACE.yaml`` runs each cell's clean
 point (the map's base run and cell values, no Byzantine client, the map's seeds) for
 ``max_rounds`` rounds, evaluated every ``eval_every`` rounds, finds its plateau round
 (`plateau_round`) and writes the map again with each cell's ``rounds`` set to it:

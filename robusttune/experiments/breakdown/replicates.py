@@ -202,7 +202,8 @@ def summarise(cell: Cell, replicates: Sequence[CellResult]) -> dict[str, Any]:
         "seeds": seeds, "seeds_answered": len(answers),
         "seeds_agree": answered and high - low <= 1,  # type: ignore[operator]
         "seed_breakdowns": " ".join(per_seed(r) for r in replicates),
-        "status": status, "monotone": all(r.status != "non_monotone" for r in replicates),
+        "status": status, "never_broke": median is not None and median == k_max,
+        "monotone": all(r.status != "non_monotone" for r in replicates),
         "conservative_fraction": _fraction(min(conservative), N) if answered and conservative else None,
         "largest_surviving_fraction": _fraction(max(survivors), N) if answered and survivors else None,
         "clean_accuracy": mean(r.clean_accuracy for r in replicates),

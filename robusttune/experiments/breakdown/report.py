@@ -1,8 +1,9 @@
 """Writing a breakdown map to a folder: breakdown.csv (one row per cell: the answer over its
 seeds), breakdown_seeds.csv (one row per cell and seed), breakdown_points.csv (every evaluated
 point and the runs behind it), breakdown.png (the heatmap), frontier.csv and frontier.png (the
-breakdown fraction as a function of p, one curve per method), ordering.csv (in how many seeds
-the frontier's order of two methods holds) and breakdown.md."""
+breakdown fraction as a function of p, one curve per method), ordering.csv and ordering_by_p.csv
+(in how many seeds the frontier's order of two methods, or of two regimes of a method, holds)
+and breakdown.md."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ BREAKDOWN_COLUMNS: dict[str, str] = {
     "seeds_agree": "The seeds' answers lie within one lattice step of each other.",
     "seed_breakdowns": "Each seed's answer, in breakdown.seeds order (breakdown_seeds.csv has the rest).",
     "status": "ok, survives_all (never broke up to max_fraction), non_monotone (a survivor above a failure), seeds_disagree (the seeds' answers differ by more than one lattice step), fails_clean (the clean run missed an absolute threshold) or clean_at_chance (the clean run beat chance by less than clean_margin).",
+    "never_broke": "The median is the lattice top: at least half the seeds survived every point tried, so the breakdown lies above it.",
     "monotone": "No point above a failing one survived, in any seed.",
     "conservative_fraction": "For a non-monotone cell, the fraction below its first failure (the smallest over seeds).",
     "largest_surviving_fraction": "The largest fraction any evaluated point survived (over seeds).",
@@ -89,6 +91,7 @@ POINTS_COLUMNS: dict[str, str] = {
 
 __all__ = ["BREAKDOWN_COLUMNS", "SEEDS_COLUMNS", "POINTS_COLUMNS", "write_breakdown", "breakdown_table",
            "breaking_family", "breakdown_label", "answer", "frontier_table", "ordering_table",
+           "regime_ordering_table",
            "cells_by_method", "method_names"]
 
 
@@ -101,13 +104,22 @@ def breakdown_label(row: Mapping[str, Any]) -> str:
     if status in NO_ANSWER:
         return status.replace("_", " ")
     top = (row["lattice_points"] - 1) / row["clients"]
-    text = f">= {top:.3g}" if status == "survives_all" else f"{row['breakdown_fraction']:.3g}"
+    text = f">= {top:.3g}" if _never_broke(row) else f"{row['breakdown_fraction']:.3g}"
     low, high = row.get("breakdown_min"), row.get("breakdown_max")
     if low is not None and high is not None and not pd.isna(low) and not pd.isna(high) \
             and high - low > 1e-9:
         text += f" [{low:.3g}, {high:.3g}]"
     flags = {"non_monotone": " (non-monotone)", "seeds_disagree": " (seeds disagree)"}
     return text + flags.get(status, "")
+
+
+def _never_broke(row: Mapping[str, Any]) -> bool:
+    """The cell's answer is the lattice top (``never_broke``; a table without the column, one
+    written before it existed, by its status)."""
+    never = row.get("never_broke")
+    if never is None or (isinstance(never, float) and pd.isna(never)):
+        return row["status"] == "survives_all"
+    return str(never).lower() in ("true", "1")
 
 
 def answer(table: Any) -> list[str]:
@@ -122,7 +134,7 @@ def answer(table: Any) -> list[str]:
     first = table[~table["status"].isin(NO_ANSWER) & (table["breakdown_byzantine"] == 0)]
     if len(first):
         lines.append(f"Breaks at the first Byzantine client ({len(first)} cells): {cells(first)}.")
-    never = table[table["status"] == "survives_all"]
+    never = table[[_never_broke(row) for _, row in table.iterrows()]] if len(table) else table
     if len(never):
         lines.append(f"Never broke on the lattice ({len(never)} cells, breakdown above its top): "
                      f"{cells(never)}.")
@@ -271,7 +283,7 @@ def frontier_table(table: Any, base: Mapping[str, Any] | None = None,
             continue
         value = float(measured["_fraction"].min())
         at_min = measured[measured["_fraction"] <= value + 1e-12]
-        never = bool((at_min["status"] == "survives_all").all())
+        never = all(_never_broke(r) for _, r in at_min.iterrows())
         worst = "; ".join(", ".join(f"{k}={r[k]}" for k in others) or "-"
                           for _, r in at_min.iterrows())
         label = f">= {value:.3g}" if never else f"{value:.3g}"
@@ -349,6 +361,39 @@ def ordering_table(frontier: Any) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
+def regime_ordering_table(frontier: Any) -> Any:
+    """How firmly the frontier orders the regimes of each method: for every method and two
+    neighbouring participations p < p' whose frontier values (medians over seeds) differ, in how
+    many seeds the method's own frontier at the higher of the two values is above the other's
+    (``holds``), equal (``ties``) or below (``reversed``), of the seeds where both have one.
+    Empty unless the frontier holds per-seed values of several seeds."""
+    columns = ["method", "higher_p", "lower_p", "higher_fraction", "lower_fraction", "holds",
+               "ties", "reversed", "seeds"]
+    rows = []
+    if frontier.empty or "seed_values" not in frontier:
+        return pd.DataFrame(columns=columns)
+    for method, group in frontier.groupby("method", sort=False):
+        ordered = list(group.sort_values("participation").itertuples(index=False))
+        for first, second in zip(ordered, ordered[1:]):
+            if pd.isna(first.breakdown_fraction) or pd.isna(second.breakdown_fraction) or \
+                    abs(first.breakdown_fraction - second.breakdown_fraction) <= 1e-12:
+                continue
+            high, low = (first, second) if first.breakdown_fraction > second.breakdown_fraction \
+                else (second, first)
+            pairs = [(x, y) for x, y in zip(_values(high.seed_values), _values(low.seed_values))
+                     if not (pd.isna(x) or pd.isna(y))]
+            if len(pairs) < 2:
+                continue
+            rows.append({"method": method, "higher_p": high.participation,
+                         "lower_p": low.participation,
+                         "higher_fraction": high.breakdown_fraction,
+                         "lower_fraction": low.breakdown_fraction,
+                         "holds": sum(x > y + 1e-12 for x, y in pairs),
+                         "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
+                         "reversed": sum(x < y - 1e-12 for x, y in pairs), "seeds": len(pairs)})
+    return pd.DataFrame(rows, columns=columns)
+
+
 def _values(text: Any) -> list[float]:
     if not isinstance(text, str) or not text:
         return []
@@ -391,6 +436,8 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
     frontier.to_csv(out / "frontier.csv", index=False)
     ordering = ordering_table(frontier)
     ordering.to_csv(out / "ordering.csv", index=False)
+    by_regime = regime_ordering_table(frontier)
+    by_regime.to_csv(out / "ordering_by_p.csv", index=False)
     frontier_figure = breakdown_frontier(frontier, out / "frontier.png")
     several = len(result.seeds) > 1
     hidden = ("evaluated", "violations", "threshold", "breakdown_fraction", "breakdown_byzantine",
@@ -444,16 +491,17 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
                   markdown_table(pivot, index=True), ""]
         if frontier_figure is not None:
             lines += [f"![p-frontier]({frontier_figure.name})", ""]
-    if not ordering.empty:
-        def holds(h: int, t: int, r: int, n: int) -> str:
-            others = ", ".join(f"{count} {word}" for count, word in ((t, "tied"), (r, "reversed"))
-                               if count)
-            return f"{h} of {n}" + (f" ({others})" if others else "")
+    def holds(h: int, t: int, r: int, n: int) -> str:
+        others = ", ".join(f"{count} {word}" for count, word in ((t, "tied"), (r, "reversed"))
+                           if count)
+        return f"{h} of {n}" + (f" ({others})" if others else "")
 
-        shown_order = ordering.assign(
-            **{"holds in": [holds(*values) for values in zip(ordering["holds"], ordering["ties"],
-                                                             ordering["reversed"],
-                                                             ordering["seeds"])]})
+    def with_holds(table: Any) -> Any:
+        return table.assign(**{"holds in": [holds(*values) for values in zip(
+            table["holds"], table["ties"], table["reversed"], table["seeds"])]})
+
+    if not ordering.empty:
+        shown_order = with_holds(ordering)
         lines += ["## How firmly the frontier orders the methods", "",
                   "At each p, every two neighbours of the frontier's order (medians over seeds): "
                   "in how many seeds the higher method's own frontier is above the lower's. A "
@@ -461,6 +509,15 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
                   "seeds, not about the methods (`ordering.csv`).", "",
                   markdown_table(shown_order[["participation", "higher", "lower",
                                               "higher_fraction", "lower_fraction", "holds in"]],
+                                 floatfmt=".3g", index=False), ""]
+    if not by_regime.empty:
+        lines += ["## How firmly the frontier orders each method's regimes", "",
+                  "For each method, every two neighbouring participations whose frontier values "
+                  "differ: in how many seeds the higher one's own frontier is above the "
+                  "other's (`ordering_by_p.csv`).", "",
+                  markdown_table(with_holds(by_regime)[["method", "higher_p", "lower_p",
+                                                        "higher_fraction", "lower_fraction",
+                                                        "holds in"]],
                                  floatfmt=".3g", index=False), ""]
     lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
     path = out / "breakdown.md"
