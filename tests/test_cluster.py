@@ -72,9 +72,26 @@ def test_aws_cluster_yaml_is_valid_and_scales_gpu_workers_from_zero():
     assert "torch==2.14.1" in commands and "torchvision==0.29.1" in commands
     assert "ray[default,tune]==2.60.0" in commands
     assert re.search(r"pip install .*-e ~/robusttune", commands)  # this package, copied by file_mounts
-    assert config["file_mounts"] == {"~/robusttune": "."}
+    assert config["file_mounts"] == {"~/robusttune": ".", **TOKEN_MOUNT}
     # Commands are merged by prepare_config: the head also gets the common setup.
     assert set(config["setup_commands"]) <= set(config["head_setup_commands"])
+    assert_token_authentication(config)
+
+
+# the cluster's token, generated once on the laptop (`ray get-auth-token --generate`)
+TOKEN_MOUNT = {"~/.ray/auth_token": "~/.ray/auth_token"}
+
+
+def assert_token_authentication(config: dict[str, Any]) -> None:
+    """Every Ray process a cluster file starts runs with token authentication, every node gets
+    the laptop's token, and interactive shells (`ray attach`, a job's driver) have the mode."""
+    assert config["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
+    starts = [line for key in ("head_start_ray_commands", "worker_start_ray_commands")
+              for line in config[key] if "ray start" in line]
+    assert len(starts) == 2 and all("RAY_AUTH_MODE=token ray start" in line for line in starts)
+    assert not any("RAY_AUTH_MODE=disabled" in line for key, lines in config.items()
+                   if key.endswith("_commands") for line in lines)
+    assert any("export RAY_AUTH_MODE=token" in line for line in config["setup_commands"])
 
 
 def test_local_cluster_yaml_is_valid():
@@ -88,6 +105,7 @@ def test_local_cluster_yaml_is_valid():
     commands = "\n".join(config["setup_commands"])
     assert "torch==2.14.1" in commands and "ray[default,tune]==2.60.0" in commands
     assert any("--num-cpus=0" in line for line in config["head_start_ray_commands"])
+    assert_token_authentication(config)
 
 
 def test_validation_catches_a_broken_file():

@@ -1,7 +1,9 @@
 """The Ray the sweep runs on, and whether it can hold the sweep's trials. Default: a local Ray
 started and stopped here (``ray.init(num_cpus=..., include_dashboard=False)`` with
 ``RAY_AUTH_MODE=disabled``); ``address`` joins a running cluster (``ray up cluster.yaml``) instead
-and leaves it running. Ray is imported inside the functions only."""
+and leaves it running, with the token authentication the process's environment names
+(``RAY_AUTH_MODE=token``: the cluster files turn it on). Ray is imported inside the functions
+only."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from robusttune.experiments.sweep.gpu_share import AUTO
 from robusttune.experiments.sweep.ray_compat import autoscaling_ceiling, autoscaling_node_types
 from robusttune.experiments.sweep.space import SweepSpec, format_value
 
-__all__ = ["ray_session", "check_cluster", "shape_problem", "holds"]
+__all__ = ["ray_session", "check_cluster", "shape_problem", "holds", "refused_token"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -38,18 +40,41 @@ def ray_session(address: str | None, num_cpus: int | None) -> Iterator[bool]:
         try:
             ray.init(address=address, logging_config=quiet, runtime_env=runtime_env)
         except ConnectionError as error:
+            if refused_token(error):
+                mode = os.environ.get("RAY_AUTH_MODE", "disabled")
+                raise SpecError(f"--address {address}: the cluster refused this process's token "
+                                f"(RAY_AUTH_MODE={mode}); allowed: RAY_AUTH_MODE=token with the "
+                                f"cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
+                                f"(docs/how-to/cluster.md, token authentication)") from None
             raise SpecError(f"--address {address}: no Ray cluster reachable there "
                             f"({str(error).splitlines()[0]}); allowed: auto on a cluster node, "
                             f"or the head's HOST:PORT") from None
     else:
-        # A laptop or CI machine has no cluster token: a local Ray needs no authentication.
-        os.environ["RAY_AUTH_MODE"] = "disabled"
+        # A Ray this command starts for itself serves this command alone and stops with it; a
+        # laptop or CI machine has no cluster token. Ray reads the mode as it is imported, so
+        # one the environment set before the command started (token) is kept as it is
+        # (docs/explanations/security.md)
+        if os.environ.get("RAY_AUTH_MODE") != "token":
+            os.environ["RAY_AUTH_MODE"] = "disabled"
         ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
                  configure_logging=True, logging_level="WARNING", logging_config=quiet)
     try:
         yield True
     finally:
         ray.shutdown()
+
+
+def refused_token(error: BaseException) -> bool:
+    """Whether Ray's failure to join a cluster was its token authentication refusing this
+    process (the GCS answers ``Unauthenticated: ... InvalidAuthToken``), as the chained causes
+    of Ray's ConnectionError tell it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        if "InvalidAuthToken" in text or "Unauthenticated" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def check_cluster(spec: SweepSpec, *, joined: bool = False,
