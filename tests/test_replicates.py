@@ -284,6 +284,15 @@ def test_a_longer_seeds_list_on_resume_runs_only_the_new_seeds_runs(tmp_path, mo
     assert len(kept) == len(set(kept))
 
 
+def test_a_seed_listed_twice_is_one_line_before_anything_is_written(tmp_path):
+    space = tmp_path / "twice.yaml"
+    space.write_text(TINY.replace("SEEDS", "[1, 1]"))
+    result = breakdown(space, "--local", "--storage", tmp_path / "store")
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "lists a seed twice" in lines[0]
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_space_may_not_make_the_seed_a_cell_axis(tmp_path):
     space = tmp_path / "axis.yaml"
     space.write_text(TINY.replace("SEEDS", "[1]").replace("  attack: {grid: [sign_flip]}",

@@ -227,6 +227,9 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
         section = BreakdownSection(**{**section_values, "seeds": seeds})
     except SpecError as error:
         raise SpecError(f"{where}: {error}") from None
+    if len(set(section.seeds)) != len(section.seeds):
+        raise SpecError(f"{where}: breakdown.seeds {section.seeds} lists a seed twice; allowed: "
+                        f"distinct seeds, each a replicate")
     space = raw.get("space") or {}
     if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
         raise SpecError(f"{where}: byzantine_fraction is the breakdown lattice's; remove it "
