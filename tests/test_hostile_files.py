@@ -183,3 +183,18 @@ def test_an_npz_is_checked_from_its_headers_before_anything_is_decompressed(tmp_
     result = subprocess.run([sys.executable, "-c", NPZ_CHECKS, str(ROOT / "examples"),
                              str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "checked", result.stderr[-3000:]
+
+
+def test_a_start_from_csv_that_is_not_one_is_one_line(tmp_path):
+    from robusttune.experiments.breakdown import read_prior
+
+    for name, data in (("latin.csv", b"status,breakdown_fraction\nok,0.1 caf\xe9\n"),
+                       ("ragged.csv", b'status,breakdown_fraction\n"ok\n'),
+                       ("other.csv", b"a,b\n1,2\n")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(SpecError, match="breakdown.start_from") as caught:
+            read_prior(tmp_path / name)
+        assert "\n" not in str(caught.value)
+    (tmp_path / "fine.csv").write_bytes(b"status,breakdown_fraction\nok,0.1\nok,x\n")
+    table = read_prior(tmp_path / "fine.csv")
+    assert table["breakdown_fraction"].iloc[0] == 0.1 and table["breakdown_fraction"].isna().iloc[1]

@@ -31,7 +31,7 @@ from robusttune.core.registry import SpecError
 from robusttune.reports.aggregation import figure_two_section
 from robusttune.display.markdown import markdown_table
 from robusttune.reports.spread import spread_section
-from robusttune.reports.tables import read_table
+from robusttune.core.csv_input import read_table
 from robusttune.reports.tuning import tuning_section
 
 __all__ = [

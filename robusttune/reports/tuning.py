@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from robusttune.reports.tables import read_table
+from robusttune.core.csv_input import read_table
 
 from robusttune.display.markdown import markdown_table
 from robusttune.core.registry import SpecError

@@ -13,6 +13,7 @@ import pandas as pd
 
 from robusttune.experiments.breakdown.bisection import EPS, NO_ANSWER, Cell, lattice_top
 from robusttune.core.registry import SpecError
+from robusttune.core.csv_input import read_table
 
 __all__ = ["prior_starts", "read_prior"]
 
@@ -29,7 +30,10 @@ def read_prior(path: str | Path) -> pd.DataFrame:
         raise SpecError(f"breakdown.start_from: {str(path)!r} is neither a map folder holding "
                         f"breakdown.csv nor such a file; allowed: a folder written by "
                         f"`robusttune breakdown`, or its breakdown.csv")
-    table = pd.read_csv(csv)
+    table = read_table(csv, numeric=("breakdown_fraction",))
+    if table is None:
+        raise SpecError(f"breakdown.start_from: {str(csv)!r} is not a readable UTF-8 CSV; "
+                        f"allowed: the breakdown.csv a `robusttune breakdown` map writes")
     missing = [c for c in ("status", "breakdown_fraction") if c not in table.columns]
     if missing:
         raise SpecError(f"breakdown.start_from: {str(csv)!r} lacks {', '.join(missing)}; allowed: "

@@ -1,7 +1,8 @@
-"""Reading the CSV files of a results folder that others may have written or broken: a table is
-read only if it parses as UTF-8 CSV and holds the columns a report needs, with its numeric
-columns numbers (a cell that is not one is NaN), so a report of a shared folder reads what it
-can and passes over the rest instead of ending in a traceback (issue 57)."""
+"""CSV files others may have written or broken (a results folder's rounds.csv, breakdown.csv and
+tuning.csv; a map's ``breakdown.start_from``), read beside `robusttune.core.yaml_input`: a table
+is read only if it parses as UTF-8 CSV and holds the columns asked for, with its numeric columns
+numbers (a cell that is not one is NaN), so a report of a shared folder reads what it can and
+passes over the rest, and a command refuses in one line, instead of a traceback (issue 57)."""
 
 from __future__ import annotations
 
