@@ -217,7 +217,24 @@ def python_page() -> str:
     return "\n".join(parts)
 
 
+def plugin_page() -> str:
+    """The plugin API: robusttune.plugin's docstring and where each of its names lives."""
+    import robusttune.plugin as plugin
+
+    text = inspect.cleandoc(plugin.__doc__)
+    intro, rest = text.split("\n\n", 1)
+    rows = []
+    for name in plugin.__all__:
+        value = getattr(plugin, name)
+        doc = (inspect.getdoc(value) or "").split("\n\n")[0].replace("\n", " ")
+        rows.append([f"`{name}`", f"`{type(value).__name__ if name.isupper() else 'class'}`",
+                     doc])
+    return ("# Plugin API\n\n" + intro.replace("\n", " ") + "\n\n```text\n" + rest
+            + "\n```\n\n## The names\n\n" + table(["name", "kind", "what it is"], rows))
+
+
 PAGES = {
+    "plugin": plugin_page,
     "cli": cli_page,
     "python": python_page,
     "runspec": runspec_page,

@@ -10,9 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from robusttune.core.registries import DATASETS, MODELS
-from robusttune.core.registry import SpecError
-from robusttune.problem.data.base import DataShape, RawDataset
+from robusttune.plugin import DATASETS, MODELS, DataShape, RawDataset, SpecError
 
 # where make_arrays.py writes the example's arrays
 DEFAULT_ARRAYS = str(Path(__file__).resolve().parent.parent / "arrays.npz")

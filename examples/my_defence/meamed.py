@@ -9,9 +9,7 @@ import math
 import torch
 from torch import Tensor
 
-from robusttune.core.registries import AGGREGATORS
-from robusttune.core.registry import SpecError
-from robusttune.methods.aggregators.base import Aggregator
+from robusttune.plugin import AGGREGATORS, Aggregator, SpecError
 
 
 @AGGREGATORS.register("meamed")

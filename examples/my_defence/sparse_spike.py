@@ -7,9 +7,7 @@ import math
 
 from torch import Tensor
 
-from robusttune.core.registries import ATTACKS
-from robusttune.core.registry import SpecError
-from robusttune.methods.attacks.base import Attack, AttackRound
+from robusttune.plugin import ATTACKS, Attack, AttackRound, SpecError
 
 
 @ATTACKS.register("sparse_spike")
