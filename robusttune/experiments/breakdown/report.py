@@ -348,16 +348,11 @@ def ordering_table(frontier: Any) -> Any:
         for above, below in zip(ranked, ranked[1:]):
             if not above.breakdown_fraction > below.breakdown_fraction + 1e-12:
                 continue
-            a, b = _values(above.seed_values), _values(below.seed_values)
-            pairs = [(x, y) for x, y in zip(a, b) if not (pd.isna(x) or pd.isna(y))]
-            if len(pairs) < 2:
-                continue
-            rows.append({"participation": p, "higher": above.method, "lower": below.method,
-                         "higher_fraction": above.breakdown_fraction,
-                         "lower_fraction": below.breakdown_fraction,
-                         "holds": sum(x > y + 1e-12 for x, y in pairs),
-                         "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
-                         "reversed": sum(x < y - 1e-12 for x, y in pairs), "seeds": len(pairs)})
+            counts = _seed_comparison(above.seed_values, below.seed_values)
+            if counts is not None:
+                rows.append({"participation": p, "higher": above.method, "lower": below.method,
+                             "higher_fraction": above.breakdown_fraction,
+                             "lower_fraction": below.breakdown_fraction, **counts})
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -380,18 +375,26 @@ def regime_ordering_table(frontier: Any) -> Any:
                 continue
             high, low = (first, second) if first.breakdown_fraction > second.breakdown_fraction \
                 else (second, first)
-            pairs = [(x, y) for x, y in zip(_values(high.seed_values), _values(low.seed_values))
-                     if not (pd.isna(x) or pd.isna(y))]
-            if len(pairs) < 2:
-                continue
-            rows.append({"method": method, "higher_p": high.participation,
-                         "lower_p": low.participation,
-                         "higher_fraction": high.breakdown_fraction,
-                         "lower_fraction": low.breakdown_fraction,
-                         "holds": sum(x > y + 1e-12 for x, y in pairs),
-                         "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
-                         "reversed": sum(x < y - 1e-12 for x, y in pairs), "seeds": len(pairs)})
+            counts = _seed_comparison(high.seed_values, low.seed_values)
+            if counts is not None:
+                rows.append({"method": method, "higher_p": high.participation,
+                             "lower_p": low.participation,
+                             "higher_fraction": high.breakdown_fraction,
+                             "lower_fraction": low.breakdown_fraction, **counts})
     return pd.DataFrame(rows, columns=columns)
+
+
+def _seed_comparison(higher: Any, lower: Any) -> dict[str, int] | None:
+    """Seed by seed, the frontier values ``higher`` against ``lower`` (frontier.csv's
+    ``seed_values``): in how many seeds the first is above (``holds``), equal (``ties``) or below
+    (``reversed``), of the ``seeds`` where both have one; None where fewer than two do."""
+    pairs = [(x, y) for x, y in zip(_values(higher), _values(lower))
+             if not (pd.isna(x) or pd.isna(y))]
+    if len(pairs) < 2:
+        return None
+    return {"holds": sum(x > y + 1e-12 for x, y in pairs),
+            "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
+            "reversed": sum(x < y - 1e-12 for x, y in pairs), "seeds": len(pairs)}
 
 
 def _values(text: Any) -> list[float]:
