@@ -1,7 +1,8 @@
 """The package's layers, read from its own imports (docs/explanations/architecture.md): every import points to
 the importing module's own layer or one below it, and no module reaches itself again through
 its imports (no import circle). Every import counts: at the top of a module, inside a function
-(a lazy import is still a dependency) and under TYPE_CHECKING."""
+(a lazy import is still a dependency), under TYPE_CHECKING and by name
+(``importlib.import_module("robusttune...")``)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             if base.startswith("robusttune"):
                 found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else known_prefix(base)
                           for a in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" \
+                and node.args and isinstance(node.args[0], ast.Constant) \
+                and str(node.args[0].value).startswith("robusttune"):
+            # an import by name is a dependency all the same
+            found.add(known_prefix(str(node.args[0].value)))
     return {m for m in found if m and m != name}
 
 
@@ -134,6 +140,14 @@ def test_the_checks_see_an_upward_arrow_and_a_circle():
     edges = graph()
     assert "robusttune.core.registry" in edges["robusttune.core.schema"]
     assert "robusttune.engine.simulation" in edges["robusttune.engine.recording"]
+
+
+def test_an_import_by_name_is_seen(tmp_path):
+    # an import by name is a dependency (the registries <-> plugins circle hid behind one)
+    module = tmp_path / "by_name.py"
+    module.write_text("import importlib\n\ndef late():\n"
+                      "    return importlib.import_module('robusttune.core.registries')\n")
+    assert imports("robusttune.core.by_name", module, modules()) == {"robusttune.core.registries"}
 
 
 def test_a_registry_fills_itself_from_its_builtins_at_the_first_lookup(tmp_path, monkeypatch):

@@ -23,59 +23,26 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import shutil
 import sys
 import tempfile
-import threading
-import traceback
 import types
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from robusttune.core.plugin_records import (ENTRY_POINT_GROUP, Plugin, _last_line, _loaded,
+                                             _lock, declared, load_entry_points, loaded)
+from robusttune.core.registries import builtins_then_installed
 from robusttune.core.registry import _REGISTRIES, SpecError, registering_from
+
+# Plugin, ENTRY_POINT_GROUP, loaded, declared and load_entry_points live in
+# robusttune.core.plugin_records (the registries load the entry points; this module imports them)
+SHIPPED_PACKAGE = "robusttune_shipped_plugins"   # the package a job's plugin files travel in
 
 __all__ = ["Plugin", "ENTRY_POINT_GROUP", "SHIPPED_PACKAGE", "load_plugins", "loaded",
            "declared", "declare_plugins", "absolute_references", "load_entry_points", "builtins_then_installed",
            "shipping_folder"]
-
-ENTRY_POINT_GROUP = "robusttune.plugins"
-# the package a cluster job's plugin files travel in (Ray's runtime_env py_modules)
-SHIPPED_PACKAGE = "robusttune_shipped_plugins"
-
-
-@dataclass(frozen=True)
-class Plugin:
-    """One loaded plugin. ``reference``: how any process names it (an absolute file or folder
-    path, a module name, ``entry point NAME``, or ``object MODULE.QUALNAME``); ``kind``: file,
-    module, entry_point or object; ``module``: the module it was imported as; ``payload``: an
-    object plugin defined in a notebook (``__main__``), pickled by value for the workers."""
-
-    reference: str
-    kind: str
-    module: str
-    payload: bytes | None = None
-    concept: str | None = None
-    entry: str | None = None
-
-
-_loaded: dict[str, Plugin] = {}
-_lock = threading.RLock()
-_installed_done = False
-
-
-def loaded() -> tuple[Plugin, ...]:
-    """Every plugin this process has loaded, in load order."""
-    return tuple(_loaded.values())
-
-
-def declared() -> tuple[Plugin, ...]:
-    """The plugins a run's workers must load: all but the installed entry points (which every
-    process loads by itself)."""
-    return tuple(p for p in _loaded.values() if p.kind != "entry_point")
-
 
 def is_path(text: str) -> bool:
     """Whether a plugin name is a file or folder (ends in .py or holds a /), not a module."""
@@ -90,50 +57,6 @@ def absolute_references(texts: Any, base: Path | None) -> Any:
         return texts
     root = Path.cwd() if base is None else Path(base)
     return [str((root / t).resolve()) if is_path(t) else t for t in texts]
-
-
-def builtins_then_installed() -> None:
-    """Every registry's built-ins, then the ``robusttune.plugins`` entry points of the installed
-    packages, once per process (`Registry.after_builtins`): a plugin's name must meet every
-    built-in name before it is registered, so a clash is always the plugin's."""
-    global _installed_done
-    if _installed_done:
-        return
-    with _lock:
-        if _installed_done:
-            return
-        _installed_done = True   # first: the loads below look names up and come back here
-        try:
-            # the module that makes the registries (it imports this one, so by name)
-            importlib.import_module("robusttune.core.registries")
-            for registry in _REGISTRIES:
-                registry._load()
-            load_entry_points()
-        except BaseException:
-            _installed_done = False
-            raise
-
-
-def load_entry_points() -> list[Plugin]:
-    """Load the ``robusttune.plugins`` entry points of every installed package."""
-    found = []
-    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        reference = f"entry point {point.name}"
-        with _lock:
-            if reference in _loaded:
-                continue
-            with registering_from(reference):
-                try:
-                    target = point.load()
-                except SpecError as error:
-                    raise SpecError(f"plugin {reference} ({point.value}): {error}") from None
-                except Exception as error:  # noqa: BLE001 - any import failure is one line
-                    raise SpecError(f"plugin {reference} ({point.value}) failed to import: "
-                                    f"{_last_line(error)}") from None
-            module = target.__name__ if isinstance(target, types.ModuleType) else point.module
-            _loaded[reference] = plugin = Plugin(reference, "entry_point", module)
-        found.append(plugin)
-    return found
 
 
 def load_plugins(plugins: Iterable[Any], base: Path | str | None = None) -> list[Plugin]:
@@ -288,10 +211,6 @@ def _import(label: str, source: str, run: Any) -> None:
             raise SpecError(f"plugin {label!r} failed to import: {_last_line(error)}") from None
         except Exception as error:  # noqa: BLE001 - any import failure is one line
             raise SpecError(f"plugin {label!r} failed to import: {_last_line(error)}") from None
-
-
-def _last_line(error: BaseException) -> str:
-    return traceback.format_exception_only(type(error), error)[-1].strip()
 
 
 # -- objects (the Python API) ---------------------------------------------------------------

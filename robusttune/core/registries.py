@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from robusttune.core.plugins import builtins_then_installed
+import threading
+
+from robusttune.core.plugin_records import load_entry_points
 from robusttune.core.registry import _REGISTRIES, Registry
 from robusttune.core.schema import RUNSPEC_KEYS
 
-__all__ = ["AGGREGATORS", "ATTACKS", "ALGORITHMS", "DATASETS", "MODELS", "REGISTRIES"]
+__all__ = ["AGGREGATORS", "ATTACKS", "ALGORITHMS", "DATASETS", "MODELS", "REGISTRIES",
+           "builtins_then_installed"]
 
 # What a plugin entry subclasses, and the parameters the tool itself passes every entry of a
 # concept (so they are not the entry's own knobs): a rule's wrapped rule, an algorithm's
@@ -35,6 +38,30 @@ MODELS: Registry[Any] = Registry("model", RUNSPEC_KEYS, "robusttune.problem.mode
 # the concepts in the order `robusttune list` shows them
 REGISTRIES: tuple[Registry[Any], ...] = (AGGREGATORS, ATTACKS, ALGORITHMS, DATASETS, MODELS)
 _REGISTRIES.extend(REGISTRIES)
+
+_installed_lock = threading.RLock()
+_installed_done = False
+
+
+def builtins_then_installed() -> None:
+    """Every registry's built-ins, then the ``robusttune.plugins`` entry points of the installed
+    packages, once per process (`Registry.after_builtins`): a plugin's name must meet every
+    built-in name before it is registered, so a clash is always the plugin's."""
+    global _installed_done
+    if _installed_done:
+        return
+    with _installed_lock:
+        if _installed_done:
+            return
+        _installed_done = True   # first: the loads below look names up and come back here
+        try:
+            for registry in _REGISTRIES:
+                registry._load()
+            load_entry_points()
+        except BaseException:
+            _installed_done = False
+            raise
+
 
 # the first lookup of any registry loads every registry's built-ins, then installed plugins
 Registry.after_builtins = staticmethod(builtins_then_installed)
