@@ -441,3 +441,26 @@ def test_claim10_ladders_only_map_is_breakdown_yaml_but_for_its_adversary():
     assert ladders["breakdown"].pop("adversary") == {"attack": ["sign_flip", "ipm"]}
     full["breakdown"].pop("adversary")
     assert {k: v for k, v in ladders.items() if k != "name"} == {k: v for k, v in full.items() if k != "name"}
+
+
+def test_claim10_map_sets_a_map_over_seeds_beside_a_one_seed_map(claim10_map):
+    # two cells over three seeds against a one-seed map of the same cells: the grid shows each
+    # median with its range, the comparison counts equal, lower, higher and outside the range
+    base = {"participation_mode": "fixed", "clients": 20, "lattice_points": 11, "seeds": 3}
+    cells = pd.DataFrame([
+        {**base, "method": "median", "participation": 0.5, "status": "seeds_disagree",
+         "breakdown_fraction": 0.1, "breakdown_min": 0.05, "breakdown_max": 0.2},
+        {**base, "method": "median", "participation": 1.0, "status": "ok",
+         "breakdown_fraction": 0.15, "breakdown_min": 0.15, "breakdown_max": 0.15},
+        {**base, "method": "krum", "participation": 0.5, "status": "ok",
+         "breakdown_fraction": 0.0, "breakdown_min": 0.0, "breakdown_max": 0.05},
+    ])
+    grid = claim10_map.seeds_grid(cells)
+    assert grid.loc["median", "p=0.5 fixed"] == "0.1 [0.05, 0.2] (seeds disagree)"
+    assert grid.loc["median", "p=1 fixed"] == "0.15"
+    one_seed = cells[["method", "participation", "participation_mode"]].assign(
+        breakdown_fraction=[0.25, 0.15, 0.05], status="ok")
+    against = claim10_map.seeds_against(cells, one_seed, 42).set_index("method")
+    assert tuple(against.loc["median", ["cells", "median = seed 42", "median below",
+                                        "seed 42 outside the range"]]) == (2, 1, 1, 1)
+    assert tuple(against.loc["krum", ["median below", "seed 42 outside the range"]]) == (1, 0)
