@@ -1,7 +1,8 @@
 """Breakdown maps: for every cell (aggregator x attack x participation [x dataset]) the largest
 Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 
-- `bisection` the core: cells, lattice points, outcomes, the lock-step bisection    knows no runs
+- `points`    cells, lattice points, outcomes and the survival bar (above chance)     knows no runs
+- `bisection` the core: one cell's bisection (or outward search), the lock-step driver
 - `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
               the worst case over each attack's strength ladder; equal runs shared by
               `canonical_spec`, each ladder stopped at its first collapse or failure)
@@ -9,6 +10,7 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 - `replicates` `bisect_replicates`: every cell once per seed (later seeds from the first seed's
               answer), the answer the median over seeds with its range (`ReplicatedMap`)
 - `prior`     `prior_starts`: each cell's answer in an earlier map, where its bisection starts
+- `frontier`  `frontier_table` (the p-frontier, per seed too) and the orderings over seeds
 - `report`    `write_breakdown`: breakdown.csv, breakdown_seeds.csv, breakdown_points.csv,
               breakdown.png, breakdown.md, frontier.csv and frontier.png (`frontier_table`: the
               p-frontier beta*(p)), ordering.csv (`ordering_table`)

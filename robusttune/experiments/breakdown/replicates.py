@@ -94,35 +94,15 @@ class ReplicatedMap:
         bisection (the breaking family, the theory columns at the failing point): the first
         seed whose answer is the median, else the first seed."""
         results = self.results[cell]
-        median = summarise(cell, results)["breakdown_byzantine"]
+        answers = [r.breakdown for r in results if r.breakdown is not None]
+        median = lower_median(answers) if len(answers) * 2 > len(results) else None
         return next((r for r in results if median is not None and r.breakdown == median),
                     results[0])
 
     def as_map(self) -> BreakdownMap:
         """The replicates as one `BreakdownMap` (its cells are the seeded cells): the cost
-        figures (trials, points, the full lattice) are counted over it."""
+        figures (trials_used, grid_trials, points_used, trial_ratio ...) are its."""
         return BreakdownMap(self.replicates, self.waves)
-
-    # the cost, as a one-seed map states it
-    @property
-    def trials_used(self) -> int:
-        return self.as_map().trials_used
-
-    @property
-    def grid_trials(self) -> int:
-        return self.as_map().grid_trials
-
-    @property
-    def points_used(self) -> int:
-        return self.as_map().points_used
-
-    @property
-    def grid_points(self) -> int:
-        return self.as_map().grid_points
-
-    @property
-    def trial_ratio(self) -> float:
-        return self.as_map().trial_ratio
 
     def cost_line(self) -> str:
         seeds = f" over {len(self.seeds)} seeds" if len(self.seeds) > 1 else ""
@@ -187,6 +167,7 @@ def summarise(cell: Cell, replicates: Sequence[CellResult]) -> dict[str, Any]:
     at_median = next((r for r in replicates if median is not None and r.breakdown == median), None)
     conservative = [r.conservative for r in replicates if r.conservative is not None]
     survivors = [r.largest_survivor for r in replicates if r.largest_survivor is not None]
+    rows = [r.row() for r in replicates]
 
     def mean(values: Iterable[float]) -> float:
         kept = [v for v in values if math.isfinite(v)]
@@ -210,15 +191,16 @@ def summarise(cell: Cell, replicates: Sequence[CellResult]) -> dict[str, Any]:
         "clean_accuracy_min": min((r.clean_accuracy for r in replicates
                                    if math.isfinite(r.clean_accuracy)), default=math.nan),
         "chance": replicates[0].chance,
-        "clean_test_accuracy": mean(r.row()["clean_test_accuracy"] for r in replicates),
+        "clean_test_accuracy": mean(row["clean_test_accuracy"] for row in rows),
         "threshold": mean(r.bar for r in replicates if 0 in r.outcomes),
         "points_evaluated": sum(len(r.outcomes) for r in replicates),
         "lattice_points": k_max + 1,
         "trials": sum(r.trials for r in replicates),
         "broken_by": at_median.broken_by if at_median is not None else "",
-        "evaluated": " | ".join(_seed_prefix(r, seeds) + r.row()["evaluated"] for r in replicates),
-        "violations": " | ".join(_seed_prefix(r, seeds) + r.row()["violations"]
-                                 for r in replicates if r.violations),
+        "evaluated": " | ".join(_seed_prefix(r, seeds) + row["evaluated"]
+                                for r, row in zip(replicates, rows)),
+        "violations": " | ".join(_seed_prefix(r, seeds) + row["violations"]
+                                 for r, row in zip(replicates, rows) if r.violations),
     }
 
 

@@ -67,8 +67,8 @@ from robusttune.core.validation import check_model
 from robusttune.experiments.sweep.domains import DOMAIN_KINDS, RANDOM_KINDS, Axis, Domain, format_value
 from robusttune.experiments.sweep.space_file import (EXTRA_METRICS, INVALID_POLICIES, SAMPLERS, SCHEDULERS,
                                          SEARCH_ALGORITHMS, ConstraintSpec, ResourceSpec,
-                                         SchedulerSpec, SearchSpec, SweepFile, default_mode,
-                                         report_metrics)
+                                         SchedulerSpec, SearchSpec, SweepFile, check_sections,
+                                         default_mode, report_metrics)
 from robusttune.core.yaml_input import parse_assignments, read_yaml
 
 __all__ = [
@@ -395,20 +395,6 @@ def override_sweep_mapping(mapping: Any, **changes: Any) -> tuple[Any, list[str]
         else:
             raw["resources"] = {**(raw.get("resources") or {}), key: value}
     return raw, given
-
-
-MAPPING_SECTIONS = ("run", "space", "constraints", "resources", "search", "scheduler")
-
-
-def check_sections(mapping: Mapping[str, Any], where: str,
-                   sections: Sequence[str] = MAPPING_SECTIONS) -> None:
-    """One SpecError line for a section of ``sections`` that is set to something other than a
-    mapping (``run: true``), before anything reads into it (a breakdown or tuning space reads
-    run and space before the sweep layer validates them)."""
-    for section in sections:
-        value = mapping.get(section)
-        if value is not None and not isinstance(value, Mapping):
-            raise SpecError(f"{where}: {section} must be a mapping; got {format_value(value)}")
 
 
 def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>") -> SweepSpec:

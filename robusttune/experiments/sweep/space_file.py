@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-from typing import Annotated, Any, Literal, Mapping, Optional, get_args
+from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, get_args
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator,
                       PrivateAttr, StrictBool, TypeAdapter, model_validator)
 
 from robusttune.core.records import RoundRecord
+from robusttune.core.registry import SpecError
 from robusttune.core.runspec import run_keys
 from robusttune.core.validation import Finite, Int, KeyedError
 from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value, key_values
@@ -36,7 +37,7 @@ from robusttune.experiments.sweep.gpu_share import AUTO, device_phrase
 __all__ = [
     "SweepFile", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec",
     "report_metrics", "default_mode", "SAMPLERS", "SEARCH_ALGORITHMS", "SCHEDULERS",
-    "INVALID_POLICIES", "EXTRA_METRICS",
+    "INVALID_POLICIES", "EXTRA_METRICS", "MAPPING_SECTIONS", "check_sections",
 ]
 
 SearchAlgorithm = Literal["grid", "optuna"]
@@ -368,3 +369,17 @@ class SweepFile(BaseModel):
             raise ValueError(f"{device_phrase(where, 'cpu')} with resources.gpu {format_value(gpu)} "
                              f"reserves a GPU no trial uses; allowed: device auto or cuda, or gpu: 0")
         return self
+
+
+MAPPING_SECTIONS = ("run", "space", "constraints", "resources", "search", "scheduler")
+
+
+def check_sections(mapping: Mapping[str, Any], where: str,
+                   sections: Sequence[str] = MAPPING_SECTIONS) -> None:
+    """One SpecError line for a section of ``sections`` that is set to something other than a
+    mapping (``run: true``), before anything reads into it (a breakdown or tuning space reads
+    run and space before the sweep layer validates them)."""
+    for section in sections:
+        value = mapping.get(section)
+        if value is not None and not isinstance(value, Mapping):
+            raise SpecError(f"{where}: {section} must be a mapping; got {format_value(value)}")
