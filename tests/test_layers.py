@@ -25,9 +25,9 @@ LAYERS = (
 )
 
 
-# above every layer: the package's two public faces, which may import from any layer (the
-# commands as functions, and the plugin API: robusttune.plugin)
-TOP = ("robusttune", "robusttune.plugin")
+# above every layer: the package's public faces, which may import from any layer (the commands
+# as functions, the plugin API robusttune.plugin, and `python -m robusttune`)
+TOP = ("robusttune", "robusttune.plugin", "robusttune.__main__")
 
 
 def modules() -> dict[str, Path]:
@@ -118,7 +118,7 @@ def test_every_module_belongs_to_a_layer_and_few_stand_at_the_top():
     names = modules()
     loose = sorted(n for n in names if n not in TOP and layer_of(n) is None)
     assert loose == [], f"modules outside every layer: {loose}; LAYERS lists {LAYERS}"
-    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "plugin.py"]
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "plugin.py"]
 
 
 def test_imports_point_down_the_layers():

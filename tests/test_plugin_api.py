@@ -100,3 +100,42 @@ def test_the_contract_check_sees_imports_by_name_too():
     assert imported("import importlib\nimportlib.import_module('robusttune.methods.aggregators')") \
         == {"robusttune.methods.aggregators"}
     assert imported("from robusttune.plugin import Aggregator\nimport robusttune") == ALLOWED
+
+
+# an import anywhere in a file, the plugin code the tests write out as strings included
+IMPORT_IN_TEXT = re.compile(
+    r"^\s*(?:from\s+(robusttune[\w.]*)\s+import\b|import\s+(robusttune[\w.]*))"
+    r"|import_module\(\s*['\"](robusttune[\w.]*)['\"]|['\"]-m['\"],\s*['\"](robusttune[\w.]*)['\"]",
+    flags=re.M)
+
+
+def imported_anywhere(text: str) -> set[str]:
+    """The robusttune modules a file imports or runs (``-m``), in its code or in code it holds as
+    strings (a plugin file a test writes, a snippet it runs in a child interpreter)."""
+    return {name for groups in IMPORT_IN_TEXT.findall(text) for name in groups if name}
+
+
+def test_the_plugin_tests_import_only_the_plugin_api():
+    # what tests/test_plugins.py does is what a plugin author does; the machinery behind it
+    # (shipping plugins to workers) is tested with the internals in test_plugin_shipping.py
+    text = (ROOT / "tests" / "test_plugins.py").read_text()
+    names = imported_anywhere(text) | imported(text)
+    assert "robusttune.plugin" in names
+    assert names <= ALLOWED, f"tests/test_plugins.py reaches internals: {sorted(names - ALLOWED)}"
+
+
+def test_the_text_check_sees_imports_inside_strings():
+    snippet = ('code = """\n    from robusttune.core.registries import AGGREGATORS\n'
+               '    import robusttune.methods\n"""\n'
+               'CLI = [sys.executable, "-m", "robusttune.commands.cli"]\n'
+               'importlib.import_module("robusttune.engine")\n')
+    assert imported_anywhere(snippet) == {"robusttune.core.registries", "robusttune.methods",
+                                          "robusttune.commands.cli", "robusttune.engine"}
+
+
+def test_a_registry_base_class_is_named_as_the_plugin_api_gives_it():
+    # a plugin entry of the wrong kind is told to subclass robusttune.plugin's class
+    from robusttune.core.registries import REGISTRIES
+
+    bases = [registry.base.partition(":")[2] for registry in REGISTRIES if registry.base]
+    assert bases and set(bases) <= set(plugin.__all__)

@@ -1,6 +1,8 @@
-"""Plugins (robusttune.core.plugins): the user's own rules, attacks, datasets and models, named by
---plugin, a YAML's plugins: list or an installed package's entry point, on the driver and on
-every Ray worker; bad plugins as one line; their knobs as run keys; `robusttune list`.
+"""Plugins as their authors use them: the user's own rules, attacks, datasets and models, named
+by --plugin, a YAML's plugins: list or an installed package's entry point, on the driver and on
+every Ray worker; bad plugins as one line; their knobs as run keys; `robusttune list`. Like a
+plugin author, these tests import only the plugin API and the commands as functions
+(tests/test_plugin_api.py holds them to it); test_plugin_shipping.py tests the machinery behind.
 
 Registrations are process-wide, so every test that loads a plugin runs in a subprocess of its
 own and the suite's processes keep the built-in registries only."""
@@ -20,14 +22,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-CLI = [sys.executable, "-m", "robusttune.commands.cli"]
+CLI = [sys.executable, "-m", "robusttune"]
 
 RULE = textwrap.dedent('''
     """A test plugin: one rule with a knob of its own and a precondition, one without either."""
     from __future__ import annotations
 
-    from robusttune.core.registries import AGGREGATORS
-    from robusttune.methods.aggregators.base import Aggregator
+    from robusttune.plugin import AGGREGATORS, Aggregator
 
 
     @AGGREGATORS.register("shrunk_median")
@@ -85,80 +86,74 @@ def rule_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_plugin_rule_is_a_method_with_its_own_knob_its_source_and_its_theory(rule_file):
+def test_a_plugin_rule_is_a_method_with_its_own_knob_its_source_and_its_theory(rule_file,
+                                                                              tmp_path):
     out = python(f'''
         import json
-        from robusttune.core.plugins import load_plugins
-        from robusttune.core.registries import AGGREGATORS
-        from robusttune.core.registry import SpecError
-        from robusttune.core.runspec import RunSpec
-        from robusttune.methods.aggregators import make_rule
-        from robusttune.engine.simulation import Simulation
+        import robusttune
+        from robusttune.plugin import AGGREGATORS, SpecError
 
-        load_plugins([{str(rule_file)!r}])
+        robusttune.load_plugins([{str(rule_file)!r}])
         checks = {{}}
         checks["source"] = AGGREGATORS.source("shrunk_median")
         checks["builtin_source"] = AGGREGATORS.source("median")
-        spec = RunSpec(method="shrunk_median", rounds=2, model="mlp", clients=10,
-                       attack="minmax", byzantine_fraction=0.2, train_samples=300)
-        checks["label"] = [spec.method, spec.algorithm, spec.aggregator]
-        checks["default_knob"] = spec.to_dict()["shrink"]
-        checks["round_trip"] = RunSpec.from_dict(spec.to_dict()) == spec
-        checks["set_knob"] = make_rule("shrunk_median", **RunSpec(method="shrunk_median",
-                                       shrink=0.9).aggregator_params()).shrink
+        run = dict(method="shrunk_median", rounds=2, model="mlp", clients=10, eval_every=1,
+                   attack="minmax", byzantine_fraction=0.2, train_samples=300)
+        # a rule-aware attack chooses its message against the plugin rule, on the rule itself
+        result = robusttune.run(run, out={str(tmp_path / "run")!r})
+        spec = result.summary.spec
+        checks["label"] = [spec["method"], spec["algorithm"], spec["aggregator"]]
+        checks["default_knob"] = spec["shrink"]
+        checks["ran"] = [result.summary.error, result.rounds["round"].tolist()]
+        checks["set_knob"] = AGGREGATORS.make("shrunk_median", shrink=0.9).shrink
         for bad in ({{"shrink": "abc"}}, {{"shrnk": 1.0}}):
             try:
-                RunSpec(method="shrunk_median", **bad)
+                robusttune.run({{**run, **bad}}, out={str(tmp_path / "bad")!r})
             except SpecError as error:
                 checks.setdefault("errors", []).append(str(error))
-        checks["theory"] = make_rule("shrunk_median").theoretical_breakdown(10)
-        checks["no_theory"] = make_rule("plain_average").theoretical_breakdown(10)
-        # a rule-aware attack chooses its message against the plugin rule, on the rule itself
-        records = list(Simulation(spec))
-        checks["ran"] = len(records)
+        checks["theory"] = AGGREGATORS.make("shrunk_median").theoretical_breakdown(10)
+        checks["no_theory"] = AGGREGATORS.make("plain_average").theoretical_breakdown(10)
         print(json.dumps(checks))
     ''')
     checks = json.loads(out.stdout.strip().splitlines()[-1])
     assert checks["source"] == str(rule_file) and checks["builtin_source"] == "built-in"
     assert checks["label"] == ["shrunk_median", "fedavg", "shrunk_median"]
-    assert checks["default_knob"] == 0.5 and checks["round_trip"] and checks["set_knob"] == 0.9
+    assert checks["default_knob"] == 0.5 and checks["set_knob"] == 0.9
     typo, unknown = checks["errors"]
     assert typo == "shrink must be a finite number; got 'abc'"
-    assert unknown.startswith("unknown key 'shrnk'; allowed keys: ") and "shrink" in unknown
+    assert unknown.startswith("unknown RunSpec key 'shrnk'; allowed keys: ") and "shrink" in unknown
+    assert not (tmp_path / "bad").exists()            # refused before anything ran
     assert checks["theory"] == pytest.approx(0.4)     # max{f : 2f < 10} / 10
     assert checks["no_theory"] is None                # no precondition claimed, no figure
-    assert checks["ran"] == 2
+    assert checks["ran"] == [None, [1, 2]]
 
 
 BAD_PLUGINS = {
     "missing.py": None,
     "raises.py": "raise ValueError('the weights file is not there')\n",
     "clash_builtin.py": textwrap.dedent('''
-        from robusttune.core.registries import AGGREGATORS
-        from robusttune.methods.aggregators.base import Aggregator
+        from robusttune.plugin import AGGREGATORS, Aggregator
 
         @AGGREGATORS.register("median")
         class Median(Aggregator):
             pass
     '''),
     "first.py": textwrap.dedent('''
-        from robusttune.core.registries import ATTACKS
-        from robusttune.methods.attacks.base import Attack
+        from robusttune.plugin import ATTACKS, Attack
 
         @ATTACKS.register("mine")
         class Mine(Attack):
             pass
     '''),
     "second.py": textwrap.dedent('''
-        from robusttune.core.registries import ATTACKS
-        from robusttune.methods.attacks.base import Attack
+        from robusttune.plugin import ATTACKS, Attack
 
         @ATTACKS.register("mine")
         class AlsoMine(Attack):
             pass
     '''),
     "not_a_rule.py": textwrap.dedent('''
-        from robusttune.core.registries import AGGREGATORS
+        from robusttune.plugin import AGGREGATORS
 
         @AGGREGATORS.register("not_a_rule")
         class NotARule:
@@ -178,35 +173,38 @@ def test_a_bad_plugin_is_one_line_and_exit_2_before_anything_starts(tmp_path):
              ["not_a_rule.py"], ["no_such_module_anywhere"]]
     # one interpreter for every case: each fails before registering anything it names
     out = python(f'''
-        import contextlib, io, json
-        from robusttune.commands.cli import main
+        import json
+        import robusttune
+        from robusttune.plugin import SpecError
         results = []
         for plugins in {cases!r}:
-            args = ["breakdown", {str(space)!r}, "--storage", {str(tmp_path / "results")!r}]
-            for plugin in plugins:
-                args += ["--plugin", plugin]
-            err = io.StringIO()
-            with contextlib.redirect_stderr(err):
-                try:
-                    main(args)
-                except SystemExit as stop:
-                    results.append([stop.code, err.getvalue()])
+            try:
+                robusttune.breakdown({str(space)!r}, plugins=plugins,
+                                     storage={str(tmp_path / "results")!r})
+            except SpecError as error:
+                results.append(str(error))
         print(json.dumps(results))
     ''', cwd=tmp_path)
     results = json.loads(out.stdout.strip().splitlines()[-1])
     expected = [
-        "error: plugin 'missing.py': no such file or folder",
-        "error: plugin 'raises.py' failed to import: ValueError: the weights file is not there",
-        "error: plugin 'clash_builtin.py': aggregator 'median' from clash_builtin.py clashes with "
+        "plugin 'missing.py': no such file or folder",
+        "plugin 'raises.py' failed to import: ValueError: the weights file is not there",
+        "plugin 'clash_builtin.py': aggregator 'median' from clash_builtin.py clashes with "
         "the built-in aggregator of that name",
-        "error: plugin 'second.py': attack 'mine' from second.py clashes with the first.py attack",
-        "error: plugin 'not_a_rule.py': aggregator 'not_a_rule' from not_a_rule.py: NotARule is "
-        "not a subclass of robusttune.methods.aggregators.base.Aggregator",
-        "error: plugin 'no_such_module_anywhere': no module named 'no_such_module_anywhere'",
+        "plugin 'second.py': attack 'mine' from second.py clashes with the first.py attack",
+        "plugin 'not_a_rule.py': aggregator 'not_a_rule' from not_a_rule.py: NotARule is "
+        "not a subclass of Aggregator; allowed: a subclass of it (from robusttune.plugin import "
+        "Aggregator)",
+        "plugin 'no_such_module_anywhere': no module named 'no_such_module_anywhere'",
     ]
-    for (code, stderr), start in zip(results, expected):
-        assert code == 2, stderr
-        assert stderr.count("\n") == 1 and stderr.startswith(start), stderr
+    assert len(results) == len(expected)
+    for message, start in zip(results, expected):
+        assert "\n" not in message and message.startswith(start), message
+    # on the command line, the same line and exit status 2
+    done = cli("breakdown", str(space), "--storage", str(tmp_path / "results"), "--plugin",
+               "raises.py", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {expected[1]}"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "results").exists()       # nothing started, no folder
 
 
@@ -226,45 +224,13 @@ def test_an_installed_package_plugs_in_through_its_entry_point(tmp_path):
     assert any("median" in line and "built-in" in line for line in listed.stdout.splitlines())
 
 
-def test_a_node_without_the_plugin_file_loads_the_copy_shipped_with_the_job(tmp_path, rule_file):
-    # the driver ships its file plugins in a package (Ray's py_modules on --address); a worker
-    # where the driver's path does not exist imports that copy, and without one ends the trial
-    # on one line
-    out = python(f'''
-        import json, pickle
-        from robusttune.core.plugins import load_plugins, shipping_folder
-        (plugin,) = load_plugins([{str(rule_file)!r}])
-        folder = shipping_folder([plugin])
-        print(json.dumps([str(folder), pickle.dumps(plugin).hex()]))
-    ''')
-    folder, record = json.loads(out.stdout.strip().splitlines()[-1])
-    rule_file.unlink()                               # this "node" lacks the driver's file
-    worker = f'''
-        import json, pickle
-        from robusttune.core.plugins import load_plugins
-        from robusttune.core.registries import AGGREGATORS
-        from robusttune.core.registry import SpecError
-        try:
-            load_plugins([pickle.loads(bytes.fromhex({record!r}))])
-            print(json.dumps(["loaded", AGGREGATORS.source("shrunk_median")]))
-        except SpecError as error:
-            print(json.dumps(["error", str(error)]))
-    '''
-    shipped = python(worker, cwd=tmp_path, env={"PYTHONPATH": str(Path(folder).parent)})
-    assert json.loads(shipped.stdout.strip().splitlines()[-1]) == ["loaded", str(rule_file)]
-    missing = python(worker, cwd=tmp_path)
-    status, message = json.loads(missing.stdout.strip().splitlines()[-1])
-    assert status == "error" and message.startswith(f"plugin {str(rule_file)!r}: no such file")
-
-
 def test_a_notebook_rule_reaches_another_process_by_value(tmp_path):
     # a class defined in __main__ (a notebook cell) cannot be imported by a worker: its record
     # carries it pickled by value, and a fresh process registers it from that
     out = python('''
         import json, pickle
         import robusttune
-        from robusttune.core.registries import AGGREGATORS
-        from robusttune.methods.aggregators.base import Aggregator
+        from robusttune.plugin import AGGREGATORS, Aggregator
 
         @AGGREGATORS.register("notebook_rule")
         class NotebookRule(Aggregator):
@@ -283,12 +249,10 @@ def test_a_notebook_rule_reaches_another_process_by_value(tmp_path):
     worker = python(f'''
         import json, pickle
         import torch
-        from robusttune.core.plugins import load_plugins
-        from robusttune.core.runspec import RunSpec
-        from robusttune.methods.aggregators import make_rule
-        load_plugins([pickle.loads(bytes.fromhex({record!r}))])
-        spec = RunSpec(method="notebook_rule", scale=2.0)
-        rule = make_rule(spec.aggregator, **spec.aggregator_params())
+        import robusttune
+        from robusttune.plugin import AGGREGATORS
+        robusttune.load_plugins([pickle.loads(bytes.fromhex({record!r}))])
+        rule = AGGREGATORS.make("notebook_rule", scale=2.0)
         print(json.dumps(rule(torch.tensor([[1.0], [2.0], [9.0]])).tolist()))
     ''', cwd=tmp_path)
     assert json.loads(worker.stdout.strip().splitlines()[-1]) == [4.0]
@@ -346,47 +310,6 @@ def test_the_examples_map_runs_through_ray_with_the_plugin_on_every_worker(tmp_p
     resumed = cli(*command, "--resume", "--local", timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"{len(runs)} runs kept from before" in resumed.stdout and ", 0 new" in resumed.stdout
-
-
-def test_a_joined_cluster_gets_the_plugin_files_with_the_job(tmp_path, rule_file):
-    # --address: the driver's plugin files travel with the job (Ray's py_modules); here the
-    # driver's file is gone once the job has started, so the workers can only use the copy
-    (tmp_path / "pkg").mkdir()
-    rule_file.replace(tmp_path / "pkg" / "joined_rule.py")
-    out = python('''
-        import contextlib, json, os
-        from ray.cluster_utils import Cluster
-        import robusttune
-        from robusttune.experiments.sweep import cluster
-
-        head = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-        joined = cluster.ray_session
-
-        @contextlib.contextmanager
-        def then_hide_the_file(address, num_cpus):
-            with joined(address, num_cpus) as started:
-                os.rename("pkg", "pkg_elsewhere")
-                yield started
-
-        cluster.ray_session = then_hide_the_file
-        space = {"name": "joined", "plugins": ["pkg/joined_rule.py"],
-                 "run": {"dataset": "digits", "model": "mlp", "clients": 10, "rounds": 2,
-                         "train_samples": 300, "local_epochs": 1, "eval_every": 2,
-                         "checkpoint_every": 0},
-                 "space": {"method": {"grid": ["shrunk_median"]}},
-                 "breakdown": {"adversary": {"attack": ["sign_flip"], "attack_strength": [10.0]},
-                               "max_fraction": 0.1, "verify_radius": 0}}
-        try:
-            robusttune.breakdown(space, storage="results", address=head.address)
-        finally:
-            head.shutdown()
-        runs = [json.loads(line) for line in open("results/joined/runs.jsonl")]
-        print(json.dumps([[r["summary"]["spec"]["method"], r["summary"].get("error")]
-                          for r in runs]))
-    ''', cwd=tmp_path, timeout=300)
-    runs = json.loads(out.stdout.strip().splitlines()[-1])
-    assert runs and all(method == "shrunk_median" and not error for method, error in runs)
-    assert not (tmp_path / "pkg").exists()
 
 
 def test_a_sweep_through_ray_runs_a_plugin_rule_and_stores_its_plugins(tmp_path):

@@ -141,8 +141,10 @@ class Registry(Generic[T]):
         base = getattr(importlib.import_module(module), attribute)
         if not (isinstance(entry, type) and issubclass(entry, base)):
             what = entry.__name__ if isinstance(entry, type) else type(entry).__name__
+            # named where plugins import it from, not where it lives (which may move)
             raise SpecError(f"{self.concept} {name!r} from {source}: {what} is not a subclass "
-                            f"of {base.__module__}.{base.__qualname__}; allowed: a subclass of it")
+                            f"of {attribute}; allowed: a subclass of it (from robusttune.plugin "
+                            f"import {attribute})")
 
     def __getitem__(self, name: str) -> T:
         self._load()
