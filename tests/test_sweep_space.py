@@ -5,6 +5,7 @@ SWB-DM paper grid). No Ray is started here."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -286,6 +287,46 @@ def test_shipped_spaces_load(name, trials):
     lines = (SPACES / f"{name}.yaml").read_text().splitlines()
     header = " ".join(line for line in lines[:lines.index("#")] if line.startswith("#"))
     assert lines[0].startswith(f"# {name}.yaml: ") and header.endswith("?")  # the question asked
+
+
+# A packaged space's comments say what it asks, what its keys mean and how to run it; what a run of
+# it cost, on which machine and when, and what it found, belong to the docs and findings pages
+# that are re-measured (issue 58), so no file keeps a figure nobody updates.
+MEASUREMENT = re.compile(r"""
+    \b\d+(?:\.\d+)?\ ?(?:ms|s|min|h)\b                      # a duration: 17 min, 2.0 s
+  | \b(?:seconds?|minutes?|hours?)\b                        # or in words
+  | \b20\d\d-\d\d\b                                         # a date
+  | \b(?:wall|CPU\ time|run\ time|load\ average)\b          # how it was timed
+  | \b(?:EPYC|Xeon|AVX\S*|laptop)\b|\b\d+-core\b|\bcores\b   # on what machine
+  | (?<![=+]\ )\b\d{1,3}(?:,\d{3})*\ (?:runs|trials)\b      # what ran ("= N trials": a grid's size)
+  | \b(?:[Mm]easured|took)\b                                # a measurement's own words
+""", re.X)
+
+
+@pytest.mark.parametrize("line", [
+    "# 17 min 51 s wall, 34.4 min of run time", "# (about 1 minute here)", "# today (2026-12-06)",
+    "# measured on the 2-core machine", "# on the AVX-512 Xeon", "# 2,937 runs in 477 points",
+    "# 36 of them took 19 min 51 s", "# 238 runs, 76 min in process"])
+def test_the_measurement_pattern_finds_a_measurement(line):
+    assert MEASUREMENT.search(line)
+
+
+@pytest.mark.parametrize("line", [
+    "# 7 methods x 5 attacks x 2 rates x 2 splits x 3 seeds = 420 runs",
+    "# 5 rounds of 1 local epoch",
+    "# rounds >= ceil(2.5 / p): 25 at p = 0.1", "# alpha = min{1, c L eta / p}",
+    "#   python analysis/findings/grid_in_process.py SPACE DIR --shard 0/2   # a shard per core"])
+def test_the_measurement_pattern_leaves_what_a_file_asks(line):
+    assert not MEASUREMENT.search(line)
+
+
+@pytest.mark.parametrize("path", sorted(SPACES.rglob("*.yaml")),
+                         ids=lambda p: p.relative_to(SPACES).as_posix())
+def test_packaged_spaces_state_no_measurement(path):
+    stated = [f"{path.name}:{number}: {line.strip()}"
+              for number, line in enumerate(path.read_text().splitlines(), 1)
+              if "#" in line and MEASUREMENT.search(line[line.index("#"):])]
+    assert not stated, "a measurement belongs in the docs, not in a space:\n" + "\n".join(stated)
 
 
 def test_demoa_space_matches_the_paper_setting():
