@@ -13,20 +13,34 @@ import gc
 import inspect
 import math
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
 from robusttune.commands.calibrate import calibrate as calibrate_command
 from robusttune.commands.help import EXAMPLES, readable_help
-from robusttune.commands.options import (ADDRESS, CPUS_PER_TRIAL, GPUS_PER_TRIAL, LOCAL,
-                                         MAX_CONCURRENT, SET_BASE, takes_plugins)
+from robusttune.commands.options import (
+    ADDRESS,
+    CPUS_PER_TRIAL,
+    GPUS_PER_TRIAL,
+    LOCAL,
+    MAX_CONCURRENT,
+    SET_BASE,
+    takes_plugins,
+)
 from robusttune.core.registry import SpecError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Map where Byzantine-robust federated learning breaks.")
+if TYPE_CHECKING:
+    from typer._click.exceptions import UsageError as _ClickUsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Map where Byzantine-robust federated learning breaks.",
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # the shell's Ctrl-C status
@@ -51,12 +65,11 @@ def bad_input_exits(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[str, Any]:
+def load_run_values(spec_file: Path | None, assignments: list[str]) -> dict[str, Any]:
     """RunSpec values from an optional YAML file (a mapping of RunSpec keys, or a search space
     whose `run:` section is used) overridden by ``--set key=value`` pairs."""
-    from robusttune.core.yaml_input import parse_assignments, read_yaml
-
     from robusttune.core.plugins import declare_plugins
+    from robusttune.core.yaml_input import parse_assignments, read_yaml
 
     values: dict[str, Any] = {}
     if spec_file is not None:
@@ -75,8 +88,10 @@ def load_run_values(spec_file: Optional[Path], assignments: list[str]) -> dict[s
 
 def _default_run_folder(spec: Any) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    name = (f"{spec.method}-{spec.dataset}-{spec.attack}-b{spec.byzantine_fraction:g}"
-            f"-p{spec.participation:g}-s{spec.seed}-{stamp}")
+    name = (
+        f"{spec.method}-{spec.dataset}-{spec.attack}-b{spec.byzantine_fraction:g}"
+        f"-p{spec.participation:g}-s{spec.seed}-{stamp}"
+    )
     return Path("results") / "runs" / name
 
 
@@ -84,9 +99,11 @@ def _default_run_folder(spec: Any) -> Path:
 @bad_input_exits
 @takes_plugins
 def run(
-    spec_file: Optional[Path] = typer.Argument(None, help="YAML of RunSpec keys (or a search space's run: section)."),
+    spec_file: Path | None = typer.Argument(
+        None, help="YAML of RunSpec keys (or a search space's run: section)."
+    ),
     set_: list[str] = typer.Option([], "--set", help="key=value, repeatable; overrides the file."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default results/runs/NAME)."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default results/runs/NAME)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> Any:
     """Run one federated training and write its run folder (rounds.csv, summary.json, TensorBoard)."""
@@ -94,17 +111,24 @@ def run(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from robusttune.core.runspec import RunSpec
-    from robusttune.engine.recording import run_to_folder
     from robusttune.display.terminal import print_table
+    from robusttune.engine.recording import run_to_folder
 
     spec = RunSpec.from_dict(load_run_values(spec_file, set_))
     folder = out or _default_run_folder(spec)
     if (folder / "summary.json").exists():
         raise SpecError(f"--out {folder} already holds a finished run; choose another folder")
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                  TextColumn("round {task.completed}/{task.total}"), TextColumn("{task.fields[status]}"),
-                  TimeElapsedColumn(), console=console, disable=quiet) as progress:
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("round {task.completed}/{task.total}"),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    ) as progress:
+        assert spec.method is not None  # a built RunSpec names its method (the label of what runs)
         task = progress.add_task(spec.method, total=spec.rounds, status="")
 
         def show(record: Any) -> None:
@@ -114,10 +138,19 @@ def run(
         summary = run_to_folder(spec, folder, on_record=show)
 
     rows = []
-    for key in ("final_accuracy", "final_validation_accuracy", "final_loss", "collapsed", "rounds_run",
-                "byzantine_majority_rounds", "seconds"):
+    for key in (
+        "final_accuracy",
+        "final_validation_accuracy",
+        "final_loss",
+        "collapsed",
+        "rounds_run",
+        "byzantine_majority_rounds",
+        "seconds",
+    ):
         value = getattr(summary, key)
-        rows.append({"key": key, "value": f"{value:.4f}" if isinstance(value, float) else str(value)})
+        rows.append(
+            {"key": key, "value": f"{value:.4f}" if isinstance(value, float) else str(value)}
+        )
     rows.append({"key": "folder", "value": str(folder)})
     print_table(rows, title=f"{spec.method} on {spec.dataset}", show_header=False)
     return folder, summary
@@ -131,26 +164,57 @@ def run(
 @bad_input_exits
 @takes_plugins
 def sweep(
-    space: Path = typer.Argument(..., help="Search-space YAML (run, space, search, scheduler, resources)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Sweep name (default: the YAML's name or file name)."),
-    storage: str = typer.Option("./results", "--storage", help="Results root, a local, shared or cloud path; the sweep goes to STORAGE/NAME."),
-    address: Optional[str] = ADDRESS,
-    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Optuna: trials; grid: repeats of the grid."),
-    max_concurrent: Optional[int] = MAX_CONCURRENT,
-    cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
-    gpus_per_trial: Optional[str] = GPUS_PER_TRIAL,
+    space: Path = typer.Argument(
+        ..., help="Search-space YAML (run, space, search, scheduler, resources)."
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Sweep name (default: the YAML's name or file name)."
+    ),
+    storage: str = typer.Option(
+        "./results",
+        "--storage",
+        help="Results root, a local, shared or cloud path; the sweep goes to STORAGE/NAME.",
+    ),
+    address: str | None = ADDRESS,
+    num_samples: int | None = typer.Option(
+        None, "--num-samples", help="Optuna: trials; grid: repeats of the grid."
+    ),
+    max_concurrent: int | None = MAX_CONCURRENT,
+    cpus_per_trial: float | None = CPUS_PER_TRIAL,
+    gpus_per_trial: str | None = GPUS_PER_TRIAL,
     set_: list[str] = SET_BASE,
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted sweep as stored, without re-running finished trials (no --set: start a new --name to change it)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the trial count and configurations; start nothing."),
-    verbose: bool = typer.Option(False, "--verbose", help="Ray's own output (trial tables, notices) instead of the one progress line."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue an interrupted sweep as stored, without re-running finished trials (no --set: start a new --name to change it).",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the trial count and configurations; start nothing."
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Ray's own output (trial tables, notices) instead of the one progress line.",
+    ),
 ) -> None:
     """Run a search space as a Ray Tune sweep: one federated run per trial, Optuna or a grid."""
     from robusttune.commands.sweep import sweep_command
 
-    status = sweep_command(space, name=name, storage=storage, address=address, num_samples=num_samples,
-                           max_concurrent=max_concurrent, cpus_per_trial=cpus_per_trial,
-                           gpus_per_trial=gpus_per_trial, assignments=set_, resume=resume,
-                           dry_run=dry_run, verbose=verbose, echo=typer.echo)
+    status = sweep_command(
+        space,
+        name=name,
+        storage=storage,
+        address=address,
+        num_samples=num_samples,
+        max_concurrent=max_concurrent,
+        cpus_per_trial=cpus_per_trial,
+        gpus_per_trial=gpus_per_trial,
+        assignments=set_,
+        resume=resume,
+        dry_run=dry_run,
+        verbose=verbose,
+        echo=typer.echo,
+    )
     if status:
         raise typer.Exit(status)
 
@@ -167,56 +231,105 @@ calibrate = app.command(name="calibrate")(bad_input_exits(takes_plugins(calibrat
 @bad_input_exits
 @takes_plugins
 def breakdown(
-    space: Path = typer.Argument(..., help="Breakdown YAML: run, space (grid axes = cells, drawn "
-                                 "axes = defence knobs tuned per point), breakdown."),
-    name: Optional[str] = typer.Option(None, "--name", help="Map name (default: the YAML's name or file name)."),
-    storage: str = typer.Option("results", "--storage", help="Results root, a local or shared folder; the map goes to STORAGE/NAME."),
+    space: Path = typer.Argument(
+        ...,
+        help="Breakdown YAML: run, space (grid axes = cells, drawn "
+        "axes = defence knobs tuned per point), breakdown.",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Map name (default: the YAML's name or file name)."
+    ),
+    storage: str = typer.Option(
+        "results",
+        "--storage",
+        help="Results root, a local or shared folder; the map goes to STORAGE/NAME.",
+    ),
     set_: list[str] = SET_BASE,
-    resume: bool = typer.Option(False, "--resume", help="Continue a killed map without re-running finished runs."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the cells, lattices and trial counts; start nothing."),
-    address: Optional[str] = ADDRESS,
-    cpus_per_trial: Optional[float] = CPUS_PER_TRIAL,
-    gpus_per_trial: Optional[str] = GPUS_PER_TRIAL,
-    max_concurrent: Optional[int] = MAX_CONCURRENT,
-    threshold: Optional[float] = typer.Option(None, "--threshold", help="Absolute accuracy a point must reach."),
-    relative_threshold: Optional[float] = typer.Option(None, "--relative-threshold",
-                                                       help="Fraction of the cell's clean accuracy (default 0.5)."),
-    budget: Optional[int] = typer.Option(None, "--budget", help="Optuna trials per lattice point for the drawn knobs."),
-    max_fraction: Optional[float] = typer.Option(None, "--max-fraction", help="Top of the lattice (default 0.5)."),
-    on_non_monotone: Optional[str] = typer.Option(None, "--on-non-monotone", help="flag | scan."),
-    verify_radius: Optional[int] = typer.Option(None, "--verify-radius",
-                                                help="Also evaluate b-R .. b+1+R around each boundary b (default 1)."),
-    start_from: Optional[str] = typer.Option(None, "--start-from",
-                                             help="An earlier map of the same cells (folder or breakdown.csv): each cell "
-                                                  "tries its answer b0 and b0+1 first (rounds and N may differ)."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue a killed map without re-running finished runs."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the cells, lattices and trial counts; start nothing."
+    ),
+    address: str | None = ADDRESS,
+    cpus_per_trial: float | None = CPUS_PER_TRIAL,
+    gpus_per_trial: str | None = GPUS_PER_TRIAL,
+    max_concurrent: int | None = MAX_CONCURRENT,
+    threshold: float | None = typer.Option(
+        None, "--threshold", help="Absolute accuracy a point must reach."
+    ),
+    relative_threshold: float | None = typer.Option(
+        None, "--relative-threshold", help="Fraction of the cell's clean accuracy (default 0.5)."
+    ),
+    budget: int | None = typer.Option(
+        None, "--budget", help="Optuna trials per lattice point for the drawn knobs."
+    ),
+    max_fraction: float | None = typer.Option(
+        None, "--max-fraction", help="Top of the lattice (default 0.5)."
+    ),
+    on_non_monotone: str | None = typer.Option(None, "--on-non-monotone", help="flag | scan."),
+    verify_radius: int | None = typer.Option(
+        None,
+        "--verify-radius",
+        help="Also evaluate b-R .. b+1+R around each boundary b (default 1).",
+    ),
+    start_from: str | None = typer.Option(
+        None,
+        "--start-from",
+        help="An earlier map of the same cells (folder or breakdown.csv): each cell "
+        "tries its answer b0 and b0+1 first (rounds and N may differ).",
+    ),
     local: bool = LOCAL,
-    verbose: bool = typer.Option(False, "--verbose", help="Ray Tune's own output, besides the progress line."),
-    out: Optional[Path] = typer.Option(None, "--out", hidden=True,
-                                       help="The results folder itself (--storage OUT's parent, --name its name)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Ray Tune's own output, besides the progress line."
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        hidden=True,
+        help="The results folder itself (--storage OUT's parent, --name its name).",
+    ),
 ) -> Any:
     """Largest surviving Byzantine fraction per cell, by parallel bisection over {0, 1/N, ...}.
 
     Writes breakdown.csv, breakdown_points.csv (the trials behind each number), breakdown.md and
     breakdown.png (aggregator x p heatmap, one panel per attack) under STORAGE/NAME, beside
     plan.yaml (the plan as run) and runs.jsonl (every finished run, what --resume keeps)."""
-    from robusttune.experiments.breakdown import write_breakdown
-    from robusttune.commands.breakdown import (EXIT_INTERRUPTED, command_line, dry_run_report,
-                                              map_folder, plan_starts, prepare_plan, run_map,
-                                              runner_flags)
-    from robusttune.experiments.breakdown.store import interrupted_lines
-    from robusttune.core.numerics import pin
+    from robusttune.commands.breakdown import (
+        EXIT_INTERRUPTED,
+        command_line,
+        dry_run_report,
+        map_folder,
+        plan_starts,
+        prepare_plan,
+        run_map,
+        runner_flags,
+    )
     from robusttune.commands.trial_runner import choose_runner, ray_or_nothing
+    from robusttune.core.numerics import pin
+    from robusttune.experiments.breakdown import write_breakdown
+    from robusttune.experiments.breakdown.store import interrupted_lines
 
     if out is not None:  # the older spelling: the folder itself
         if name is not None:
             raise SpecError("--out and --name exclude each other; allowed: --storage and --name")
         storage, name = str(out.parent), out.name
-    plan = prepare_plan(space, name=name, assignments=set_, cpus_per_trial=cpus_per_trial,
-                        gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent,
-                        threshold=threshold, relative_threshold=relative_threshold, budget=budget,
-                        max_fraction=max_fraction, on_non_monotone=on_non_monotone,
-                        verify_radius=verify_radius, start_from=start_from)
-    starts = plan_starts(plan)   # a bad start_from is one line before any folder is made
+    plan = prepare_plan(
+        space,
+        name=name,
+        assignments=set_,
+        cpus_per_trial=cpus_per_trial,
+        gpus_per_trial=gpus_per_trial,
+        max_concurrent=max_concurrent,
+        threshold=threshold,
+        relative_threshold=relative_threshold,
+        budget=budget,
+        max_fraction=max_fraction,
+        on_non_monotone=on_non_monotone,
+        verify_radius=verify_radius,
+        start_from=start_from,
+    )
+    starts = plan_starts(plan)  # a bad start_from is one line before any folder is made
     folder = map_folder(storage, plan.name)
     if not dry_run:
         from robusttune.core.schema import default_numerics
@@ -229,30 +342,55 @@ def breakdown(
         dry_run_report(plan, folder, starts=starts)
         return
     command = command_line(space, plan, storage, runner_flags(local, address))
-    runner = choose_runner(folder if local else folder / "trials", local, plan.resources,
-                            max_concurrent=plan.max_concurrent, notes=verbose,
-                            tune_verbose=1 if verbose else 0)  # the progress line replaces both
+    runner = choose_runner(
+        folder if local else folder / "trials",
+        local,
+        plan.resources,
+        max_concurrent=plan.max_concurrent,
+        notes=verbose,
+        tune_verbose=1 if verbose else 0,
+    )  # the progress line replaces both
     try:
-        result, stored = run_map(plan, folder, runner, resume=resume, local=local,
-                                 session=ray_or_nothing(local, address), starts=starts,
-                                 command=command)
+        result, stored = run_map(
+            plan,
+            folder,
+            runner,
+            resume=resume,
+            local=local,
+            session=ray_or_nothing(local, address),
+            starts=starts,
+            command=command,
+        )
     except KeyboardInterrupt:
         for line in interrupted_lines(folder, command):
             typer.echo(line, err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}", base=plan.base)
-    from robusttune.experiments.breakdown.report import breakdown_table
     from robusttune.display.terminal import print_table
+    from robusttune.experiments.breakdown.report import breakdown_table
 
     table = breakdown_table(result, plan.base)
-    shown = [c for c in table.columns if c in (*plan.cells[0].as_dict(), "breakdown", "broken_by",
-                                                "theory_fraction", "p_majority_run",
-                                                "clean_accuracy", "trials")]
+    shown = [
+        c
+        for c in table.columns
+        if c
+        in (
+            *plan.cells[0].as_dict(),
+            "breakdown",
+            "broken_by",
+            "theory_fraction",
+            "p_majority_run",
+            "clean_accuracy",
+            "trials",
+        )
+    ]
     print_table(table[shown], floatfmt=".3g")
     typer.echo(f"cost: {result.cost_line()}")
     if resume:
-        typer.echo(f"resumed: {stored.reused} runs kept from before ({folder / 'runs.jsonl'}), "
-                   f"{stored.ran} new")
+        typer.echo(
+            f"resumed: {stored.reused} runs kept from before ({folder / 'runs.jsonl'}), "
+            f"{stored.ran} new"
+        )
     typer.echo(f"report: {path}")
     return folder
 
@@ -261,9 +399,15 @@ def breakdown(
 @bad_input_exits
 @takes_plugins
 def report(
-    results_dir: Path = typer.Argument(..., help="A sweep, breakdown, tuning study or runs folder."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where report.md goes (default RESULTS_DIR/report)."),
-    runs: list[str] = typer.Option([], "--run", help="Run id (or unique part) to draw per round, repeatable."),
+    results_dir: Path = typer.Argument(
+        ..., help="A sweep, breakdown, tuning study or runs folder."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Where report.md goes (default RESULTS_DIR/report)."
+    ),
+    runs: list[str] = typer.Option(
+        [], "--run", help="Run id (or unique part) to draw per round, repeatable."
+    ),
     gain_from: int = typer.Option(10, "--gain-from", help="Table IV: from this round."),
     gain_to: int = typer.Option(25, "--gain-to", help="Table IV: to this round."),
 ) -> Any:
@@ -278,14 +422,21 @@ def report(
     load_plugins(stored_plugins(results_dir))
     if not 1 <= gain_from < gain_to:
         raise SpecError(f"--gain-from must be >= 1 and below --gain-to; got {gain_from}, {gain_to}")
-    path = write_report(results_dir, out=out, curve_runs=runs or None, gain_rounds=(gain_from, gain_to))
-    from robusttune.reports.results import attack_spread_table, load_runs
+    path = write_report(
+        results_dir, out=out, curve_runs=runs or None, gain_rounds=(gain_from, gain_to)
+    )
     from robusttune.display.terminal import print_table
+    from robusttune.reports.results import attack_spread_table, load_runs
 
-    print_table(attack_spread_table(load_runs(results_dir)).reset_index(), floatfmt=".1f",
-                title="final accuracy (%) by attack: mean ± sd over seeds")
+    print_table(
+        attack_spread_table(load_runs(results_dir)).reset_index(),
+        floatfmt=".1f",
+        title="final accuracy (%) by attack: mean ± sd over seeds",
+    )
     typer.echo(f"report: {path}")
     return path
+
+
 # ============================================================================ end of issue 6 ==
 
 
@@ -293,8 +444,9 @@ def report(
 @bad_input_exits
 @takes_plugins
 def list_entries(
-    concept: Optional[str] = typer.Argument(None, help="Only this concept: aggregator, attack, "
-                                            "method, algorithm, dataset or model."),
+    concept: str | None = typer.Argument(
+        None, help="Only this concept: aggregator, attack, method, algorithm, dataset or model."
+    ),
 ) -> None:
     """Every rule, attack, method, algorithm, dataset and model the tool can run: one line
     each, with the first line of its docstring and where it came from (built-in, or the plugin
@@ -308,17 +460,17 @@ def list_entries(
 
 # typer vendors click: its usage errors (BadParameter, NoSuchOption, MissingParameter, ...) share
 # the base class of the public typer.BadParameter
-UsageError = typer.BadParameter.__mro__[1]
+UsageError = cast("type[_ClickUsageError]", typer.BadParameter.__mro__[1])
 
 
-def _given_value(argv: list[str], param: Any) -> Optional[str]:
+def _given_value(argv: list[str], param: Any) -> str | None:
     """The command-line value a rejected option was given (``--budget abc`` -> "abc"), if any."""
     for flag in getattr(param, "opts", None) or ():
         for i, token in enumerate(argv):
             if token == flag and i + 1 < len(argv):
                 return argv[i + 1]
             if token.startswith(flag + "="):
-                return token[len(flag) + 1:]
+                return token[len(flag) + 1 :]
     return None
 
 
@@ -344,6 +496,7 @@ _register_horizon()
 
 def _readable_helps() -> None:
     for info in app.registered_commands:
+        assert info.callback is not None  # every command was registered with its function
         name = info.name or info.callback.__name__
         info.help = readable_help(inspect.getdoc(info.callback) or "", EXAMPLES.get(name, ()))
 
@@ -351,7 +504,7 @@ def _readable_helps() -> None:
 _readable_helps()
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """The console entry point: typer's own usage errors (``--budget abc``, an unknown option)
     become one line and exit status 2 like every other bad input, not a boxed usage panel."""
     if argv is None:
@@ -363,14 +516,16 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         status = app(args=argv, standalone_mode=False)
     except UsageError as error:
-        where = f"{error.ctx.command_path}: " if getattr(error, "ctx", None) else ""
+        ctx = error.ctx  # every UsageError has one (None where no command context)
+        where = f"{ctx.command_path}: " if ctx else ""
         message = " ".join(error.format_message().split())
-        if not message and getattr(error, "ctx", None):  # no_args_is_help: the help is the answer
-            typer.echo(error.ctx.get_help())
+        if not message and ctx:  # no_args_is_help: the help is the answer
+            typer.echo(ctx.get_help())
             sys.exit(EXIT_BAD_INPUT)
         given = _given_value(argv, getattr(error, "param", None))
-        typer.echo(f"error: {where}{message}{'' if given is None else f'; got {given!r}'}",
-                   err=True)
+        typer.echo(
+            f"error: {where}{message}{'' if given is None else f'; got {given!r}'}", err=True
+        )
         sys.exit(EXIT_BAD_INPUT)
     except typer.Abort:
         typer.echo("interrupted", err=True)

@@ -30,15 +30,29 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from robusttune.reports import axes
-from robusttune.display.markdown import markdown_table
 from robusttune.core.records import is_collapsed
+from robusttune.display.markdown import markdown_table
+from robusttune.reports import axes
 
-__all__ = ["majority_table", "majority_summary", "run_events", "majority_section", "Evaluation",
-           "first_majority_round", "evaluations"]
+__all__ = [
+    "Evaluation",
+    "evaluations",
+    "first_majority_round",
+    "majority_section",
+    "majority_summary",
+    "majority_table",
+    "run_events",
+]
 
-EVENT_COLUMNS = ("first_majority", "majority_rounds", "accuracy_before", "fell", "fell_lag",
-                 "collapsed_from", "collapse_lag")
+EVENT_COLUMNS = (
+    "first_majority",
+    "majority_rounds",
+    "accuracy_before",
+    "fell",
+    "fell_lag",
+    "collapsed_from",
+    "collapse_lag",
+)
 
 
 class Evaluation(NamedTuple):
@@ -67,11 +81,16 @@ def evaluations(rounds: pd.DataFrame, num_classes: int) -> list[Evaluation]:
     ``nonfinite_params``): a round with an accuracy, or whose parameters went non-finite (which
     is at chance whatever its accuracy)."""
     rows = rounds.sort_values("round")
-    nonfinite = (rows["nonfinite_params"].fillna(0) > 0 if "nonfinite_params" in rows
-                 else pd.Series(False, index=rows.index))
+    nonfinite = (
+        rows["nonfinite_params"].fillna(0) > 0
+        if "nonfinite_params" in rows
+        else pd.Series(False, index=rows.index)
+    )
     evaluated = rows[rows["accuracy"].notna() | nonfinite]
-    return [Evaluation(int(r), float(a), is_collapsed(float(a), num_classes, bool(n)))
-            for r, a, n in zip(evaluated["round"], evaluated["accuracy"], nonfinite[evaluated.index])]
+    return [
+        Evaluation(int(r), float(a), is_collapsed(float(a), num_classes, bool(n)))
+        for r, a, n in zip(evaluated["round"], evaluated["accuracy"], nonfinite[evaluated.index])
+    ]
 
 
 def run_events(rounds: pd.DataFrame, num_classes: int) -> dict[str, Any]:
@@ -98,12 +117,15 @@ def run_events(rounds: pd.DataFrame, num_classes: int) -> dict[str, Any]:
     def lag(event: int | None) -> Any:
         return event - first if event is not None and first is not None else pd.NA
 
-    return {"first_majority": pd.NA if first is None else first,
-            "majority_rounds": int(_majority(rounds).sum()),
-            "accuracy_before": before[-1] if before else math.nan,
-            "fell": pd.NA if fell is None else fell, "fell_lag": lag(fell),
-            "collapsed_from": pd.NA if collapsed_from is None else collapsed_from,
-            "collapse_lag": lag(collapsed_from)}
+    return {
+        "first_majority": pd.NA if first is None else first,
+        "majority_rounds": int(_majority(rounds).sum()),
+        "accuracy_before": before[-1] if before else math.nan,
+        "fell": pd.NA if fell is None else fell,
+        "fell_lag": lag(fell),
+        "collapsed_from": pd.NA if collapsed_from is None else collapsed_from,
+        "collapse_lag": lag(collapsed_from),
+    }
 
 
 def majority_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
@@ -122,16 +144,20 @@ def majority_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
         if part is None:
             continue
         classes = int(run["num_classes"]) if run.get("num_classes") else 10
-        row = {"run_id": run["run_id"], **{k: run[k] for k in index},
-               "seed": run.get("seed"), **run_events(part, classes),
-               "final_accuracy": float(run["final_accuracy"])}
+        row = {
+            "run_id": run["run_id"],
+            **{k: run[k] for k in index},
+            "seed": run.get("seed"),
+            **run_events(part, classes),
+            "final_accuracy": float(run["final_accuracy"]),
+        }
         rows.append(row)
     table = pd.DataFrame(rows)
     if table.empty:
         return pd.DataFrame(columns=columns)
     for column in ("first_majority", "fell", "fell_lag", "collapsed_from", "collapse_lag"):
         table[column] = table[column].astype("Int64")
-    return table.sort_values(index + ["seed", "run_id"], kind="stable").reset_index(drop=True)
+    return table.sort_values([*index, "seed", "run_id"], kind="stable").reset_index(drop=True)
 
 
 def majority_summary(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -148,16 +174,25 @@ def majority_summary(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         fell = hit[hit["fell"].notna()]
         collapsed = hit[hit["collapse_lag"].fillna(-1) >= 0]
         n = len(hit)
-        return pd.Series({
-            "runs": len(group), "with_majority": n,
-            "first_majority": _median(hit["first_majority"]),
-            "fell": len(fell), "fell_share": len(fell) / n if n else math.nan,
-            "fell_lag": _median(fell["fell_lag"]),
-            "collapsed": len(collapsed), "collapsed_share": len(collapsed) / n if n else math.nan,
-            "collapse_lag": _median(collapsed["collapse_lag"]),
-            "accuracy": 100 * group["final_accuracy"].mean()})
+        return pd.Series(
+            {
+                "runs": len(group),
+                "with_majority": n,
+                "first_majority": _median(hit["first_majority"]),
+                "fell": len(fell),
+                "fell_share": len(fell) / n if n else math.nan,
+                "fell_lag": _median(fell["fell_lag"]),
+                "collapsed": len(collapsed),
+                "collapsed_share": len(collapsed) / n if n else math.nan,
+                "collapse_lag": _median(collapsed["collapse_lag"]),
+                "accuracy": 100 * group["final_accuracy"].mean(),
+            }
+        )
 
-    return table.groupby(by, sort=True)[list(table.columns)].apply(summary)
+    summaries = table.groupby(by, sort=True)[list(table.columns)].apply(summary)
+    # every group's summary is a Series with the same index: pandas stacks them into a DataFrame
+    assert isinstance(summaries, pd.DataFrame)
+    return summaries
 
 
 def _median(values: pd.Series) -> float:
@@ -189,14 +224,23 @@ def majority_section(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path) ->
     summary = majority_summary(table, by)
     table.to_csv(out_dir / "majority_runs.csv", index=False)
     summary.to_csv(out_dir / "majority_summary.csv")
-    return ["## Byzantine-majority rounds and collapses", "",
-            "Per run: the first round whose sample had a Byzantine majority (2 b >= |S|, b >= 1), "
-            "the accuracy (%) just before it, the first evaluated round at or after it at which "
-            "the run had fallen to chance (<= chance + 0.5 points, or non-finite, after being "
-            "above it), and the round from which it stayed there to the end (collapsed). Lags "
-            "count rounds after the first majority round; `never` is never.", "",
-            "### Summary over attacks and seeds", "",
-            "Shares are of the runs with a majority round; lags are medians.", "",
-            markdown_table(summary, floatfmt=".3g"), "",
-            "### Every run", "",
-            markdown_table(_shown(table), floatfmt=".1f", index=False), ""]
+    return [
+        "## Byzantine-majority rounds and collapses",
+        "",
+        "Per run: the first round whose sample had a Byzantine majority (2 b >= |S|, b >= 1), "
+        "the accuracy (%) just before it, the first evaluated round at or after it at which "
+        "the run had fallen to chance (<= chance + 0.5 points, or non-finite, after being "
+        "above it), and the round from which it stayed there to the end (collapsed). Lags "
+        "count rounds after the first majority round; `never` is never.",
+        "",
+        "### Summary over attacks and seeds",
+        "",
+        "Shares are of the runs with a majority round; lags are medians.",
+        "",
+        markdown_table(summary, floatfmt=".3g"),
+        "",
+        "### Every run",
+        "",
+        markdown_table(_shown(table), floatfmt=".1f", index=False),
+        "",
+    ]

@@ -18,31 +18,55 @@ here). `report` writes report.md with these tables, their CSVs and PNG figures (
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, cast
 
 import pandas as pd
 
-from robusttune.reports import axes
-from robusttune.display.plots import threat_label
-from robusttune.core.registry import SpecError
-from robusttune.reports.aggregation import figure_two_section
-from robusttune.display.markdown import markdown_table
-from robusttune.reports.spread import spread_section
 from robusttune.core.csv_input import read_table
+from robusttune.core.registry import SpecError
+from robusttune.display.markdown import markdown_table
+from robusttune.display.plots import threat_label
+from robusttune.reports import axes
+from robusttune.reports.aggregation import figure_two_section
+
 # re-exported: callers read them here
 from robusttune.reports.runs import SUMMARY_KEYS, load_rounds, load_runs
+from robusttune.reports.spread import spread_section
 from robusttune.reports.tuning import tuning_section
 
 __all__ = [
-    "load_runs", "load_rounds", "accuracy_table", "collapse_table", "gain_table", "round_value",
-    "markdown_table", "report", "SUMMARY_KEYS", "METHOD_ORDER", "attack_table",
+    "METHOD_ORDER",
+    "SUMMARY_KEYS",
+    "accuracy_table",
+    "attack_table",
+    "collapse_table",
+    "gain_table",
+    "load_rounds",
+    "load_runs",
+    "markdown_table",
+    "report",
+    "round_value",
 ]
 
 # The paper's column order; other methods follow alphabetically.
-METHOD_ORDER = ("fedavg", "median", "krum", "bulyan", "fltrust", "swb", "swb_dm",
-                "delayed_momentum", "demoa", "fedsgd", "fedavgm", "fedcm", "fedcm_xu",
-                "byz_vr_marina_pp")
+METHOD_ORDER = (
+    "fedavg",
+    "median",
+    "krum",
+    "bulyan",
+    "fltrust",
+    "swb",
+    "swb_dm",
+    "delayed_momentum",
+    "demoa",
+    "fedsgd",
+    "fedavgm",
+    "fedcm",
+    "fedcm_xu",
+    "byz_vr_marina_pp",
+)
 
 
 def _sort_methods(frame: pd.DataFrame) -> pd.DataFrame:
@@ -55,8 +79,10 @@ def _sort_methods(frame: pd.DataFrame) -> pd.DataFrame:
 
     def key(entry: Any) -> tuple:
         entry = entry if isinstance(entry, tuple) else (entry,)
-        return tuple((order.get(v, len(order)), str(v)) if n == "method" else (0, str(v))
-                     for n, v in zip(names, entry))
+        return tuple(
+            (order.get(v, len(order)), str(v)) if n == "method" else (0, str(v))
+            for n, v in zip(names, entry)
+        )
 
     return frame.loc[sorted(frame.index, key=key)]
 
@@ -71,10 +97,13 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     (participation, byzantine_fraction) (columns), over every attack and seed in the folder."""
     if runs.empty:
         return pd.DataFrame()
-    index = _by_dataset(runs) + ["method"]
-    table = (runs.assign(accuracy=100 * runs["final_accuracy"])
-             .pivot_table(index=index, columns=["participation", "byzantine_fraction"],
-                          values="accuracy", aggfunc="mean"))
+    index = [*_by_dataset(runs), "method"]
+    table = runs.assign(accuracy=100 * runs["final_accuracy"]).pivot_table(
+        index=index,
+        columns=["participation", "byzantine_fraction"],
+        values="accuracy",
+        aggfunc="mean",
+    )
     # the paper's layout: p = 0.5 block before p = 0.1, beta ascending inside each block
     table = table[sorted(table.columns, key=lambda c: (-float(c[0]), float(c[1])))]
     return _sort_methods(table)
@@ -88,8 +117,9 @@ def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame()
     labelled = axes.labelled(runs).assign(accuracy=100 * runs["final_accuracy"])
-    table = labelled.pivot_table(index=axes.row_axes(runs), columns="threat", values="accuracy",
-                                 aggfunc="mean")
+    table = labelled.pivot_table(
+        index=axes.row_axes(runs), columns="threat", values="accuracy", aggfunc="mean"
+    )
     attacked = [c for c in table.columns if c != "none"]
     table = table[(["none"] if "none" in table.columns else []) + sorted(attacked)]
     if attacked:
@@ -105,14 +135,24 @@ def attack_spread_table(runs: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     labelled = axes.labelled(runs).assign(accuracy=100 * runs["final_accuracy"])
-    spread, seeds = (labelled.pivot_table(index=axes.row_axes(runs), columns="threat",
-                                          values="accuracy", aggfunc=how, dropna=False)
-                     for how in ("std", "size"))
+    spread, seeds = (
+        labelled.pivot_table(
+            index=axes.row_axes(runs),
+            columns="threat",
+            values="accuracy",
+            aggfunc=how,
+            dropna=False,
+        )
+        for how in ("std", "size")
+    )
     attacked = [c for c in table.columns if c != "worst"]
     text = pd.DataFrame(index=table.index, columns=table.columns, dtype=object)
     for row in table.index:
         for column in attacked:
-            mean, sd = table.at[row, column], spread.at[row, column]
+            # both tables hold float means (pivot_table of a float column); pandas-stubs types a
+            # cell as any scalar
+            mean = cast(float, table.at[row, column])
+            sd = cast(float, spread.at[row, column])
             several = seeds.at[row, column] > 1
             text.at[row, column] = f"{mean:.1f} ± {sd:.1f}" if several else f"{mean:.1f}"
         under_attack = table.loc[row, [c for c in attacked if c != "none"]]
@@ -125,7 +165,7 @@ def collapse_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Table II: per method, ``collapsed`` runs out of ``runs``."""
     if runs.empty:
         return pd.DataFrame(columns=["collapsed", "runs"])
-    index = _by_dataset(runs) + ["method"]
+    index = [*_by_dataset(runs), "method"]
     table = runs.groupby(index).agg(collapsed=("collapsed", "sum"), runs=("collapsed", "size"))
     table["collapsed"] = table["collapsed"].astype(int)
     return _sort_methods(table)
@@ -141,7 +181,9 @@ def round_value(rounds: pd.DataFrame, run_id: str, at: int, column: str = "accur
     return float(known.sort_values("round")[column].iloc[-1]) if len(known) else math.nan
 
 
-def gain_table(runs: pd.DataFrame, rounds: pd.DataFrame, start: int = 10, end: int = 25) -> pd.DataFrame:
+def gain_table(
+    runs: pd.DataFrame, rounds: pd.DataFrame, start: int = 10, end: int = 25
+) -> pd.DataFrame:
     """Table IV: mean accuracy gain in points, acc(round ``end``) - acc(round ``start``), per
     method (rows) and dataset (columns), over runs that reached round ``end``."""
     gains = []
@@ -151,7 +193,9 @@ def gain_table(runs: pd.DataFrame, rounds: pd.DataFrame, start: int = 10, end: i
             gains.append({"method": method, "dataset": dataset, "gain": 100 * (after - before)})
     if not gains:
         return pd.DataFrame()
-    table = pd.DataFrame(gains).pivot_table(index="method", columns="dataset", values="gain", aggfunc="mean")
+    table = pd.DataFrame(gains).pivot_table(
+        index="method", columns="dataset", values="gain", aggfunc="mean"
+    )
     table.columns = [f"{c} gain" for c in table.columns]
     return _sort_methods(table)
 
@@ -164,8 +208,11 @@ def default_curve_runs(runs: pd.DataFrame, limit: int = 8) -> list[str]:
         return []
     attacked = runs[runs["byzantine_fraction"] > 0] if "byzantine_fraction" in runs else runs
     pool = attacked if len(attacked) else runs
-    chosen = (pool.sort_values("final_accuracy", na_position="first")
-              .groupby("method", sort=False).head(1))
+    chosen = (
+        pool.sort_values("final_accuracy", na_position="first")
+        .groupby("method", sort=False)
+        .head(1)
+    )
     return list(_sort_methods(chosen.set_index("method")).head(limit)["run_id"])
 
 
@@ -176,10 +223,12 @@ def curve_groups(runs: pd.DataFrame) -> list[tuple[str, list[str]]]:
     Returns (title, run ids) pairs; the clean runs make a figure of their own."""
     if runs.empty:
         return []
-    strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
+    strength = (
+        runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
+    )
     labelled = runs.assign(threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
     groups = []
-    for threat in ["none"] + sorted(t for t in labelled["threat"].unique() if t != "none"):
+    for threat in ["none", *sorted(t for t in labelled["threat"].unique() if t != "none")]:
         rows = labelled[labelled["threat"] == threat]
         if rows.empty:
             continue
@@ -196,7 +245,9 @@ def curve_groups(runs: pd.DataFrame) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def gain_rounds_for(rounds: pd.DataFrame, runs: pd.DataFrame, start: int, end: int) -> tuple[int, int]:
+def gain_rounds_for(
+    rounds: pd.DataFrame, runs: pd.DataFrame, start: int, end: int
+) -> tuple[int, int]:
     """The rounds Table IV compares: the requested (start, end) when every run reached ``end``;
     otherwise ``end`` becomes the last round every run has and ``start`` its half (at least 1),
     so short runs still get their warm-up gain (report.md says which rounds)."""
@@ -208,16 +259,20 @@ def gain_rounds_for(rounds: pd.DataFrame, runs: pd.DataFrame, start: int, end: i
     return max(1, min(start, reached // 2)), reached
 
 
-def report(results_dir: str | Path, out: str | Path | None = None,
-           curve_runs: Sequence[str] | None = None, gain_rounds: tuple[int, int] = (10, 25)) -> Path:
+def report(
+    results_dir: str | Path,
+    out: str | Path | None = None,
+    curve_runs: Sequence[str] | None = None,
+    gain_rounds: tuple[int, int] = (10, 25),
+) -> Path:
     """Write ``report.md`` (Tables I, II, IV in markdown, figures) with ``runs.csv``,
     ``table1_accuracy.csv``, ``table2_collapses.csv``, ``table4_gain.csv`` (and Figure 2's
     ``aggregation_error*.csv`` when the runs recorded it, a tuning study's front and
     ``tuning_front.csv`` when the folder holds one, `robusttune.reports.tuning`) and PNGs beside it, in
     ``out`` (default ``RESULTS_DIR/report``). ``curve_runs`` picks the runs drawn per round (run
     ids or unique substrings of them); default `default_curve_runs`. Returns report.md's path."""
-    from robusttune.reports import majority
     from robusttune.display import plots
+    from robusttune.reports import majority
 
     root = Path(results_dir)
     if not root.is_dir():
@@ -225,8 +280,10 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     runs = load_runs(root)
     if runs.empty:
         # an empty folder, or a sweep whose trials all errored (they leave no summary.json)
-        raise SpecError(f"results folder {str(root)!r} holds no finished run (no summary.json "
-                        f"below it); allowed: a sweep, breakdown, tuning or runs folder with finished runs")
+        raise SpecError(
+            f"results folder {str(root)!r} holds no finished run (no summary.json "
+            f"below it); allowed: a sweep, breakdown, tuning or runs folder with finished runs"
+        )
     runs, repeats = axes.distinct_runs(runs)
     runs = axes.ablation_labelled(runs)
     out_dir = Path(out) if out is not None else root / "report"
@@ -238,87 +295,160 @@ def report(results_dir: str | Path, out: str | Path | None = None,
     by_attack.to_csv(out_dir / "accuracy_by_attack.csv")
     start, end = gain_rounds_for(rounds, runs, *gain_rounds)
     table4 = gain_table(runs, rounds, start, end) if len(runs) and start < end else pd.DataFrame()
-    for name, table in (("table1_accuracy", table1), ("table2_collapses", table2), ("table4_gain", table4)):
+    for name, table in (
+        ("table1_accuracy", table1),
+        ("table2_collapses", table2),
+        ("table4_gain", table4),
+    ):
         table.to_csv(out_dir / f"{name}.csv")
 
     spread = seed_spread_section(runs, out_dir)
     by_majority = majority.majority_section(runs, rounds, out_dir)
     by_input_spread = spread_section(runs, out_dir)
-    extra = (["accuracy_by_seed.csv"] if spread else []) + \
-        (["majority_summary.csv", "majority_runs.csv"] if by_majority else []) + \
-        (["honest_input_spread.csv"] if by_input_spread else [])
+    extra = (
+        (["accuracy_by_seed.csv"] if spread else [])
+        + (["majority_summary.csv", "majority_runs.csv"] if by_majority else [])
+        + (["honest_input_spread.csv"] if by_input_spread else [])
+    )
     chosen = _resolve_runs(runs, curve_runs) if curve_runs else default_curve_runs(runs)
-    lines = [f"# Results: {root.resolve().name}", "",
-             f"{len(runs)} runs from `{root}`"
-             + (f"; datasets: {', '.join(map(str, sorted(runs['dataset'].unique())))}; methods: "
-                f"{', '.join(map(str, runs['method'].unique()))}." if len(runs) else ".")
-             + (f" {repeats} more run(s) repeated a configuration already counted (same resolved "
-                f"RunSpec, seed included) and are left out." if repeats else ""), "",
-             "## Accuracy (%) by attack", "",
-             "Mean final accuracy per method under each attack (at its strength, when set) and "
-             "the worst of them: where each rule breaks.", "",
-             markdown_table(by_attack), "",
-             *spread, *by_majority, *by_input_spread,
-             "## Table I: mean final accuracy (%) by Byzantine fraction β and participation p", "",
-             "Averaged over every attack condition and seed in the folder.", "",
-             markdown_table(table1), "",
-             "## Table II: collapsed runs (final accuracy <= chance + 0.5 points, or non-finite)", "",
-             markdown_table(table2), "",
-             f"## Table IV: mean accuracy gain (points) from round {start} to round {end}", ""]
+    lines = [
+        f"# Results: {root.resolve().name}",
+        "",
+        f"{len(runs)} runs from `{root}`"
+        + (
+            f"; datasets: {', '.join(map(str, sorted(runs['dataset'].unique())))}; methods: "
+            f"{', '.join(map(str, runs['method'].unique()))}."
+            if len(runs)
+            else "."
+        )
+        + (
+            f" {repeats} more run(s) repeated a configuration already counted (same resolved "
+            f"RunSpec, seed included) and are left out."
+            if repeats
+            else ""
+        ),
+        "",
+        "## Accuracy (%) by attack",
+        "",
+        "Mean final accuracy per method under each attack (at its strength, when set) and "
+        "the worst of them: where each rule breaks.",
+        "",
+        markdown_table(by_attack),
+        "",
+        *spread,
+        *by_majority,
+        *by_input_spread,
+        "## Table I: mean final accuracy (%) by Byzantine fraction β and participation p",
+        "",
+        "Averaged over every attack condition and seed in the folder.",
+        "",
+        markdown_table(table1),
+        "",
+        "## Table II: collapsed runs (final accuracy <= chance + 0.5 points, or non-finite)",
+        "",
+        markdown_table(table2),
+        "",
+        f"## Table IV: mean accuracy gain (points) from round {start} to round {end}",
+        "",
+    ]
     if (start, end) != tuple(gain_rounds):
-        lines += [f"The runs are shorter than round {gain_rounds[1]}: the gain is taken from round "
-                  f"{start} to round {end}, the last round every run has.", ""]
-    lines += [markdown_table(table4) if not table4.empty else
-              f"_(no gain to compute: the runs have {end} round(s))_", ""]
+        lines += [
+            f"The runs are shorter than round {gain_rounds[1]}: the gain is taken from round "
+            f"{start} to round {end}, the last round every run has.",
+            "",
+        ]
+    lines += [
+        markdown_table(table4)
+        if not table4.empty
+        else f"_(no gain to compute: the runs have {end} round(s))_",
+        "",
+    ]
     lines += ["## Per-round accuracy and parameter norm", ""]
     if curve_runs:
         groups = [("chosen runs", _resolve_runs(runs, curve_runs))]
     else:
-        lines += ["One figure per attack (at its strength and largest β, one run per method, the "
-                  "first seed), so the lines of a figure differ in the method alone.", ""]
+        lines += [
+            "One figure per attack (at its strength and largest β, one run per method, the "
+            "first seed), so the lines of a figure differ in the method alone.",
+            "",
+        ]
         groups = curve_groups(runs)
     for index, (title, chosen) in enumerate(groups):
         name = "curves.png" if curve_runs else f"curves_{index:02d}.png"
         figure = plots.round_curves(rounds, runs, chosen, out_dir / name, title=title)
         if figure is not None:
-            lines += [f"### {title}", "", "Runs: " + ", ".join(f"`{r}`" for r in chosen), "",
-                      f"![{title}]({figure.name})", ""]
+            lines += [
+                f"### {title}",
+                "",
+                "Runs: " + ", ".join(f"`{r}`" for r in chosen),
+                "",
+                f"![{title}]({figure.name})",
+                "",
+            ]
     figure_two = figure_two_section(runs, rounds, out_dir)
     lines += figure_two
     extra += ["aggregation_error.csv", "aggregation_error_fit.csv"] if figure_two else []
-    figure, skipped = plots.classification_error_vs_corruption(runs, out_dir / "test_error_vs_corruption.png")
+    figure, skipped = plots.classification_error_vs_corruption(
+        runs, out_dir / "test_error_vs_corruption.png"
+    )
     if figure is not None:
-        lines += ["## Test error against corruption", "",
-                  "Mean test error (1 - final accuracy) per method against β, one panel per attack "
-                  "present (at its strength); dashed: E(β) = E0 + C sqrt(β) fitted to SWB when "
-                  "present, else to the first method, where its curve has at least three points "
-                  "(the paper's Eq. 1 shape, drawn here for accuracy; the paper's Figure 2, the "
-                  "aggregation error, is above when the runs recorded it).", "",
-                  f"![test error against corruption]({figure.name})", ""]
+        lines += [
+            "## Test error against corruption",
+            "",
+            "Mean test error (1 - final accuracy) per method against β, one panel per attack "
+            "present (at its strength); dashed: E(β) = E0 + C sqrt(β) fitted to SWB when "
+            "present, else to the first method, where its curve has at least three points "
+            "(the paper's Eq. 1 shape, drawn here for accuracy; the paper's Figure 2, the "
+            "aggregation error, is above when the runs recorded it).",
+            "",
+            f"![test error against corruption]({figure.name})",
+            "",
+        ]
         for attack, reason in skipped.items():
             lines += [f"- no panel for {attack}: {reason}"]
         if skipped:
             lines.append("")
     breakdown_csv = next(iter(sorted(root.rglob("breakdown.csv"))), None)
-    table = None if breakdown_csv is None else read_table(
-        breakdown_csv, required=("status", "breakdown_fraction", "lattice_points", "clients"),
-        numeric=("breakdown_fraction", "breakdown_min", "breakdown_max", "lattice_points",
-                 "clients"))
+    table = (
+        None
+        if breakdown_csv is None
+        else read_table(
+            breakdown_csv,
+            required=("status", "breakdown_fraction", "lattice_points", "clients"),
+            numeric=(
+                "breakdown_fraction",
+                "breakdown_min",
+                "breakdown_max",
+                "lattice_points",
+                "clients",
+            ),
+        )
+    )
     if table is not None:
         figure = plots.breakdown_heatmap(table, out_dir / "breakdown.png")
         shown = [c for c in table.columns if c not in ("evaluated", "violations", "threshold")]
-        lines += ["## Breakdown map", "", markdown_table(table[shown], floatfmt=".3g", index=False), ""]
+        lines += [
+            "## Breakdown map",
+            "",
+            markdown_table(table[shown], floatfmt=".3g", index=False),
+            "",
+        ]
         if figure is not None:
             lines += [f"![breakdown]({figure.name})", ""]
     tuning = tuning_section(root, out_dir)
     lines += tuning
     extra += [f.name for f in sorted(out_dir.glob("tuning_front*.csv"))] if tuning else []
-    lines += ["CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
-              "table2_collapses.csv, table4_gain.csv" + "".join(f", {n}" for n in extra) + ".", ""]
+    lines += [
+        "CSV files beside this report: runs.csv, accuracy_by_attack.csv, table1_accuracy.csv, "
+        "table2_collapses.csv, table4_gain.csv" + "".join(f", {n}" for n in extra) + ".",
+        "",
+    ]
     path = out_dir / "report.md"
     text = "\n".join(lines)
     path.write_text(text)
-    (out_dir / "report.html").write_text(report_html(text, out_dir, title=f"Results: {root.resolve().name}"))
+    (out_dir / "report.html").write_text(
+        report_html(text, out_dir, title=f"Results: {root.resolve().name}")
+    )
     return path
 
 
@@ -329,9 +459,15 @@ def seed_spread_section(runs: pd.DataFrame, out_dir: Path) -> list[str]:
     if table.empty or table["runs"].max() < 2:
         return []
     table.to_csv(out_dir / "accuracy_by_seed.csv")
-    return ["## Final accuracy (%) per cell over its seeds", "",
-            "Every cell of the axes that vary: mean, sample standard deviation, range and "
-            "collapsed runs over its seeds.", "", markdown_table(table, floatfmt=".1f"), ""]
+    return [
+        "## Final accuracy (%) per cell over its seeds",
+        "",
+        "Every cell of the axes that vary: mean, sample standard deviation, range and "
+        "collapsed runs over its seeds.",
+        "",
+        markdown_table(table, floatfmt=".1f"),
+        "",
+    ]
 
 
 def report_html(markdown_text: str, folder: Path, title: str) -> str:
@@ -349,8 +485,9 @@ def report_html(markdown_text: str, folder: Path, title: str) -> str:
         data = base64.b64encode((folder / name).read_bytes()).decode()
         return f"![{alt}](data:image/png;base64,{data})"
 
-    body = markdown.markdown(re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", embed, markdown_text),
-                             extensions=["tables"])
+    body = markdown.markdown(
+        re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", embed, markdown_text), extensions=["tables"]
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -381,6 +518,8 @@ def _resolve_runs(runs: pd.DataFrame, wanted: Sequence[str]) -> list[str]:
             continue
         matches = [i for i in ids if name in i]
         if len(matches) != 1:
-            raise SpecError(f"run {name!r} matches {len(matches)} runs; give a run id from runs.csv")
+            raise SpecError(
+                f"run {name!r} matches {len(matches)} runs; give a run id from runs.csv"
+            )
         chosen.append(matches[0])
     return chosen

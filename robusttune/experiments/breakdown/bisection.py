@@ -32,22 +32,49 @@ to `Outcome` (or plain survival booleans); `robusttune.experiments.breakdown.eva
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from robusttune.core.records import survives
 from robusttune.core.registry import SpecError
+
 # the lattice's points and what runs make of them, re-exported: this module's callers read them
 # from here (`robusttune.experiments.breakdown.points`)
-from robusttune.experiments.breakdown.points import (DEFAULT_CLEAN_MARGIN, EPS, NO_ANSWER,
-                                                     STATUSES, Cell, Evaluator, Outcome, Point,
-                                                     Verdict, learned, lattice_top, survival_bar)
+from robusttune.experiments.breakdown.points import (
+    DEFAULT_CLEAN_MARGIN,
+    EPS,
+    NO_ANSWER,
+    STATUSES,
+    Cell,
+    Evaluator,
+    Outcome,
+    Point,
+    Verdict,
+    lattice_top,
+    learned,
+    survival_bar,
+)
 
 __all__ = [
-    "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown", "lattice_top",
-    "Verdict", "Evaluator", "survival_bar", "bisect_concurrently", "learned", "NO_ANSWER",
-    "DEFAULT_CLEAN_MARGIN", "EPS", "STATUSES",
+    "DEFAULT_CLEAN_MARGIN",
+    "EPS",
+    "NO_ANSWER",
+    "STATUSES",
+    "BreakdownMap",
+    "Cell",
+    "CellResult",
+    "Evaluator",
+    "Outcome",
+    "Point",
+    "Verdict",
+    "bisect_breakdown",
+    "bisect_concurrently",
+    "lattice_top",
+    "learned",
+    "survival_bar",
 ]
+
 
 # -- one cell's bisection --------------------------------------------------------------------
 @dataclass
@@ -67,9 +94,9 @@ class CellResult:
     status: str = "pending"
     violations: list[int] = field(default_factory=list)
     scan: bool = False
-    radius: int = 1               # verification: evaluate b - radius .. b + 1 + radius
-    start: int | None = None      # an earlier answer b0: the first wave tries b0 and b0 + 1
-    clean_margin: float = 0.0     # the clean run must beat chance by this much (`learned`)
+    radius: int = 1  # verification: evaluate b - radius .. b + 1 + radius
+    start: int | None = None  # an earlier answer b0: the first wave tries b0 and b0 + 1
+    clean_margin: float = 0.0  # the clean run must beat chance by this much (`learned`)
     # search outward from ``start`` (`_gallop_probe`) instead of bisecting, and verify no more
     # than that search evaluates: a later seed's replicate, started from the first seed's answer,
     # whose neighbourhood that seed verified (`robusttune.experiments.breakdown.replicates`)
@@ -80,7 +107,7 @@ class CellResult:
     _bracketed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.hi = self.k_max + 1      # a virtual failure just above the lattice
+        self.hi = self.k_max + 1  # a virtual failure just above the lattice
 
     # survival ------------------------------------------------------------------------------
     @property
@@ -97,8 +124,9 @@ class CellResult:
     @property
     def bar(self) -> float:
         """The accuracy a point must reach (`survival_bar`)."""
-        return survival_bar(self.threshold, self.relative_threshold, self.clean_accuracy,
-                            self.chance)
+        return survival_bar(
+            self.threshold, self.relative_threshold, self.clean_accuracy, self.chance
+        )
 
     def survived(self, k: int) -> bool:
         verdict = self.outcomes[k]
@@ -123,8 +151,9 @@ class CellResult:
             self.status = "fails_clean"
             return []
         clean = self.outcomes[0]
-        if isinstance(clean, Outcome) and not learned(clean.accuracy, clean.chance,
-                                                      self.clean_margin):
+        if isinstance(clean, Outcome) and not learned(
+            clean.accuracy, clean.chance, self.clean_margin
+        ):
             self.status = "clean_at_chance"
             return []
         if self.galloping:
@@ -213,8 +242,11 @@ class CellResult:
 
     def _finish(self) -> None:
         b = self.lo
-        self.violations = sorted(k for k in self.outcomes
-                                 if (k <= b and not self.survived(k)) or (k > b and self.survived(k)))
+        self.violations = sorted(
+            k
+            for k in self.outcomes
+            if (k <= b and not self.survived(k)) or (k > b and self.survived(k))
+        )
         if self.violations:
             self.status = "non_monotone"
         elif b == self.k_max:
@@ -264,26 +296,37 @@ class CellResult:
         attacked = [n for k, n in full.items() if k > 0]
         clean = full.get(0, attacked[0] if attacked else 1)
         per_point = sum(attacked) / len(attacked) if attacked else clean
-        return int(round(clean + self.k_max * per_point))
+        return round(clean + self.k_max * per_point)
 
     def row(self) -> dict[str, Any]:
         N = self.cell.clients
-        frac = (lambda k: None if k is None else k / N)
+
+        def frac(k: int | None) -> float | None:
+            return None if k is None else k / N
+
+        clean = self.outcomes.get(0)
         return {
-            **self.cell.as_dict(), "clients": N,
-            "breakdown_fraction": frac(self.breakdown), "breakdown_byzantine": self.breakdown,
-            "status": self.status, "monotone": self.status != "non_monotone",
+            **self.cell.as_dict(),
+            "clients": N,
+            "breakdown_fraction": frac(self.breakdown),
+            "breakdown_byzantine": self.breakdown,
+            "status": self.status,
+            "monotone": self.status != "non_monotone",
             "conservative_fraction": frac(self.conservative),
             "largest_surviving_fraction": frac(self.largest_survivor),
-            "clean_accuracy": self.clean_accuracy, "chance": self.chance,
-            "clean_test_accuracy": (self.outcomes[0].test_accuracy
-                                    if isinstance(self.outcomes.get(0), Outcome) else math.nan),
+            "clean_accuracy": self.clean_accuracy,
+            "chance": self.chance,
+            "clean_test_accuracy": (
+                clean.test_accuracy if isinstance(clean, Outcome) else math.nan
+            ),
             "threshold": self.bar if 0 in self.outcomes else None,
-            "points_evaluated": len(self.outcomes), "lattice_points": self.k_max + 1,
+            "points_evaluated": len(self.outcomes),
+            "lattice_points": self.k_max + 1,
             "trials": self.trials,
             "broken_by": self.broken_by,
-            "evaluated": " ".join(f"{k}{'+' if self.survived(k) else '-'}"
-                                  for k in sorted(self.outcomes)),
+            "evaluated": " ".join(
+                f"{k}{'+' if self.survived(k) else '-'}" for k in sorted(self.outcomes)
+            ),
             "violations": " ".join(str(k) for k in self.violations),
         }
 
@@ -320,9 +363,11 @@ class BreakdownMap:
         return self.trials_used / self.grid_trials if self.grid_trials else 0.0
 
     def cost_line(self) -> str:
-        return (f"{self.trials_used} trials ({self.points_used} lattice points in {self.waves} "
-                f"waves) against {self.grid_trials} for the full lattice grid "
-                f"({self.grid_points} points): {100 * self.trial_ratio:.0f}%")
+        return (
+            f"{self.trials_used} trials ({self.points_used} lattice points in {self.waves} "
+            f"waves) against {self.grid_trials} for the full lattice grid "
+            f"({self.grid_points} points): {100 * self.trial_ratio:.0f}%"
+        )
 
     def to_frame(self) -> Any:
         import pandas as pd
@@ -342,12 +387,21 @@ class BreakdownMap:
             for k in sorted(c.outcomes):
                 v = c.outcomes[k]
                 outcome = v if isinstance(v, Outcome) else Outcome(math.nan, not v, 1)
-                rows.append({**c.cell.as_dict(), "clients": c.cell.clients, "byzantine": k,
-                             "byzantine_fraction": k / c.cell.clients, "survived": c.survived(k),
-                             "accuracy": outcome.accuracy, "test_accuracy": outcome.test_accuracy,
-                             "collapsed": outcome.collapsed, "trials": outcome.trials,
-                             "adversary": " ".join(f"{a}={b}" for a, b in outcome.breaker),
-                             "detail": " ".join(map(str, outcome.detail))})
+                rows.append(
+                    {
+                        **c.cell.as_dict(),
+                        "clients": c.cell.clients,
+                        "byzantine": k,
+                        "byzantine_fraction": k / c.cell.clients,
+                        "survived": c.survived(k),
+                        "accuracy": outcome.accuracy,
+                        "test_accuracy": outcome.test_accuracy,
+                        "collapsed": outcome.collapsed,
+                        "trials": outcome.trials,
+                        "adversary": " ".join(f"{a}={b}" for a, b in outcome.breaker),
+                        "detail": " ".join(map(str, outcome.detail)),
+                    }
+                )
         return pd.DataFrame(rows)
 
 
@@ -361,11 +415,20 @@ def distinct_cells(cells: Iterable[Cell]) -> list[Cell]:
     return listed
 
 
-def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction: float = 0.5,
-                     threshold: float | None = None, relative_threshold: float = 0.5,
-                     verify_radius: int = 1, on_non_monotone: str = "flag",
-                     max_waves: int = 1000, starts: Mapping[Cell, int] | None = None,
-                     clean_margin: float = 0.0, gallop: bool = False) -> BreakdownMap:
+def bisect_breakdown(
+    cells: Iterable[Cell],
+    evaluate: Evaluator,
+    *,
+    max_fraction: float = 0.5,
+    threshold: float | None = None,
+    relative_threshold: float = 0.5,
+    verify_radius: int = 1,
+    on_non_monotone: str = "flag",
+    max_waves: int = 1000,
+    starts: Mapping[Cell, int] | None = None,
+    clean_margin: float = 0.0,
+    gallop: bool = False,
+) -> BreakdownMap:
     """Parallel bisection of every cell's breakdown point (see the module docstring).
 
     ``evaluate`` receives one list of Points per wave (every cell's next points, no duplicates)
@@ -387,16 +450,29 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
         raise SpecError(f"on_non_monotone {on_non_monotone!r} is not allowed; allowed: flag, scan")
     results = []
     for cell in distinct_cells(cells):
-        results.append(CellResult(cell, lattice_top(cell.clients, max_fraction), threshold,
-                                  relative_threshold, radius=verify_radius,
-                                  start=(starts or {}).get(cell), clean_margin=clean_margin,
-                                  gallop=gallop))
+        results.append(
+            CellResult(
+                cell,
+                lattice_top(cell.clients, max_fraction),
+                threshold,
+                relative_threshold,
+                radius=verify_radius,
+                start=(starts or {}).get(cell),
+                clean_margin=clean_margin,
+                gallop=gallop,
+            )
+        )
     waves = 0
     while True:
         wanted: dict[Point, CellResult] = {}
         for result in results:
             ks = result.requests()
-            if not ks and result.status == "non_monotone" and on_non_monotone == "scan" and not result.scan:
+            if (
+                not ks
+                and result.status == "non_monotone"
+                and on_non_monotone == "scan"
+                and not result.scan
+            ):
                 result.scan, result.status = True, "pending"
                 ks = result.requests()
             for k in ks:
@@ -409,16 +485,22 @@ def bisect_breakdown(cells: Iterable[Cell], evaluate: Evaluator, *, max_fraction
         points = list(wanted)
         verdicts = list(evaluate(points))
         if len(verdicts) != len(points):
-            raise ValueError(f"evaluator returned {len(verdicts)} verdicts for {len(points)} points")
+            raise ValueError(
+                f"evaluator returned {len(verdicts)} verdicts for {len(points)} points"
+            )
         for point, verdict in zip(points, verdicts):
             wanted[point].outcomes[point.byzantine] = verdict
     return BreakdownMap(results, waves)
 
 
-def bisect_concurrently(cells: Iterable[Cell], evaluate: Evaluator, *,
-                        starts: Mapping[Cell, int] | None = None,
-                        on_cell_done: Callable[[CellResult], None] | None = None,
-                        **options: Any) -> BreakdownMap:
+def bisect_concurrently(
+    cells: Iterable[Cell],
+    evaluate: Evaluator,
+    *,
+    starts: Mapping[Cell, int] | None = None,
+    on_cell_done: Callable[[CellResult], None] | None = None,
+    **options: Any,
+) -> BreakdownMap:
     """`bisect_breakdown` of every cell on its own, all cells at once: each cell in a thread of
     its own hands ``evaluate`` its next points as soon as its last ones are judged, so a cell
     never waits for another cell's slowest run (the lock-step waves' barrier). For a streaming
@@ -430,8 +512,12 @@ def bisect_concurrently(cells: Iterable[Cell], evaluate: Evaluator, *,
     from concurrent.futures import ThreadPoolExecutor
 
     def one(cell: Cell) -> BreakdownMap:
-        part = bisect_breakdown([cell], evaluate, **options,
-                                starts={cell: starts[cell]} if starts and cell in starts else None)
+        part = bisect_breakdown(
+            [cell],
+            evaluate,
+            **options,
+            starts={cell: starts[cell]} if starts and cell in starts else None,
+        )
         if on_cell_done is not None:
             on_cell_done(part.cells[0])
         return part

@@ -7,19 +7,21 @@ Points -> RunSpecs -> one runner call per batch -> Outcomes."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from robusttune.methods.adversary import Adversary, adversary_variants, score as _score, worst_of
-from robusttune.methods.adaptive import StrengthSearch
-from robusttune.experiments.breakdown.bisection import Cell, Evaluator, Outcome, Point, survival_bar
-from robusttune.core.runspec import RunSpec
 from robusttune.core.records import RunSummary, survives
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
+from robusttune.experiments.breakdown.bisection import Cell, Outcome, Point, survival_bar
+from robusttune.methods.adaptive import StrengthSearch
+from robusttune.methods.adversary import Adversary, adversary_variants, worst_of
+from robusttune.methods.adversary import score as _score
 
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
     from robusttune.engine.runners import Runner
 
-__all__ = ["spec_evaluator", "adversary_variants", "canonical_spec", "optuna_distribution"]
+__all__ = ["adversary_variants", "canonical_spec", "optuna_distribution", "spec_evaluator"]
 
 
 def optuna_distribution(domain: Any) -> Any:
@@ -29,7 +31,9 @@ def optuna_distribution(domain: Any) -> Any:
     if domain.kind in ("choice", "grid"):
         return optuna.distributions.CategoricalDistribution(list(domain.values))
     if domain.kind == "int":
-        return optuna.distributions.IntDistribution(int(domain.low), int(domain.high), step=int(domain.step or 1))
+        return optuna.distributions.IntDistribution(
+            int(domain.low), int(domain.high), step=int(domain.step or 1)
+        )
     if domain.kind == "loguniform":
         return optuna.distributions.FloatDistribution(domain.low, domain.high, log=True)
     return optuna.distributions.FloatDistribution(domain.low, domain.high, step=domain.step)
@@ -63,8 +67,9 @@ class _SharedRuns:
     every spec runs, as the runner is handed it. Cells evaluated in threads of their own share
     it: a run another thread is making is waited for, not made twice."""
 
-    def __init__(self, runner: Runner, share: bool,
-                 on_trials: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, runner: Runner, share: bool, on_trials: Callable[[int], None] | None
+    ) -> None:
         self.runner, self.share, self.on_trials = runner, share, on_trials
         self.done: dict[str, RunSummary] = {}
         self._lock = threading.Lock()
@@ -112,14 +117,21 @@ class _SharedRuns:
             return [self.done[k] for k in keys], new
 
 
-def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[int] = (42,),
-                   tune: Mapping[str, Any] | None = None, budget: int = 1,
-                   adversary: Adversary | Mapping[str, Sequence[Any]] | None = None,
-                   sampler_seed: int = 0,
-                   on_trials: Callable[[int], None] | None = None, share: bool = True,
-                   staged: bool = True,
-                   survival: tuple[float | None, float] | None = None,
-                   adaptive: int = 0) -> Evaluator:
+def spec_evaluator(
+    base: Mapping[str, Any],
+    runner: Runner,
+    *,
+    seeds: Sequence[int] = (42,),
+    tune: Mapping[str, Any] | None = None,
+    budget: int = 1,
+    adversary: Adversary | Mapping[str, Sequence[Any]] | None = None,
+    sampler_seed: int = 0,
+    on_trials: Callable[[int], None] | None = None,
+    share: bool = True,
+    staged: bool = True,
+    survival: tuple[float | None, float] | None = None,
+    adaptive: int = 0,
+) -> Callable[[Sequence[Point]], list[Outcome]]:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds. A cell that sets
     ``seed`` itself (a replicate, `robusttune.experiments.breakdown.replicates`) runs at that seed
@@ -180,7 +192,7 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         raise SpecError("seeds must list at least one seed")
     shared = _SharedRuns(runner, share, on_trials)
     stop_bar = survival if staged and not tune else None
-    clean_outcome: dict[Cell, Outcome] = {}   # each cell's k = 0 outcome, once run
+    clean_outcome: dict[Cell, Outcome] = {}  # each cell's k = 0 outcome, once run
 
     def settled(point: Point, outcome: Outcome) -> bool:
         """Whether no later variant can change the point's verdict (see ``staged``, ``survival``)."""
@@ -192,8 +204,12 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         if threshold is None and point.cell not in clean_outcome:
             return False
         clean = clean_outcome.get(point.cell)
-        bar = survival_bar(threshold, relative, clean.accuracy if clean else float("nan"),
-                           clean.chance if clean else 0.0)
+        bar = survival_bar(
+            threshold,
+            relative,
+            clean.accuracy if clean else float("nan"),
+            clean.chance if clean else 0.0,
+        )
         return not survives(outcome.accuracy, outcome.collapsed, bar)
 
     def attack_of(point: Point) -> str:
@@ -208,30 +224,57 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         values = point.cell.as_dict()
         return [values["seed"]] if "seed" in values else seeds
 
-    def specs_for(point: Point, knobs: Mapping[str, Any], variant: Mapping[str, Any]) -> list[RunSpec]:
-        return [RunSpec.from_dict({**base, **point.cell.as_dict(), **knobs, **variant,
-                                   "byzantine_fraction": point.fraction, "seed": seed})
-                for seed in seeds_of(point)]
+    def specs_for(
+        point: Point, knobs: Mapping[str, Any], variant: Mapping[str, Any]
+    ) -> list[RunSpec]:
+        return [
+            RunSpec.from_dict(
+                {
+                    **base,
+                    **point.cell.as_dict(),
+                    **knobs,
+                    **variant,
+                    "byzantine_fraction": point.fraction,
+                    "seed": seed,
+                }
+            )
+            for seed in seeds_of(point)
+        ]
 
-    def judge(point: Point, per_variant: list[Outcome], variants: list[dict], trials: int,
-              full: int) -> Outcome:
+    def judge(
+        point: Point, per_variant: list[Outcome], variants: list[dict], trials: int, full: int
+    ) -> Outcome:
         """The worst variant run (the first with the lowest score); ``runs`` counts every
         variant, run or not (``full`` of them): what the point costs in full."""
         position = worst_of(per_variant)
         worst = per_variant[position]
-        return Outcome(worst.accuracy, worst.collapsed, trials, worst.detail,
-                       tuple(variants[position].items()), runs=full * len(seeds_of(point)),
-                       test_accuracy=worst.test_accuracy, chance=worst.chance)
+        return Outcome(
+            worst.accuracy,
+            worst.collapsed,
+            trials,
+            worst.detail,
+            tuple(variants[position].items()),
+            runs=full * len(seeds_of(point)),
+            test_accuracy=worst.test_accuracy,
+            chance=worst.chance,
+        )
 
     def searches_of(point: Point) -> list[tuple[dict, tuple[float, ...]]]:
         """The adaptive searches of ``point``: (group settings, ladder); none at k = 0."""
         return threat.searches(attack_of(point)) if point.byzantine > 0 else []
 
-    def run_variants(todo: list[tuple[int, dict]], requests: list[tuple[Point, dict]],
-                     judged: list[list[Outcome]], trials: list[int]) -> None:
+    def run_variants(
+        todo: list[tuple[int, dict]],
+        requests: list[tuple[Point, dict]],
+        judged: list[list[Outcome]],
+        trials: list[int],
+    ) -> None:
         """Run variant ``todo[n][1]`` of point ``todo[n][0]``, all in one runner call."""
-        specs = [spec for i, variant in todo
-                 for spec in specs_for(requests[i][0], requests[i][1], variant)]
+        specs = [
+            spec
+            for i, variant in todo
+            for spec in specs_for(requests[i][0], requests[i][1], variant)
+        ]
         summaries, new = shared(specs)
         start = 0
         for i, variant in todo:
@@ -243,8 +286,12 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
             if requests[i][0].byzantine == 0:
                 clean_outcome[requests[i][0].cell] = judged[i][-1]
 
-    def search(requests: list[tuple[Point, dict]], variants: list[list[dict]],
-               judged: list[list[Outcome]], trials: list[int]) -> None:
+    def search(
+        requests: list[tuple[Point, dict]],
+        variants: list[list[dict]],
+        judged: list[list[Outcome]],
+        trials: list[int],
+    ) -> None:
         """The adaptive adversary's runs after the ladder (see ``adaptive``)."""
         searches: dict[tuple[int, int], tuple[dict, StrengthSearch]] = {}
         for i, (point, _) in enumerate(requests):
@@ -252,12 +299,18 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                 continue
             for g, (group, ladder) in enumerate(searches_of(point)):
                 # the group's ladder runs, told first: the ladder is the search's floor
-                tried = [(v["attack_strength"], _score(o)) for v, o in zip(variants[i], judged[i])
-                         if {k: x for k, x in v.items() if k != "attack_strength"} == group]
+                tried = [
+                    (v["attack_strength"], _score(o))
+                    for v, o in zip(variants[i], judged[i])
+                    if {k: x for k, x in v.items() if k != "attack_strength"} == group
+                ]
                 searches[i, g] = (group, StrengthSearch(ladder, tried, sampler_seed))
         for _ in range(threat.adaptive):
-            open_searches = [key for key in searches
-                             if not settled(requests[key[0]][0], judged[key[0]][worst_of(judged[key[0]])])]
+            open_searches = [
+                key
+                for key in searches
+                if not settled(requests[key[0]][0], judged[key[0]][worst_of(judged[key[0]])])
+            ]
             if not open_searches:
                 break
             todo = [(key, {**searches[key][0], **searches[key][1].ask()}) for key in open_searches]
@@ -265,7 +318,9 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
             for n, (key, variant) in enumerate(todo):
                 variants[key[0]].append(variant)
                 # run_variants appended each point's outcomes in todo order
-                position = len(judged[key[0]]) - sum(1 for k, _ in todo[n + 1:] if k[0] == key[0]) - 1
+                position = (
+                    len(judged[key[0]]) - sum(1 for k, _ in todo[n + 1 :] if k[0] == key[0]) - 1
+                )
                 searches[key][1].tell(_score(judged[key[0]][position]))
 
     def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
@@ -275,20 +330,27 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
         stage, depth = 0, max(len(v) for v in variants) if variants else 0
         while stage < depth:
             # staged: variant `stage` of every point not yet settled; else every variant at once
-            todo = [(i, j) for i, v in enumerate(variants)
-                    for j in (range(stage, stage + 1) if staged else range(len(v)))
-                    if j < len(v) and not (staged and judged[i]
-                                           and settled(requests[i][0], judged[i][-1]))]
+            todo = [
+                (i, j)
+                for i, v in enumerate(variants)
+                for j in (range(stage, stage + 1) if staged else range(len(v)))
+                if j < len(v)
+                and not (staged and judged[i] and settled(requests[i][0], judged[i][-1]))
+            ]
             stage = stage + 1 if staged else depth
             if not todo:
                 break
             run_variants([(i, variants[i][j]) for i, j in todo], requests, judged, trials)
-        full = [len(v) + threat.adaptive * len(searches_of(p)) for v, (p, _) in zip(variants, requests)]
-        variants = [list(v) for v in variants]   # the search appends the strengths it ran
+        full = [
+            len(v) + threat.adaptive * len(searches_of(p)) for v, (p, _) in zip(variants, requests)
+        ]
+        variants = [list(v) for v in variants]  # the search appends the strengths it ran
         if threat.adaptive:
             search(requests, variants, judged, trials)
-        return [judge(requests[i][0], judged[i], variants[i], trials[i], full[i])
-                for i in range(len(requests))]
+        return [
+            judge(requests[i][0], judged[i], variants[i], trials[i], full[i])
+            for i in range(len(requests))
+        ]
 
     if not tune:
         return lambda points: run_batch([(p, {}) for p in points])
@@ -298,9 +360,12 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         distributions = {k: optuna_distribution(d) for k, d in tune.items()}
-        studies = [optuna.create_study(direction="maximize",
-                                       sampler=optuna.samplers.TPESampler(seed=sampler_seed))
-                   for _ in points]
+        studies = [
+            optuna.create_study(
+                direction="maximize", sampler=optuna.samplers.TPESampler(seed=sampler_seed)
+            )
+            for _ in points
+        ]
         best: list[Outcome | None] = [None] * len(points)
         trials = [0] * len(points)
         for _ in range(budget):
@@ -312,10 +377,23 @@ def spec_evaluator(base: Mapping[str, Any], runner: Runner, *, seeds: Sequence[i
                 if best[i] is None or _score(outcome) > _score(best[i]):
                     best[i] = outcome
         # the point's trial count is the whole study's runs, not only the best trial's
-        return [Outcome(b.accuracy, b.collapsed, t, b.detail, b.breaker,  # type: ignore[union-attr]
-                        runs=b.runs * budget,  # type: ignore[union-attr, operator]
-                        test_accuracy=b.test_accuracy,  # type: ignore[union-attr]
-                        chance=b.chance)  # type: ignore[union-attr]
-                for b, t in zip(best, trials)]
+        results = []
+        for b, t in zip(best, trials):
+            # budget >= 1: every point's study was told at least one trial; `judge` always
+            # sets ``runs``
+            assert b is not None and b.runs is not None
+            results.append(
+                Outcome(
+                    b.accuracy,
+                    b.collapsed,
+                    t,
+                    b.detail,
+                    b.breaker,
+                    runs=b.runs * budget,
+                    test_accuracy=b.test_accuracy,
+                    chance=b.chance,
+                )
+            )
+        return results
 
     return tuned

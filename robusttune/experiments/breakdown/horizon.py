@@ -23,17 +23,18 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import yaml
 
-from robusttune.experiments.breakdown.plan import BreakdownPlan
-from robusttune.core.runspec import RunSpec
 from robusttune.core.files import write_text_atomic
 from robusttune.core.records import RunSummary, selection_accuracy
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
+from robusttune.experiments.breakdown.plan import BreakdownPlan
 
 __all__ = ["HorizonPlan", "Plateau", "measure_horizon", "plateau_round", "write_horizon"]
 
@@ -51,8 +52,9 @@ class Plateau:
     reached: bool
 
 
-def plateau_round(rounds: Sequence[int], accuracies: Sequence[float], *, window: int = 3,
-                  tolerance: float = 0.02) -> Plateau:
+def plateau_round(
+    rounds: Sequence[int], accuracies: Sequence[float], *, window: int = 3, tolerance: float = 0.02
+) -> Plateau:
     """The plateau of an accuracy curve evaluated at ``rounds``:
 
         s_j = mean(a_{j-w+1}, ..., a_j)            (trailing mean over w evaluations; fewer at the start)
@@ -69,8 +71,10 @@ def plateau_round(rounds: Sequence[int], accuracies: Sequence[float], *, window:
     values = [a if math.isfinite(a) else 0.0 for a in accuracies]
     if not any(math.isfinite(a) for a in accuracies):
         return Plateau(None, math.nan, False)
-    smoothed = [sum(values[max(0, j - window + 1): j + 1]) / (j + 1 - max(0, j - window + 1))
-                for j in range(len(values))]
+    smoothed = [
+        sum(values[max(0, j - window + 1) : j + 1]) / (j + 1 - max(0, j - window + 1))
+        for j in range(len(values))
+    ]
     level = max(smoothed)
     first = next(r for r, s in zip(rounds, smoothed) if s >= level - tolerance)
     return Plateau(int(first), level, first <= (2 / 3) * rounds[-1])
@@ -91,20 +95,38 @@ class HorizonPlan:
     raw: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for key, value, low in (("max_rounds", self.max_rounds, 1), ("eval_every", self.eval_every, 1),
-                                ("window", self.window, 1)):
+        for key, value, low in (
+            ("max_rounds", self.max_rounds, 1),
+            ("eval_every", self.eval_every, 1),
+            ("window", self.window, 1),
+        ):
             if not isinstance(value, int) or value < low:
-                raise SpecError(f"--{key.replace('_', '-')} must be an integer >= {low}; got {value!r}")
+                raise SpecError(
+                    f"--{key.replace('_', '-')} must be an integer >= {low}; got {value!r}"
+                )
         if self.eval_every > self.max_rounds:
-            raise SpecError(f"--eval-every {self.eval_every} exceeds --max-rounds {self.max_rounds}; "
-                            f"allowed: at most --max-rounds")
+            raise SpecError(
+                f"--eval-every {self.eval_every} exceeds --max-rounds {self.max_rounds}; "
+                f"allowed: at most --max-rounds"
+            )
         if not (math.isfinite(self.tolerance) and 0 <= self.tolerance < 1):
             raise SpecError(f"--tolerance must be a number in [0, 1); got {self.tolerance!r}")
         seeds = self.seeds or tuple(self.plan.seeds)
         object.__setattr__(self, "seeds", tuple(int(s) for s in seeds))
-        object.__setattr__(self, "raw", {"map": self.plan.identity(), "horizon": {
-            "max_rounds": self.max_rounds, "eval_every": self.eval_every, "window": self.window,
-            "tolerance": self.tolerance, "seeds": list(self.seeds)}})
+        object.__setattr__(
+            self,
+            "raw",
+            {
+                "map": self.plan.identity(),
+                "horizon": {
+                    "max_rounds": self.max_rounds,
+                    "eval_every": self.eval_every,
+                    "window": self.window,
+                    "tolerance": self.tolerance,
+                    "seeds": list(self.seeds),
+                },
+            },
+        )
 
     def identity(self) -> dict[str, Any]:
         return self.raw
@@ -115,9 +137,16 @@ class HorizonPlan:
         specs = []
         for index, cell in enumerate(self.plan.cells):
             for seed in self.seeds:
-                values = {**self.plan.base, **cell.as_dict(), "byzantine_fraction": 0.0,
-                          "attack": "none", "attack_strength": None, "seed": seed,
-                          "rounds": self.max_rounds, "eval_every": self.eval_every}
+                values = {
+                    **self.plan.base,
+                    **cell.as_dict(),
+                    "byzantine_fraction": 0.0,
+                    "attack": "none",
+                    "attack_strength": None,
+                    "seed": seed,
+                    "rounds": self.max_rounds,
+                    "eval_every": self.eval_every,
+                }
                 specs.append((index, seed, RunSpec.from_dict(values)))
         return specs
 
@@ -125,12 +154,17 @@ class HorizonPlan:
 def curve_of(summary: RunSummary) -> tuple[list[int], list[float]]:
     """The evaluated rounds of a clean run and its selection accuracy there, from rounds.csv."""
     if summary.run_dir is None or not (Path(summary.run_dir) / "rounds.csv").is_file():
-        raise SpecError(f"a clean run left no rounds.csv ({summary.run_dir}); "
-                        f"the horizon needs each run's folder")
+        raise SpecError(
+            f"a clean run left no rounds.csv ({summary.run_dir}); "
+            f"the horizon needs each run's folder"
+        )
     rounds, accuracies = [], []
     with (Path(summary.run_dir) / "rounds.csv").open() as handle:
         for row in csv.DictReader(handle):
-            test, validation = float(row["accuracy"]), float(row.get("validation_accuracy") or "nan")
+            test, validation = (
+                float(row["accuracy"]),
+                float(row.get("validation_accuracy") or "nan"),
+            )
             if math.isnan(test) and math.isnan(validation):
                 continue  # not evaluated this round
             rounds.append(int(row["round"]))
@@ -138,30 +172,47 @@ def curve_of(summary: RunSummary) -> tuple[list[int], list[float]]:
     return rounds, accuracies
 
 
-def measure_horizon(horizon: HorizonPlan, runner: Callable[[Sequence[RunSpec]], list[RunSummary]]
-                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def measure_horizon(
+    horizon: HorizonPlan, runner: Callable[[Sequence[RunSpec]], list[RunSummary]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run every cell's clean runs with ``runner`` (one call: on Ray they run side by side).
     Returns one row per cell and seed (the cell's values, seed, plateau round, level, whether it
     was reached, and the accuracy at the cell's own rounds, at the plateau and at max_rounds) and
     the curves the plateaus were read from: one row per cell, seed and evaluated round."""
     jobs = horizon.clean_specs()
     summaries = runner([spec for _, _, spec in jobs])
-    rows, curves = [], []
+    rows: list[dict[str, Any]] = []
+    curves: list[dict[str, Any]] = []
     for (index, seed, _), summary in zip(jobs, summaries):
         cell = horizon.plan.cells[index]
         if summary.error is not None:
             raise SpecError(f"the clean run of {cell.label}, seed {seed}, failed: {summary.error}")
         rounds, accuracies = curve_of(summary)
-        curves.extend({"cell": index, "seed": seed, "round": r, "selection_accuracy": a}
-                      for r, a in zip(rounds, accuracies))
-        plateau = plateau_round(rounds, accuracies, window=horizon.window, tolerance=horizon.tolerance)
+        curves.extend(
+            {"cell": index, "seed": seed, "round": r, "selection_accuracy": a}
+            for r, a in zip(rounds, accuracies)
+        )
+        plateau = plateau_round(
+            rounds, accuracies, window=horizon.window, tolerance=horizon.tolerance
+        )
         at = dict(zip(rounds, accuracies))
         own = int(cell.as_dict().get("rounds", horizon.plan.base.get("rounds", 10)))
-        rows.append({"cell": index, **cell.as_dict(), "seed": seed, "plateau_round": plateau.round,
-                     "plateau_reached": plateau.reached, "plateau_level": plateau.level,
-                     "accuracy_at_cell_rounds": _nearest(at, own), "cell_rounds": own,
-                     "accuracy_at_plateau": at.get(plateau.round, math.nan) if plateau.round else math.nan,
-                     "accuracy_at_max_rounds": accuracies[-1] if accuracies else math.nan})
+        rows.append(
+            {
+                "cell": index,
+                **cell.as_dict(),
+                "seed": seed,
+                "plateau_round": plateau.round,
+                "plateau_reached": plateau.reached,
+                "plateau_level": plateau.level,
+                "accuracy_at_cell_rounds": _nearest(at, own),
+                "cell_rounds": own,
+                "accuracy_at_plateau": at.get(plateau.round, math.nan)
+                if plateau.round
+                else math.nan,
+                "accuracy_at_max_rounds": accuracies[-1] if accuracies else math.nan,
+            }
+        )
     return rows, curves
 
 
@@ -187,15 +238,19 @@ def at_plateau(horizon: HorizonPlan, horizons: dict[int, int | None]) -> dict[st
     """The map's YAML mapping with one joint grid axis ``cell`` listing every cell's values
     and ``rounds`` = its plateau round (the cell's own rounds where its clean run diverged),
     named after the measurement: NAME_horizon gives NAME_at_plateau."""
-    raw = {k: v for k, v in horizon.plan.raw.items()}
+    raw = dict(horizon.plan.raw.items())
     entries = []
     for index, cell in enumerate(horizon.plan.cells):
         values = cell.as_dict()
-        if horizons.get(index) is not None:
-            values["rounds"] = int(horizons[index])
+        plateau = horizons.get(index)
+        if plateau is not None:
+            values["rounds"] = int(plateau)
         entries.append(values)
-    drawn = {k: v for k, v in (raw.get("space") or {}).items()
-             if not (isinstance(v, dict) and "grid" in v)}
+    drawn = {
+        k: v
+        for k, v in (raw.get("space") or {}).items()
+        if not (isinstance(v, dict) and "grid" in v)
+    }
     raw["space"] = {"cell": {"grid": entries}, **drawn}
     # named after the measurement, so two measurements of one map (say on two datasets) give
     # two maps that can share a storage
@@ -204,8 +259,13 @@ def at_plateau(horizon: HorizonPlan, horizons: dict[int, int | None]) -> dict[st
     return raw
 
 
-def write_horizon(horizon: HorizonPlan, rows: list[dict[str, Any]], curves: list[dict[str, Any]],
-                  folder: Path, command: str = "") -> Path:
+def write_horizon(
+    horizon: HorizonPlan,
+    rows: list[dict[str, Any]],
+    curves: list[dict[str, Any]],
+    folder: Path,
+    command: str = "",
+) -> Path:
     """horizon.csv, curves.csv, horizon.md and at_plateau.yaml in ``folder`` (``rows`` and
     ``curves`` as `measure_horizon` returns them); returns the YAML's path."""
     import pandas as pd
@@ -215,29 +275,44 @@ def write_horizon(horizon: HorizonPlan, rows: list[dict[str, Any]], curves: list
     folder.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows)
     write_text_atomic(folder / "horizon.csv", frame.to_csv(index=False))
-    write_text_atomic(folder / "curves.csv", pd.DataFrame(
-        curves, columns=["cell", "seed", "round", "selection_accuracy"]).to_csv(index=False))
+    write_text_atomic(
+        folder / "curves.csv",
+        pd.DataFrame(curves, columns=["cell", "seed", "round", "selection_accuracy"]).to_csv(
+            index=False
+        ),
+    )
     horizons = cell_horizons(rows)
     keys = list(dict.fromkeys(k for cell in horizon.plan.cells for k in cell.as_dict()))
     per_cell = []
     for index, cell in enumerate(horizon.plan.cells):
         mine = frame[frame["cell"] == index]
-        per_cell.append({**{k: cell.as_dict().get(k, "") for k in keys},
-                         "horizon": horizons.get(index),
-                         "reached": bool(mine["plateau_reached"].all()),
-                         "accuracy at cell rounds": mine["accuracy_at_cell_rounds"].mean(),
-                         "accuracy at horizon": mine["accuracy_at_plateau"].mean(),
-                         f"accuracy at {horizon.max_rounds}": mine["accuracy_at_max_rounds"].mean()})
+        per_cell.append(
+            {
+                **{k: cell.as_dict().get(k, "") for k in keys},
+                "horizon": horizons.get(index),
+                "reached": bool(mine["plateau_reached"].all()),
+                "accuracy at cell rounds": mine["accuracy_at_cell_rounds"].mean(),
+                "accuracy at horizon": mine["accuracy_at_plateau"].mean(),
+                f"accuracy at {horizon.max_rounds}": mine["accuracy_at_max_rounds"].mean(),
+            }
+        )
     settings = horizon.raw["horizon"]
-    text = (f"# Horizon: {horizon.plan.name}\n\n"
-            f"Each cell's clean run (no Byzantine client), seeds {list(horizon.seeds)}, for "
-            f"{settings['max_rounds']} rounds, evaluated every {settings['eval_every']}. Horizon: the "
-            f"first evaluated round whose trailing mean over {settings['window']} evaluations is "
-            f"within {settings['tolerance']:g} of the curve's best, the largest over seeds. "
-            f"`reached`: the horizon lies in the first two thirds of the rounds at every seed.\n\n"
-            + markdown_table(pd.DataFrame(per_cell), floatfmt=".3f") + "\n")
+    text = (
+        f"# Horizon: {horizon.plan.name}\n\n"
+        f"Each cell's clean run (no Byzantine client), seeds {list(horizon.seeds)}, for "
+        f"{settings['max_rounds']} rounds, evaluated every {settings['eval_every']}. Horizon: the "
+        f"first evaluated round whose trailing mean over {settings['window']} evaluations is "
+        f"within {settings['tolerance']:g} of the curve's best, the largest over seeds. "
+        f"`reached`: the horizon lies in the first two thirds of the rounds at every seed.\n\n"
+        + markdown_table(pd.DataFrame(per_cell), floatfmt=".3f")
+        + "\n"
+    )
     write_text_atomic(folder / "horizon.md", text)
     path = folder / "at_plateau.yaml"
-    header = f"# {command}\n# each cell at its clean run's plateau round (horizon.md)\n" if command else ""
+    header = (
+        f"# {command}\n# each cell at its clean run's plateau round (horizon.md)\n"
+        if command
+        else ""
+    )
     write_text_atomic(path, header + yaml.safe_dump(at_plateau(horizon, horizons), sort_keys=False))
     return path

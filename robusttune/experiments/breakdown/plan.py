@@ -7,23 +7,33 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from robusttune.experiments.breakdown.bisection import DEFAULT_CLEAN_MARGIN, Cell
 from robusttune.core.plugins import declare_plugins
-from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec, run_keys
 from robusttune.core.validation import Checked, Number, optional_finite
+from robusttune.core.yaml_input import read_yaml
+from robusttune.experiments.breakdown.bisection import DEFAULT_CLEAN_MARGIN, Cell
 from robusttune.experiments.sweep.domains import format_value
 from robusttune.experiments.sweep.space import check_sections, file_assignments, parse_sweep
-from robusttune.core.yaml_input import read_yaml
 
-__all__ = ["PLAN_KEYS", "BreakdownPlan", "CellCost", "load_plan", "override_plan_mapping",
-           "parse_plan", "plan_costs", "replicate_costs", "rounds_for_participation"]
+__all__ = [
+    "PLAN_KEYS",
+    "BreakdownPlan",
+    "CellCost",
+    "load_plan",
+    "override_plan_mapping",
+    "parse_plan",
+    "plan_costs",
+    "replicate_costs",
+    "rounds_for_participation",
+]
 
 
 class BreakdownSection(Checked):
@@ -32,7 +42,7 @@ class BreakdownSection(Checked):
 
     section: ClassVar[str] = "breakdown"
 
-    seeds: Annotated[list[Annotated[int, Number, Field(ge=0)]], Field(min_length=1)] = [42]
+    seeds: Annotated[list[Annotated[int, Number, Field(ge=0)]], Field(min_length=1)] = [42]  # noqa: RUF012 - pydantic copies a default per model
     threshold: optional_finite(ge=0, le=1) = None
     relative_threshold: Annotated[float, Number, Field(gt=0, le=1)] = 0.5
     # a clean run must beat chance (1/K) by this much for its cell to have a breakdown point
@@ -43,12 +53,12 @@ class BreakdownSection(Checked):
     on_non_monotone: Literal["flag", "scan"] = "flag"
     # a mapping narrows or widens the worst case; "adaptive" adds a strength search to each
     # attack's ladder (robusttune.methods.adaptive), adaptive_budget runs per point
-    adversary: Union[Literal["adaptive"], dict[str, Annotated[list[Any], Field(min_length=1)]]] = {}
+    adversary: Literal["adaptive"] | dict[str, Annotated[list[Any], Field(min_length=1)]] = {}  # noqa: RUF012 - pydantic copies it
     adaptive_budget: Annotated[int, Number, Field(ge=1)] = 4
     min_client_rounds: optional_finite(gt=0) = None
     # an earlier map of the same cells (its folder or breakdown.csv, relative to where the
     # command runs) whose answers the bisection starts from (robusttune.experiments.breakdown.prior)
-    start_from: Optional[Annotated[str, Field(min_length=1)]] = None
+    start_from: Annotated[str, Field(min_length=1)] | None = None
 
 
 PLAN_KEYS = tuple(BreakdownSection.model_fields)
@@ -59,7 +69,7 @@ class BreakdownSearch(Checked):
 
     section: ClassVar[str] = "search"
 
-    algorithm: Optional[str] = None  # the map always bisects; a grid/optuna word is accepted
+    algorithm: str | None = None  # the map always bisects; a grid/optuna word is accepted
     sampler: Literal["tpe"] = "tpe"
     seed: Annotated[int, Number, Field(ge=0)] = 0
 
@@ -87,7 +97,7 @@ class BreakdownPlan:
     verify_radius: int = 1
     on_non_monotone: str = "flag"
     adversary: dict[str, list[Any]] = field(default_factory=dict)
-    adaptive: int = 0          # runs of the adaptive strength search per point (0: the ladder only)
+    adaptive: int = 0  # runs of the adaptive strength search per point (0: the ladder only)
     min_client_rounds: float | None = None
     start_from: str | None = None
     sampler_seed: int = 0
@@ -97,7 +107,7 @@ class BreakdownPlan:
     source: str = "<mapping>"
     given: tuple[str, ...] = ()
 
-    def with_overrides(self, **overrides: Any) -> "BreakdownPlan":
+    def with_overrides(self, **overrides: Any) -> BreakdownPlan:
         """The plan with command-line values (`override_plan_mapping`) written into its mapping,
         which is parsed again, so they are validated exactly as the YAML's values are, and a bad
         one is named as typed."""
@@ -118,8 +128,11 @@ class BreakdownPlan:
     @staticmethod
     def identity_of(mapping: Mapping[str, Any]) -> dict[str, Any]:
         """`identity` of a stored plan.yaml's mapping (what `MapStore.open` compares)."""
-        kept = {k: v for k, v in mapping.items()
-                if k not in ("name", "resources", "max_concurrent", "plugins")}
+        kept = {
+            k: v
+            for k, v in mapping.items()
+            if k not in ("name", "resources", "max_concurrent", "plugins")
+        }
         section = kept.get("breakdown")
         if isinstance(section, dict) and "seeds" in section:
             kept["breakdown"] = {k: v for k, v in section.items() if k != "seeds"}
@@ -140,9 +153,13 @@ def _override_grids(space: Any, key: str, value: Any) -> Any:
             if name == key:
                 axis = {**axis, "grid": [value]}
             else:
-                axis = {**axis, "grid": [{**entry, key: value}
-                                         if isinstance(entry, dict) and key in entry else entry
-                                         for entry in axis["grid"]]}
+                axis = {
+                    **axis,
+                    "grid": [
+                        {**entry, key: value} if isinstance(entry, dict) and key in entry else entry
+                        for entry in axis["grid"]
+                    ],
+                }
         out[name] = axis
     return out
 
@@ -155,16 +172,25 @@ def load_plan(path: str | Path, assignments: Sequence[str] = (), **overrides: An
     path = Path(path)
     mapping = read_yaml(path, "breakdown space")
     if assignments:
-        overrides["run"] = {**(overrides.get("run") or {}), **file_assignments(mapping, path.name,
-                                                                                assignments)}
+        overrides["run"] = {
+            **(overrides.get("run") or {}),
+            **file_assignments(mapping, path.name, assignments),
+        }
     raw, given = override_plan_mapping(mapping, (), **overrides)
     return parse_plan(raw, source=path.name, default_name=path.stem, given=given)
 
 
-def override_plan_mapping(mapping: Any, given: tuple[str, ...] = (), *, name: str | None = None,
-                          run: Mapping[str, Any] | None = None, cpu: float | None = None,
-                          gpu: float | str | None = None, max_concurrent: int | None = None,
-                          **section: Any) -> tuple[Any, tuple[str, ...]]:
+def override_plan_mapping(
+    mapping: Any,
+    given: tuple[str, ...] = (),
+    *,
+    name: str | None = None,
+    run: Mapping[str, Any] | None = None,
+    cpu: float | None = None,
+    gpu: float | str | None = None,
+    max_concurrent: int | None = None,
+    **section: Any,
+) -> tuple[Any, tuple[str, ...]]:
     """(a copy of a breakdown ``mapping`` with command-line values written in, ``given`` and
     the flags as typed). None is not given: ``name``, ``run`` (RunSpec keys of the base run,
     ``--set``), per-trial ``cpu``/``gpu``, ``max_concurrent`` and the ``breakdown:`` keys
@@ -184,7 +210,7 @@ def override_plan_mapping(mapping: Any, given: tuple[str, ...] = (), *, name: st
         # a cell that sets the key itself (the joint axis' rounds) takes the typed value too
         raw["space"] = _override_grids(raw.get("space"), key, value)
         typed.append(f"--set {key}={format_value(value)}")
-    if "seed" in (run or {}) and "seeds" in (raw.get("breakdown") or {}):
+    if run is not None and "seed" in run and "seeds" in (raw.get("breakdown") or {}):
         # `--set seed=S` is a map at seed S: the file's breakdown.seeds must not win silently
         raw["breakdown"] = {**raw["breakdown"], "seeds": [run["seed"]]}
     for key, value, flag in (("cpu", cpu, "--cpus-per-trial"), ("gpu", gpu, "--gpus-per-trial")):
@@ -201,8 +227,9 @@ def override_plan_mapping(mapping: Any, given: tuple[str, ...] = (), *, name: st
     return raw, tuple(typed)
 
 
-def parse_plan(mapping: Any, *, source: str, default_name: str,
-               given: tuple[str, ...] = ()) -> BreakdownPlan:
+def parse_plan(
+    mapping: Any, *, source: str, default_name: str, given: tuple[str, ...] = ()
+) -> BreakdownPlan:
     """Validate a breakdown mapping. The cells come from the space's grid axes (every
     combination, expanded and validated by the sweep layer's parser); byzantine_fraction is the
     lattice's, so the space must not set it. ``given`` (overrides already written into the
@@ -212,15 +239,16 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
         raise SpecError(f"{where}: a breakdown space is a mapping (run, space, breakdown ...)")
     check_sections(mapping, where)
     kept = copy.deepcopy(mapping)
-    declare_plugins(kept, where)   # first: the names a plugin registers are checked below
+    declare_plugins(kept, where)  # first: the names a plugin registers are checked below
     raw = copy.deepcopy(kept)
     section_values = raw.pop("breakdown", None) or {}
     if not isinstance(section_values, dict):
         raise SpecError(f"{where}: breakdown must be a mapping with keys {', '.join(PLAN_KEYS)}")
     search_values = raw.pop("search", None) or {}
     if not isinstance(search_values, dict):
-        raise SpecError(f"{where}: search in a breakdown space is a mapping of sampler (tpe) "
-                        f"and seed")
+        raise SpecError(
+            f"{where}: search in a breakdown space is a mapping of sampler (tpe) and seed"
+        )
     try:
         search = BreakdownSearch(**search_values)
         seeds = section_values.get("seeds", [(raw.get("run") or {}).get("seed", 42)])
@@ -228,15 +256,20 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     except SpecError as error:
         raise SpecError(f"{where}: {error}") from None
     if len(set(section.seeds)) != len(section.seeds):
-        raise SpecError(f"{where}: breakdown.seeds {section.seeds} lists a seed twice; allowed: "
-                        f"distinct seeds, each a replicate")
+        raise SpecError(
+            f"{where}: breakdown.seeds {section.seeds} lists a seed twice; allowed: "
+            f"distinct seeds, each a replicate"
+        )
     space = raw.get("space") or {}
     if "byzantine_fraction" in space or "byzantine_fraction" in (raw.get("run") or {}):
-        raise SpecError(f"{where}: byzantine_fraction is the breakdown lattice's; remove it "
-                        f"from run and space")
+        raise SpecError(
+            f"{where}: byzantine_fraction is the breakdown lattice's; remove it from run and space"
+        )
     if "seed" in space:
-        raise SpecError(f"{where}: space.seed: a map's seeds are replicates of every cell; "
-                        f"allowed: breakdown.seeds: [s1, s2, ...] (run.seed sets a one-seed map)")
+        raise SpecError(
+            f"{where}: space.seed: a map's seeds are replicates of every cell; "
+            f"allowed: breakdown.seeds: [s1, s2, ...] (run.seed sets a one-seed map)"
+        )
     # the lattice sets byzantine_fraction later; an attacked cell is legal at k = 0
     raw["constraints"] = {**(raw.get("constraints") or {}), "attack_matches_byzantine": False}
     raw["search"] = {"algorithm": "grid"}
@@ -252,26 +285,38 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
     cells = []
     attacks_listed = settings["adversary"].get("attack")
     for point in sweep.expand().points:
-        values = {k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()}
+        values = {
+            k: v for axis in sweep.grid_axes for k, v in axis.assign(point[axis.name]).items()
+        }
         spec = RunSpec.from_dict(sweep.resolve(point))
         if section.min_client_rounds is not None:
             values["rounds"] = rounds_for_participation(spec, section.min_client_rounds)
         cell = Cell.of(spec.clients, **values)
         if spec.attack == "none" and not attacks_listed:
             # it would report "survives all" for a map nobody attacked
-            raise SpecError(f"{where}: cell {cell.label} has no attack (attack: none), so "
-                            f"nothing can break it; allowed: any other attack, in run, space or "
-                            f"breakdown.adversary.attack")
+            raise SpecError(
+                f"{where}: cell {cell.label} has no attack (attack: none), so "
+                f"nothing can break it; allowed: any other attack, in run, space or "
+                f"breakdown.adversary.attack"
+            )
         cells.append(cell)
     tune = {axis.name: axis.domain for axis in sweep.random_axes}
     if any(axis.groups is not None for axis in sweep.random_axes):
         raise SpecError(f"{where}: a drawn joint axis cannot be tuned per point; use grid")
 
     plan = BreakdownPlan(
-        name=sweep.name, base=dict(sweep.run), cells=cells, tune=tune,
-        **settings, adaptive=adaptive, sampler_seed=search.seed,
+        name=sweep.name,
+        base=dict(sweep.run),
+        cells=cells,
+        tune=tune,
+        **settings,
+        adaptive=adaptive,
+        sampler_seed=search.seed,
         resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
-        max_concurrent=sweep.max_concurrent, raw=kept, source=source, given=given,
+        max_concurrent=sweep.max_concurrent,
+        raw=kept,
+        source=source,
+        given=given,
     )
     adversary = plan.adversary
     cell_keys = {k for cell in cells for k in cell.as_dict()}
@@ -279,8 +324,9 @@ def parse_plan(mapping: Any, *, source: str, default_name: str,
         if key not in run_keys():
             raise SpecError(f"{where}: breakdown.adversary.{key} is not a RunSpec key")
         if key in cell_keys or key in tune or key == "byzantine_fraction":
-            raise SpecError(f"{where}: breakdown.adversary.{key} is also set by space; "
-                            f"allowed: one of them")
+            raise SpecError(
+                f"{where}: breakdown.adversary.{key} is also set by space; allowed: one of them"
+            )
     return plan
 
 
@@ -294,8 +340,11 @@ def rounds_for_participation(spec: RunSpec, client_rounds: float) -> int:
     trains on a handful of client updates (5 rounds at p = 0.1 are 10 of them) and has no clean
     baseline to measure a breakdown against, and a cache of N slots stays partly empty (a slot
     is never written with probability (1 - q)^T)."""
-    rate = (spec.expected_sample_size / spec.clients if spec.participation_mode == "fixed"
-            else spec.participation)
+    rate = (
+        spec.expected_sample_size / spec.clients
+        if spec.participation_mode == "fixed"
+        else spec.participation
+    )
     return max(spec.rounds, math.ceil(client_rounds / rate - 1e-9))
 
 
@@ -313,11 +362,11 @@ class CellCost:
     cell: Cell
     k_max: int
     variants: list[dict[str, Any]]
-    clean_trials: int          # trials of the clean point, one seed: budget
-    attacked_trials: int       # trials of a point with k > 0, one seed: variants x budget
-    expected_points: int       # the first seed's
+    clean_trials: int  # trials of the clean point, one seed: budget
+    attacked_trials: int  # trials of a point with k > 0, one seed: variants x budget
+    expected_points: int  # the first seed's
     seeds: int = 1
-    later_points: int = 0      # each later seed's
+    later_points: int = 0  # each later seed's
 
     @property
     def bound(self) -> int:
@@ -330,22 +379,26 @@ class CellCost:
 
     @property
     def expected(self) -> int:
-        return (self.seeds * self.clean_trials
-                + (self.points - self.seeds) * self.attacked_trials)
+        return self.seeds * self.clean_trials + (self.points - self.seeds) * self.attacked_trials
 
     @property
     def lattice(self) -> str:
         N = self.cell.clients
-        return "{0}" if self.k_max == 0 else \
-            "{0, 1/%d}" % N if self.k_max == 1 else "{0, 1/%d, ..., %d/%d}" % (N, self.k_max, N)
+        return (
+            "{0}"
+            if self.k_max == 0
+            else f"{{0, 1/{N}}}"
+            if self.k_max == 1
+            else f"{{0, 1/{N}, ..., {self.k_max}/{N}}}"
+        )
 
 
 def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
     """Every cell's `CellCost` under ``plan``, over all its seeds (what ``--dry-run`` prints)."""
-    from robusttune.methods.adversary import Adversary
     from robusttune.experiments.breakdown.bisection import lattice_top
+    from robusttune.methods.adversary import Adversary
 
-    budget = plan.budget if plan.tune else 1   # without drawn knobs there is nothing to tune
+    budget = plan.budget if plan.tune else 1  # without drawn knobs there is nothing to tune
     costs = []
     for cell in plan.cells:
         k_max = lattice_top(cell.clients, plan.max_fraction)
@@ -355,9 +408,18 @@ def plan_costs(plan: BreakdownPlan) -> list[CellCost]:
         if plan.start_from is not None:
             steps = min(2, k_max)
         expected = min(k_max + 1, 1 + steps + 2 * plan.verify_radius)
-        costs.append(CellCost(cell, k_max, threat.variants(attack), budget,
-                              threat.runs_per_point(attack) * budget, expected,
-                              seeds=len(plan.seeds), later_points=min(k_max + 1, 3)))
+        costs.append(
+            CellCost(
+                cell,
+                k_max,
+                threat.variants(attack),
+                budget,
+                threat.runs_per_point(attack) * budget,
+                expected,
+                seeds=len(plan.seeds),
+                later_points=min(k_max + 1, 3),
+            )
+        )
     return costs
 
 
@@ -369,7 +431,14 @@ def replicate_costs(plan: BreakdownPlan) -> list[CellCost]:
     costs = []
     for cost in plan_costs(plan):
         for n, seed in enumerate(plan.seeds):
-            costs.append(CellCost(replicate(cost.cell, seed), cost.k_max, cost.variants,
-                                  cost.clean_trials, cost.attacked_trials,
-                                  cost.expected_points if n == 0 else cost.later_points))
+            costs.append(
+                CellCost(
+                    replicate(cost.cell, seed),
+                    cost.k_max,
+                    cost.variants,
+                    cost.clean_trials,
+                    cost.attacked_trials,
+                    cost.expected_points if n == 0 else cost.later_points,
+                )
+            )
     return costs

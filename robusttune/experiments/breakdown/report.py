@@ -8,18 +8,24 @@ and breakdown.md."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
-from robusttune.experiments.breakdown.bisection import NO_ANSWER, BreakdownMap, CellResult
-from robusttune.experiments.breakdown.frontier import (frontier_table, method_key, method_names,
-                                                       never_broke, ordering_table,
-                                                       regime_ordering_table)
+from robusttune.display.markdown import markdown_table
+from robusttune.experiments.breakdown.bisection import NO_ANSWER, BreakdownMap, CellResult, Outcome
+from robusttune.experiments.breakdown.frontier import (
+    frontier_table,
+    method_key,
+    method_names,
+    never_broke,
+    ordering_table,
+    regime_ordering_table,
+)
 from robusttune.experiments.breakdown.replicates import ReplicatedMap
 from robusttune.experiments.breakdown.theory import theory_columns
-from robusttune.display.markdown import markdown_table
 
 # the columns of breakdown.csv and breakdown_points.csv after the cell's own axes (method,
 # participation ...), as the reference documents them
@@ -93,10 +99,21 @@ POINTS_COLUMNS: dict[str, str] = {
     "detail": "Every run folder behind the point.",
 }
 
-__all__ = ["BREAKDOWN_COLUMNS", "SEEDS_COLUMNS", "POINTS_COLUMNS", "write_breakdown", "breakdown_table",
-           "breaking_family", "breakdown_label", "answer", "frontier_table", "ordering_table",
-           "regime_ordering_table",
-           "cells_by_method", "method_names"]
+__all__ = [
+    "BREAKDOWN_COLUMNS",
+    "POINTS_COLUMNS",
+    "SEEDS_COLUMNS",
+    "answer",
+    "breakdown_label",
+    "breakdown_table",
+    "breaking_family",
+    "cells_by_method",
+    "frontier_table",
+    "method_names",
+    "ordering_table",
+    "regime_ordering_table",
+    "write_breakdown",
+]
 
 
 def breakdown_label(row: Mapping[str, Any]) -> str:
@@ -110,8 +127,13 @@ def breakdown_label(row: Mapping[str, Any]) -> str:
     top = (row["lattice_points"] - 1) / row["clients"]
     text = f">= {top:.3g}" if never_broke(row) else f"{row['breakdown_fraction']:.3g}"
     low, high = row.get("breakdown_min"), row.get("breakdown_max")
-    if low is not None and high is not None and not pd.isna(low) and not pd.isna(high) \
-            and high - low > 1e-9:
+    if (
+        low is not None
+        and high is not None
+        and not pd.isna(low)
+        and not pd.isna(high)
+        and high - low > 1e-9
+    ):
         text += f" [{low:.3g}, {high:.3g}]"
     flags = {"non_monotone": " (non-monotone)", "seeds_disagree": " (seeds disagree)"}
     return text + flags.get(status, "")
@@ -122,6 +144,7 @@ def answer(table: Any) -> list[str]:
     client, who never broke, where the measurement falls below the rule's own bound, and where
     sampling alone handed the Byzantine clients a majority at the failing point. Each sentence
     names its cells by method (`cells_by_method`)."""
+
     def cells(rows: Any) -> str:
         return cells_by_method(rows, table)
 
@@ -131,51 +154,76 @@ def answer(table: Any) -> list[str]:
         lines.append(f"Breaks at the first Byzantine client ({len(first)} cells): {cells(first)}.")
     never = table[[never_broke(row) for _, row in table.iterrows()]] if len(table) else table
     if len(never):
-        lines.append(f"Never broke on the lattice ({len(never)} cells, breakdown above its top): "
-                     f"{cells(never)}.")
+        lines.append(
+            f"Never broke on the lattice ({len(never)} cells, breakdown above its top): "
+            f"{cells(never)}."
+        )
     if "theory_fraction" in table:
         theory = pd.to_numeric(table["theory_fraction"], errors="coerce")
         measured = pd.to_numeric(table["breakdown_fraction"], errors="coerce")
-        reached = table[table["status"].isin(["ok", "survives_all", "seeds_disagree"]) & theory.notna()
-                        & (measured >= theory - 1e-9)]
+        reached = table[
+            table["status"].isin(["ok", "survives_all", "seeds_disagree"])
+            & theory.notna()
+            & (measured >= theory - 1e-9)
+        ]
         if len(reached):
-            lines.append(f"Reached the rule's theoretical fraction over its inputs (measured >= "
-                         f"`theory_fraction`) in {len(reached)} cells: {cells(reached)}.")
+            lines.append(
+                f"Reached the rule's theoretical fraction over its inputs (measured >= "
+                f"`theory_fraction`) in {len(reached)} cells: {cells(reached)}."
+            )
         below = table[table["status"].isin(["ok", "seeds_disagree"]) & (measured < theory - 1e-9)]
         if len(below):
-            lines.append(f"Broke within the rule's own precondition (measured below its theoretical "
-                         f"fraction: the attack, not the count, broke it) in {len(below)} cells: "
-                         f"{cells(below)}.")
+            lines.append(
+                f"Broke within the rule's own precondition (measured below its theoretical "
+                f"fraction: the attack, not the count, broke it) in {len(below)} cells: "
+                f"{cells(below)}."
+            )
     if "p_majority_run" in table:
         sampled = table[pd.to_numeric(table["p_majority_run"], errors="coerce") > 0.5]
         if len(sampled):
-            lines.append(f"Where sampling more likely than not hands the Byzantine clients a "
-                         f"majority of some round at the failing point ({len(sampled)} cells), a "
-                         f"collapse is the sampling's as much as the rule's: {cells(sampled)}.")
+            lines.append(
+                f"Where sampling more likely than not hands the Byzantine clients a "
+                f"majority of some round at the failing point ({len(sampled)} cells), a "
+                f"collapse is the sampling's as much as the rule's: {cells(sampled)}."
+            )
     if "attack_family" in table:
         aware = table[table["attack_family"] == "rule-aware"]
         if len(aware):
-            lines.append(f"Broken first by a rule-aware attack, every strength ladder surviving "
-                         f"the failing point ({len(aware)} cells): {cells(aware)}.")
+            lines.append(
+                f"Broken first by a rule-aware attack, every strength ladder surviving "
+                f"the failing point ({len(aware)} cells): {cells(aware)}."
+            )
     flagged = table[table["status"] == "fails_clean"]
     if len(flagged):
-        lines.append(f"No baseline (the clean run itself failed) in {len(flagged)} cells: "
-                     f"{cells(flagged)}.")
+        lines.append(
+            f"No baseline (the clean run itself failed) in {len(flagged)} cells: {cells(flagged)}."
+        )
     chance = table[table["status"] == "clean_at_chance"]
     if len(chance):
-        lines.append(f"No breakdown point (the clean run did not learn: within clean_margin of "
-                     f"chance in most seeds) in {len(chance)} cells: {cells(chance)}.")
+        lines.append(
+            f"No breakdown point (the clean run did not learn: within clean_margin of "
+            f"chance in most seeds) in {len(chance)} cells: {cells(chance)}."
+        )
     if "seeds" in table and (table["seeds"] > 1).any():
         unsettled = table[table["status"] == "seeds_disagree"]
         if len(unsettled):
-            lines.append(f"The seeds disagree by more than one lattice step in {len(unsettled)} "
-                         f"cells (the median is the answer; the range is in brackets): "
-                         f"{cells(unsettled)}.")
+            lines.append(
+                f"The seeds disagree by more than one lattice step in {len(unsettled)} "
+                f"cells (the median is the answer; the range is in brackets): "
+                f"{cells(unsettled)}."
+            )
     return lines or ["Every cell broke somewhere inside the lattice; see the table."]
 
 
-CELL_AXES = ("method", "aggregator", "algorithm", "attack", "participation", "participation_mode",
-             "dataset")
+CELL_AXES = (
+    "method",
+    "aggregator",
+    "algorithm",
+    "attack",
+    "participation",
+    "participation_mode",
+    "dataset",
+)
 
 
 def cells_by_method(rows: Any, table: Any) -> str:
@@ -227,13 +275,20 @@ def breaking_family(cell: CellResult, base: Mapping[str, Any] | None = None) -> 
     if not cell.broken_by:
         return ""
     failures = sorted(k for k in cell.outcomes if not cell.survived(k))
-    breaker = dict(cell.outcomes[failures[0]].breaker)
+    verdict = cell.outcomes[failures[0]]
+    # broken_by is "" unless the first failing point's verdict is an Outcome with a breaker
+    assert isinstance(verdict, Outcome)
+    breaker = dict(verdict.breaker)
     attack = breaker.get("attack", cell.cell.as_dict().get("attack", (base or {}).get("attack")))
     return family_of(attack) if attack else ""
 
 
-def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
-                    title: str = "Breakdown map", base: Mapping[str, Any] | None = None) -> Path:
+def write_breakdown(
+    result: BreakdownMap | ReplicatedMap,
+    out_dir: str | Path,
+    title: str = "Breakdown map",
+    base: Mapping[str, Any] | None = None,
+) -> Path:
     """breakdown.csv (one row per cell: its answer over seeds), breakdown_seeds.csv (one row per
     cell and seed), breakdown_points.csv (every evaluated point and the runs behind it),
     breakdown.png (heatmap: the median, the seeds' range in each square), frontier.csv and
@@ -241,6 +296,7 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
     (`ordering_table`) and breakdown.md, which opens with the map's answer; with ``base`` (the
     plan's run) each cell also gets the theory columns (`theory_columns`). Returns the .md path."""
     from robusttune.display.plots import breakdown_frontier, breakdown_heatmap
+
     result = ReplicatedMap.of(result)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -258,40 +314,70 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
     by_regime.to_csv(out / "ordering_by_p.csv", index=False)
     frontier_figure = breakdown_frontier(frontier, out / "frontier.png")
     several = len(result.seeds) > 1
-    hidden = ("evaluated", "violations", "threshold", "breakdown_fraction", "breakdown_byzantine",
-              "monotone", "lattice_points", "breakdown_min", "breakdown_max", "chance",
-              "clean_accuracy_min", "seeds_agree", *(() if several else
-                                                     ("seeds", "seeds_answered", "seed_breakdowns")))
+    hidden = (
+        "evaluated",
+        "violations",
+        "threshold",
+        "breakdown_fraction",
+        "breakdown_byzantine",
+        "monotone",
+        "lattice_points",
+        "breakdown_min",
+        "breakdown_max",
+        "chance",
+        "clean_accuracy_min",
+        "seeds_agree",
+        *(() if several else ("seeds", "seeds_answered", "seed_breakdowns")),
+    )
     shown = [c for c in table.columns if c not in hidden]
-    seeds_line = (f"Seeds {result.seeds} are replicates: each cell is bisected at each seed as a "
-                  f"one-seed map would be, and `breakdown` is the median of their answers with "
-                  f"their range in brackets (`seed_breakdowns` lists them in order, "
-                  f"`breakdown_seeds.csv` has each seed's row)." if several else
-                  "One seed: each breakdown point is one draw of a random event; list several "
-                  "in breakdown.seeds to see its spread." if result.seeds else "")
-    lines = [f"# {title}", "", *answer(table), "",
-             "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
-             "(no collapse, final accuracy >= threshold: by default chance plus half the clean "
-             "run's margin above chance) against every adversary setting tried "
-             "(`broken_by` names the weakest setting of the ladder that broke the first failing "
-             "point, `attack_family` its family: `ladder` or `rule-aware`; the adversary runs the "
-             "ladders first, so `rule-aware` means every ladder survived that point); "
-             "`theory_fraction` is the rule's own bound over its `inputs`, `p_majority_round` "
-             "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point."
-             + (" " + seeds_line if seeds_line else ""),
-             "", markdown_table(table[shown], floatfmt=".3g", index=False), "",
-             f"Cost: {result.cost_line()}.", ""]
+    seeds_line = (
+        f"Seeds {result.seeds} are replicates: each cell is bisected at each seed as a "
+        f"one-seed map would be, and `breakdown` is the median of their answers with "
+        f"their range in brackets (`seed_breakdowns` lists them in order, "
+        f"`breakdown_seeds.csv` has each seed's row)."
+        if several
+        else "One seed: each breakdown point is one draw of a random event; list several "
+        "in breakdown.seeds to see its spread."
+        if result.seeds
+        else ""
+    )
+    lines = [
+        f"# {title}",
+        "",
+        *answer(table),
+        "",
+        "Largest Byzantine fraction on the lattice {0, 1/N, ...} at which a run survives "
+        "(no collapse, final accuracy >= threshold: by default chance plus half the clean "
+        "run's margin above chance) against every adversary setting tried "
+        "(`broken_by` names the weakest setting of the ladder that broke the first failing "
+        "point, `attack_family` its family: `ladder` or `rule-aware`; the adversary runs the "
+        "ladders first, so `rule-aware` means every ladder survived that point); "
+        "`theory_fraction` is the rule's own bound over its `inputs`, `p_majority_round` "
+        "and `p_majority_run` the chance of a Byzantine-majority sample at the failing point."
+        + (" " + seeds_line if seeds_line else ""),
+        "",
+        markdown_table(table[shown], floatfmt=".3g", index=False),
+        "",
+        f"Cost: {result.cost_line()}.",
+        "",
+    ]
     flagged = table[table["status"] == "non_monotone"]
     if len(flagged):
-        lines += ["## Non-monotone cells", "",
-                  "Survival is not monotone in the Byzantine count here; the breakdown column is "
-                  "bisection's answer, `conservative_fraction` the first evaluated failure minus one.", ""]
+        lines += [
+            "## Non-monotone cells",
+            "",
+            "Survival is not monotone in the Byzantine count here; the breakdown column is "
+            "bisection's answer, `conservative_fraction` the first evaluated failure minus one.",
+            "",
+        ]
         keys = list(dict.fromkeys(k for c in result.cells for k in c.as_dict()))
         for _, row in flagged.iterrows():
             # a key only some cells set (pre_aggregator) is blank, not "nan", in the others
             cell = ", ".join(f"{k}={row[k]}" for k in keys if not pd.isna(row[k]))
-            lines.append(f"- {cell}: evaluated {row['evaluated']} (k+ survived, k- failed); "
-                         f"contradicting points: {row['violations']}")
+            lines.append(
+                f"- {cell}: evaluated {row['evaluated']} (k+ survived, k- failed); "
+                f"contradicting points: {row['violations']}"
+            )
         lines.append("")
     if figure is not None:
         lines += [f"![breakdown heatmap]({figure.name})", ""]
@@ -300,51 +386,98 @@ def write_breakdown(result: BreakdownMap | ReplicatedMap, out_dir: str | Path,
         pivot = pivot.loc[list(dict.fromkeys(frontier["method"]))]
         pivot.columns = [f"p={p:g}" for p in pivot.columns]
         pivot.index.name = "method"
-        lines += ["## The p-frontier", "",
-                  "beta*(p): for each method and participation p the smallest breakdown fraction "
-                  "over its cells at that p (every attack and sampling mode: the worst case); "
-                  "`>=` marks a value no cell at the minimum broke below (the lattice top)"
-                  + ("; in brackets the range of the seeds' own frontiers" if several else "")
-                  + ". `frontier.csv` names the cell that set each value.", "",
-                  markdown_table(pivot, index=True), ""]
+        lines += [
+            "## The p-frontier",
+            "",
+            "beta*(p): for each method and participation p the smallest breakdown fraction "
+            "over its cells at that p (every attack and sampling mode: the worst case); "
+            "`>=` marks a value no cell at the minimum broke below (the lattice top)"
+            + ("; in brackets the range of the seeds' own frontiers" if several else "")
+            + ". `frontier.csv` names the cell that set each value.",
+            "",
+            markdown_table(pivot, index=True),
+            "",
+        ]
         if frontier_figure is not None:
             lines += [f"![p-frontier]({frontier_figure.name})", ""]
+
     def holds(h: int, t: int, r: int, n: int) -> str:
-        others = ", ".join(f"{count} {word}" for count, word in ((t, "tied"), (r, "reversed"))
-                           if count)
+        others = ", ".join(
+            f"{count} {word}" for count, word in ((t, "tied"), (r, "reversed")) if count
+        )
         return f"{h} of {n}" + (f" ({others})" if others else "")
 
     def with_holds(table: Any) -> Any:
-        return table.assign(**{"holds in": [holds(*values) for values in zip(
-            table["holds"], table["ties"], table["reversed"], table["seeds"])]})
+        return table.assign(
+            **{
+                "holds in": [
+                    holds(*values)
+                    for values in zip(
+                        table["holds"], table["ties"], table["reversed"], table["seeds"]
+                    )
+                ]
+            }
+        )
 
     if not ordering.empty:
         shown_order = with_holds(ordering)
-        lines += ["## How firmly the frontier orders the methods", "",
-                  "At each p, every two neighbours of the frontier's order (medians over seeds): "
-                  "in how many seeds the higher method's own frontier is above the lower's. A "
-                  "comparison that holds in fewer than all seeds is a statement about these "
-                  "seeds, not about the methods (`ordering.csv`).", "",
-                  markdown_table(shown_order[["participation", "higher", "lower",
-                                              "higher_fraction", "lower_fraction", "holds in"]],
-                                 floatfmt=".3g", index=False), ""]
+        lines += [
+            "## How firmly the frontier orders the methods",
+            "",
+            "At each p, every two neighbours of the frontier's order (medians over seeds): "
+            "in how many seeds the higher method's own frontier is above the lower's. A "
+            "comparison that holds in fewer than all seeds is a statement about these "
+            "seeds, not about the methods (`ordering.csv`).",
+            "",
+            markdown_table(
+                shown_order[
+                    [
+                        "participation",
+                        "higher",
+                        "lower",
+                        "higher_fraction",
+                        "lower_fraction",
+                        "holds in",
+                    ]
+                ],
+                floatfmt=".3g",
+                index=False,
+            ),
+            "",
+        ]
     if not by_regime.empty:
-        lines += ["## How firmly the frontier orders each method's regimes", "",
-                  "For each method, every two neighbouring participations whose frontier values "
-                  "differ: in how many seeds the higher one's own frontier is above the "
-                  "other's (`ordering_by_p.csv`).", "",
-                  markdown_table(with_holds(by_regime)[["method", "higher_p", "lower_p",
-                                                        "higher_fraction", "lower_fraction",
-                                                        "holds in"]],
-                                 floatfmt=".3g", index=False), ""]
+        lines += [
+            "## How firmly the frontier orders each method's regimes",
+            "",
+            "For each method, every two neighbouring participations whose frontier values "
+            "differ: in how many seeds the higher one's own frontier is above the "
+            "other's (`ordering_by_p.csv`).",
+            "",
+            markdown_table(
+                with_holds(by_regime)[
+                    [
+                        "method",
+                        "higher_p",
+                        "lower_p",
+                        "higher_fraction",
+                        "lower_fraction",
+                        "holds in",
+                    ]
+                ],
+                floatfmt=".3g",
+                index=False,
+            ),
+            "",
+        ]
     lines += ["Every evaluated point and its runs: `breakdown_points.csv`.", ""]
     path = out / "breakdown.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def breakdown_table(result: BreakdownMap | ReplicatedMap,
-                    base: Mapping[str, Any] | None = None) -> Any:
+def breakdown_table(
+    result: BreakdownMap | ReplicatedMap, base: Mapping[str, Any] | None = None
+) -> Any:
     """One row per cell: its answer over seeds (`robusttune.experiments.breakdown.replicates.summarise`),
     the readable ``breakdown`` label and, with ``base``, the theory columns (drawn from the seed
     whose answer is the median)."""
@@ -352,11 +485,17 @@ def breakdown_table(result: BreakdownMap | ReplicatedMap,
     table = result.to_frame()
     if table.empty:
         return table
-    table.insert(len(result.cells[0].as_dict()), "breakdown",
-                 [breakdown_label(row) for _, row in table.iterrows()])
+    table.insert(
+        len(result.cells[0].as_dict()),
+        "breakdown",
+        [breakdown_label(row) for _, row in table.iterrows()],
+    )
     representatives = [result.representative(cell) for cell in result.cells]
-    table.insert(list(table.columns).index("broken_by") + 1, "attack_family",
-                 [breaking_family(r, base) for r in representatives])
+    table.insert(
+        list(table.columns).index("broken_by") + 1,
+        "attack_family",
+        [breaking_family(r, base) for r in representatives],
+    )
     if base is not None:
         extra = pd.DataFrame([theory_columns(base, r) for r in representatives])
         table = pd.concat([table, extra], axis=1)

@@ -22,19 +22,29 @@ import json
 import math
 import os
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from robusttune.core.runspec import RunSpec
 from robusttune.core.files import write_text_atomic
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.core.yaml_input import parse_yaml, read_yaml_text
 
-__all__ = ["PLAN_FILE", "RUNS_FILE", "MapStore", "StoredRunner", "open_stored_runner",
-           "interrupted_lines"]
+if TYPE_CHECKING:
+    from robusttune.engine.runners import Runner
+
+__all__ = [
+    "PLAN_FILE",
+    "RUNS_FILE",
+    "MapStore",
+    "StoredRunner",
+    "interrupted_lines",
+    "open_stored_runner",
+]
 
 PLAN_FILE = "plan.yaml"
 RUNS_FILE = "runs.jsonl"
@@ -43,8 +53,9 @@ RUNS_FILE = "runs.jsonl"
 class MapStore:
     """The plan and the finished runs of the map kept in ``folder`` (a local or shared folder)."""
 
-    def __init__(self, folder: str | Path, kind: str = "breakdown map",
-                 result_file: str = "breakdown.csv") -> None:
+    def __init__(
+        self, folder: str | Path, kind: str = "breakdown map", result_file: str = "breakdown.csv"
+    ) -> None:
         # kind / result_file: what the folder holds, for messages (robust tuning keeps its study
         # the same way, `robusttune.experiments.tuning`)
         self.kind, self.result_file = kind, result_file
@@ -67,18 +78,24 @@ class MapStore:
         has_runs = self.runs_path.exists() and self.runs_path.stat().st_size > 0
         if not resume:
             if has_runs or (self.folder / self.result_file).exists():
-                raise SpecError(f"{self.folder} already holds a {self.kind}; allowed: --resume to "
-                                f"continue it, a new --name for a new one, or removing the folder")
+                raise SpecError(
+                    f"{self.folder} already holds a {self.kind}; allowed: --resume to "
+                    f"continue it, a new --name for a new one, or removing the folder"
+                )
         else:
             if stored is None:
-                raise SpecError(f"--resume: {self.folder} holds no {self.kind} ({PLAN_FILE}); "
-                                f"run it without --resume")
+                raise SpecError(
+                    f"--resume: {self.folder} holds no {self.kind} ({PLAN_FILE}); "
+                    f"run it without --resume"
+                )
             difference = first_difference(_plain(stored), _plain(plan.identity()))
             if difference is not None:
-                raise SpecError(f"--resume: {self.folder} holds a different plan ({difference}); "
-                                f"allowed: the same YAML and --set as before (see "
-                                f"{self.plan_path}), or a new --name without --resume for the "
-                                f"changed plan")
+                raise SpecError(
+                    f"--resume: {self.folder} holds a different plan ({difference}); "
+                    f"allowed: the same YAML and --set as before (see "
+                    f"{self.plan_path}), or a new --name without --resume for the "
+                    f"changed plan"
+                )
         self.folder.mkdir(parents=True, exist_ok=True)
         # the command as a comment: the file is the plan to compare with, the comment is for people
         header = f"# {command}\n" if command else ""
@@ -92,10 +109,15 @@ class MapStore:
             return None
         mapping = parse_yaml(read_yaml_text(self.plan_path), str(self.plan_path)) or {}
         if not isinstance(mapping, dict):
-            raise SpecError(f"{self.plan_path}: not a {self.kind}'s plan (a mapping); allowed: "
-                            f"the plan.yaml the command wrote, or a new --name")
-        return {k: v for k, v in mapping.items()
-                if k not in ("name", "resources", "max_concurrent", "plugins")}
+            raise SpecError(
+                f"{self.plan_path}: not a {self.kind}'s plan (a mapping); allowed: "
+                f"the plan.yaml the command wrote, or a new --name"
+            )
+        return {
+            k: v
+            for k, v in mapping.items()
+            if k not in ("name", "resources", "max_concurrent", "plugins")
+        }
 
     # -- the runs --------------------------------------------------------------------------
     def finished(self) -> dict[str, RunSummary]:
@@ -117,8 +139,10 @@ class MapStore:
                 key = _identity(json.loads(entry["key"]))
                 runs[key] = RunSummary.from_dict(_restore_floats(entry["summary"]))
             except (ValueError, KeyError, TypeError, AttributeError):
-                self.notes.append(f"note: {self.runs_path} line {number} is incomplete (a run cut "
-                                  f"off while it was written); that run is run again")
+                self.notes.append(
+                    f"note: {self.runs_path} line {number} is incomplete (a run cut "
+                    f"off while it was written); that run is run again"
+                )
         return runs
 
     def append(self, spec: RunSpec, summary: RunSummary) -> None:
@@ -151,8 +175,9 @@ def run_key(spec: RunSpec) -> str:
 
 
 def _identity(values: dict[str, Any]) -> str:
-    kept = {k: v for k, v in values.items()
-            if not (k in KEYS_ADDED_LATER and v == KEYS_ADDED_LATER[k])}
+    kept = {
+        k: v for k, v in values.items() if not (k in KEYS_ADDED_LATER and v == KEYS_ADDED_LATER[k])
+    }
     return json.dumps(_json_safe(kept), sort_keys=True)
 
 
@@ -165,9 +190,15 @@ class StoredRunner:
     ``inner`` together (a Ray Tune wave, whose trials run side by side) and are kept when it
     returns. ``on_runs(ran, reused, seconds)`` is told after every inner call (progress)."""
 
-    def __init__(self, inner: Callable[[Sequence[RunSpec]], list[RunSummary]], store: MapStore,
-                 finished: dict[str, RunSummary] | None = None, *, one_at_a_time: bool = False,
-                 on_runs: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Runner,
+        store: MapStore,
+        finished: dict[str, RunSummary] | None = None,
+        *,
+        one_at_a_time: bool = False,
+        on_runs: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.inner = inner
         self.store = store
         self.finished = dict(finished or {})
@@ -185,7 +216,7 @@ class StoredRunner:
             self.reused += reused
         if self.on_runs is not None and reused:
             self.on_runs(0, reused)
-        by_key = {k: s for k, s in zip(keys, specs)}
+        by_key = dict(zip(keys, specs))
         chunks = [[k] for k in missing] if self.one_at_a_time else ([missing] if missing else [])
         fresh: dict[str, RunSummary] = {}
         for chunk in chunks:
@@ -209,11 +240,19 @@ class StoredRunner:
         return drive(self.inner, body)
 
 
-def open_stored_runner(folder: str | Path, plan: Any,
-                       runner: Callable[[Sequence[RunSpec]], list[RunSummary]], *, resume: bool,
-                       local: bool, command: str, say: Callable[[str], None],
-                       kind: str = "breakdown map", result_file: str = "breakdown.csv",
-                       on_runs: Callable[[int, int], None] | None = None) -> StoredRunner:
+def open_stored_runner(
+    folder: str | Path,
+    plan: Any,
+    runner: Runner,
+    *,
+    resume: bool,
+    local: bool,
+    command: str,
+    say: Callable[[str], None],
+    kind: str = "breakdown map",
+    result_file: str = "breakdown.csv",
+    on_runs: Callable[[int, int], None] | None = None,
+) -> StoredRunner:
     """``runner`` behind ``folder``'s store, as the breakdown map, the horizon measurement and the
     tuning study each open it: the folder checked against ``plan`` (`MapStore.open`), its notes
     and, on ``resume``, the count of kept runs told through ``say``; in process (``local``) each
@@ -229,8 +268,10 @@ def open_stored_runner(folder: str | Path, plan: Any,
 
 def interrupted_lines(folder: str | Path, command: str) -> list[str]:
     """What a Ctrl-C'd map, measurement or study prints: where its runs are and how to go on."""
-    return [f"interrupted: the finished runs are kept in {Path(folder) / RUNS_FILE}",
-            f"continue with: {command} --resume"]
+    return [
+        f"interrupted: the finished runs are kept in {Path(folder) / RUNS_FILE}",
+        f"continue with: {command} --resume",
+    ]
 
 
 def first_difference(stored: Any, current: Any, path: str = "") -> str | None:

@@ -5,12 +5,18 @@ clients a majority, so a reader sees whether a collapse is the rule's or the sam
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from robusttune.methods.aggregators import make_rule
-from robusttune.experiments.breakdown.bisection import CellResult
-from robusttune.problem.byzantine_law import Deployment, aggregator_inputs, p_any_round, p_majority_round
 from robusttune.core.runspec import RunSpec
+from robusttune.experiments.breakdown.bisection import CellResult
+from robusttune.methods.aggregators import make_rule
+from robusttune.problem.byzantine_law import (
+    Deployment,
+    aggregator_inputs,
+    p_any_round,
+    p_majority_round,
+)
 
 __all__ = ["theory_columns", "told_bound"]
 
@@ -25,14 +31,21 @@ def theory_columns(base: Mapping[str, Any], result: CellResult) -> dict[str, Any
     spec = RunSpec.from_dict(values)
     n_inputs = aggregator_inputs(spec)
     theory = told_bound(values, n_inputs)
-    columns: dict[str, Any] = {"inputs": n_inputs, "theory_fraction": theory,
-                               "p_majority_round": math.nan, "p_majority_run": math.nan}
+    columns: dict[str, Any] = {
+        "inputs": n_inputs,
+        "theory_fraction": theory,
+        "p_majority_round": math.nan,
+        "p_majority_run": math.nan,
+    }
     if result.breakdown is not None and result.breakdown < result.k_max:
         deployment = Deployment(
-            clients=spec.clients, participation=spec.participation,
-            byzantine_fraction=(result.breakdown + 1) / spec.clients, rounds=spec.rounds,
+            clients=spec.clients,
+            participation=spec.participation,
+            byzantine_fraction=(result.breakdown + 1) / spec.clients,
+            rounds=spec.rounds,
             sample_size=spec.sample_size if spec.participation_mode == "fixed" else None,
-            mode=spec.participation_mode)
+            mode=spec.participation_mode,
+        )
         q = p_majority_round(deployment, cache=spec.aggregates_cache)
         columns.update(p_majority_round=q, p_majority_run=p_any_round(q, spec.rounds))
     return columns
@@ -48,11 +61,19 @@ def told_bound(values: Mapping[str, Any], n: int) -> float | None:
 
     For a rule whose parameters do not follow beta it is `theoretical_breakdown(n)`; None where
     the rule has no bound in n (FLTrust)."""
+
     def bound(f: int) -> float | None:
         spec = RunSpec.from_dict({**values, "assumed_byzantine_fraction": f / n})
         return make_rule(spec.aggregator, **spec.aggregator_params()).theoretical_breakdown(n)
 
     if bound(0) is None:
         return None
-    covered = [f for f in range(n) if f <= n * bound(f) + 1e-9]
+
+    def covers(f: int) -> bool:
+        b = bound(f)
+        # whether a rule has a bound in n depends on the rule, not its assumed beta (bound(0) had)
+        assert b is not None
+        return f <= n * b + 1e-9
+
+    covered = [f for f in range(n) if covers(f)]
     return max(covered) / n if covered else 0.0

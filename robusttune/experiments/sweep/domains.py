@@ -11,8 +11,9 @@ Axis.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Iterable, Mapping, Optional
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -20,8 +21,16 @@ from robusttune.core.registry import SpecError
 from robusttune.core.runspec import run_keys
 from robusttune.core.validation import Finite, Int, KeyedError
 
-__all__ = ["Domain", "Axis", "DomainBody", "build_axis", "key_values", "format_value",
-           "DOMAIN_KINDS", "RANDOM_KINDS"]
+__all__ = [
+    "DOMAIN_KINDS",
+    "RANDOM_KINDS",
+    "Axis",
+    "Domain",
+    "DomainBody",
+    "build_axis",
+    "format_value",
+    "key_values",
+]
 
 DOMAIN_KINDS = ("grid", "choice", "uniform", "loguniform", "int")
 RANDOM_KINDS = ("choice", "uniform", "loguniform", "int")
@@ -58,9 +67,17 @@ class Domain:
         return self.kind == "grid"
 
     @property
+    def bounds(self) -> tuple[float, float]:
+        """(low, high) of a range domain (uniform, loguniform, int): always set for those."""
+        assert self.low is not None and self.high is not None, f"{self.kind} has no bounds"
+        return self.low, self.high
+
+    @property
     def is_discrete(self) -> bool:
         """Whether the values can be listed: grid, choice, or a small int range."""
-        return self.kind in ("grid", "choice") or (self.kind == "int" and self.size <= DISCRETE_INT_LIMIT)
+        return self.kind in ("grid", "choice") or (
+            self.kind == "int" and self.size <= DISCRETE_INT_LIMIT
+        )
 
     @property
     def size(self) -> int:
@@ -70,7 +87,8 @@ class Domain:
             return len(self.values)
         if self.kind == "int":
             step = int(self.step or 1)
-            return (int(self.high) - int(self.low)) // step + 1
+            low, high = self.bounds
+            return (int(high) - int(low)) // step + 1
         return math.inf  # type: ignore[return-value]
 
     def discrete_values(self) -> list[Any]:
@@ -78,7 +96,8 @@ class Domain:
         if self.kind in ("grid", "choice"):
             return list(self.values)
         if self.kind == "int":
-            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+            low, high = self.bounds
+            return list(range(int(low), int(high) + 1, int(self.step or 1)))
         raise ValueError(f"{self.kind} is not discrete")
 
     def probes(self) -> list[Any]:
@@ -86,13 +105,10 @@ class Domain:
         (the geometric middle, sqrt(low * high), for loguniform)."""
         if self.is_discrete:
             return self.discrete_values()
-        low, high = float(self.low), float(self.high)
+        low, high = (float(b) for b in self.bounds)
         if self.kind == "int":
             return [int(low), int((low + high) // 2), int(high)]
-        if self.kind == "loguniform":
-            middle = math.sqrt(low * high)
-        else:
-            middle = (low + high) / 2
+        middle = math.sqrt(low * high) if self.kind == "loguniform" else (low + high) / 2
         below_high = math.nextafter(high, low)  # uniform draws never reach ``high`` itself
         return [low, middle, below_high]
 
@@ -111,14 +127,15 @@ class Domain:
 
         if self.kind in ("grid", "choice"):
             return tune.choice(list(self.values))
+        low, high = self.bounds
         if self.kind == "uniform":
-            return tune.quniform(self.low, self.high, self.step) if self.step else tune.uniform(self.low, self.high)
+            return tune.quniform(low, high, self.step) if self.step else tune.uniform(low, high)
         if self.kind == "loguniform":
-            return tune.loguniform(self.low, self.high)
+            return tune.loguniform(low, high)
         # int: tune.randint excludes its upper end, tune.qrandint includes it.
         if self.step and int(self.step) > 1:
-            return tune.qrandint(int(self.low), int(self.high), int(self.step))
-        return tune.randint(int(self.low), int(self.high) + 1)
+            return tune.qrandint(int(low), int(high), int(self.step))
+        return tune.randint(int(low), int(high) + 1)
 
 
 @dataclass(frozen=True)
@@ -147,12 +164,15 @@ class Axis:
         try:
             return dict(self.groups[value])
         except (KeyError, TypeError):
-            raise SpecError(f"space.{self.name}: {value!r} is not one of its labels; allowed: "
-                            f"{', '.join(self.groups)}") from None
+            raise SpecError(
+                f"space.{self.name}: {value!r} is not one of its labels; allowed: "
+                f"{', '.join(self.groups)}"
+            ) from None
 
 
-def key_values(key: str, run: Mapping[str, Any], axes: Iterable[Axis],
-               default: Any) -> list[tuple[str, Any]]:
+def key_values(
+    key: str, run: Mapping[str, Any], axes: Iterable[Axis], default: Any
+) -> list[tuple[str, Any]]:
     """(where, value) for each value RunSpec key ``key`` takes in a sweep's trials, where being
     ``space.<axis>`` for the values of the axis that sets it (a range domain: its probes; a joint
     axis: the groups that set it) and ``run.<key>`` for its value there (else ``default``) where
@@ -169,7 +189,7 @@ def key_values(key: str, run: Mapping[str, Any], axes: Iterable[Axis],
         setting = [group[key] for group in axis.groups.values() if key in group]
         leaving = any(key not in group for group in axis.groups.values())
         found = [(f"space.{axis.name}", v) for v in dict.fromkeys(setting)]
-        return found + [fixed] if leaving else found
+        return [*found, fixed] if leaving else found
     return [fixed]
 
 
@@ -194,12 +214,12 @@ class DomainBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    grid: Optional[Values] = None
-    choice: Optional[Values] = None
-    uniform: Optional[Bounds] = None
-    loguniform: Optional[Bounds] = None
-    int_: Optional[IntBounds] = Field(None, alias="int")
-    step: Optional[Annotated[Finite, Field(gt=0)]] = None
+    grid: Values | None = None
+    choice: Values | None = None
+    uniform: Bounds | None = None
+    loguniform: Bounds | None = None
+    int_: IntBounds | None = Field(default=None, alias="int")
+    step: Annotated[Finite, Field(gt=0)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -210,27 +230,36 @@ class DomainBody(BaseModel):
         kinds = [k for k in body if k in DOMAIN_KINDS]
         others = [k for k in body if k not in DOMAIN_KINDS and k != "step"]
         if not kinds and others:  # `normal: [0, 1]`: name the kind that does not exist
-            raise KeyedError(f"is not a domain kind; allowed: {allowed}", key=(str(others[0]),),
-                             value=body[others[0]])
+            raise KeyedError(
+                f"is not a domain kind; allowed: {allowed}",
+                key=(str(others[0]),),
+                value=body[others[0]],
+            )
         if len(kinds) != 1:
             raise ValueError(f"must be one domain, e.g. {{grid: [...]}}; allowed: {allowed}")
         kind = kinds[0]
         besides = others + (["step"] if "step" in body and kind not in STEPPED_KINDS else [])
         if besides:
-            raise KeyedError(f"is not allowed beside {kind}; allowed: "
-                             f"{'step' if kind in STEPPED_KINDS else 'nothing else'}",
-                             key=(str(besides[0]),), value=body[besides[0]])
+            raise KeyedError(
+                f"is not allowed beside {kind}; allowed: "
+                f"{'step' if kind in STEPPED_KINDS else 'nothing else'}",
+                key=(str(besides[0]),),
+                value=body[besides[0]],
+            )
         return body
 
     @model_validator(mode="after")
-    def _ordered_bounds(self) -> "DomainBody":
+    def _ordered_bounds(self) -> DomainBody:
         kind = self.kind
         if kind == "int":
+            assert self.int_ is not None  # kind "int": int_ is the bound that is set
             low, high = self.int_
             if low > high:
                 raise KeyedError("needs low <= high", key=("int",), value=[low, high])
             if self.step is not None and (not float(self.step).is_integer() or self.step < 1):
-                raise KeyedError("must be an integer >= 1 beside int", key=("step",), value=self.step)
+                raise KeyedError(
+                    "must be an integer >= 1 beside int", key=("step",), value=self.step
+                )
         elif kind in ("uniform", "loguniform"):
             low, high = getattr(self, kind)
             if not low < high:
@@ -242,7 +271,9 @@ class DomainBody(BaseModel):
     @property
     def kind(self) -> str:
         """The one domain kind set."""
-        return next(k for k in DOMAIN_KINDS if getattr(self, "int_" if k == "int" else k) is not None)
+        return next(
+            k for k in DOMAIN_KINDS if getattr(self, "int_" if k == "int" else k) is not None
+        )
 
     @property
     def values(self) -> list[Any]:
@@ -253,8 +284,11 @@ class DomainBody(BaseModel):
         """The Domain of uniform, loguniform or int (both ends of int included)."""
         kind = self.kind
         if kind == "int":
+            assert self.int_ is not None  # kind "int": int_ is the bound that is set
             low, high = self.int_
-            return Domain("int", low=low, high=high, step=None if self.step is None else int(self.step))
+            return Domain(
+                "int", low=low, high=high, step=None if self.step is None else int(self.step)
+            )
         low, high = getattr(self, kind)
         return Domain(kind, low=low, high=high, step=self.step)
 
@@ -270,8 +304,12 @@ def build_axis(name: str, body: DomainBody) -> Axis:
             return Axis(name, body.range_domain())
         values = body.values
         if any(isinstance(v, (Mapping, list)) for v in values):
-            raise KeyedError("values must be scalars; a list of mappings needs a joint axis whose "
-                             "name is not a RunSpec key", key=(name, kind), value=values)
+            raise KeyedError(
+                "values must be scalars; a list of mappings needs a joint axis whose "
+                "name is not a RunSpec key",
+                key=(name, kind),
+                value=values,
+            )
         if len({format_value(v) for v in values}) != len(values):
             raise KeyedError("lists a value twice", key=(name, kind), value=values)
         return Axis(name, Domain(kind, values=tuple(values)))
@@ -279,8 +317,11 @@ def build_axis(name: str, body: DomainBody) -> Axis:
     if kind not in ("grid", "choice"):
         raise KeyedError(f"is not a RunSpec key; allowed: {allowed}", key=(name,))
     if not all(isinstance(v, Mapping) and v for v in body.values):
-        raise KeyedError(f"is not a RunSpec key; allowed: {allowed} (a joint axis with a free "
-                         f"name lists mappings of RunSpec keys)", key=(name,))
+        raise KeyedError(
+            f"is not a RunSpec key; allowed: {allowed} (a joint axis with a free "
+            f"name lists mappings of RunSpec keys)",
+            key=(name,),
+        )
     groups: dict[str, dict[str, Any]] = {}
     for index, value in enumerate(body.values):
         for inner, setting in value.items():

@@ -22,18 +22,33 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Final
 
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 
-__all__ = ["AUTO", "GpuNode", "gpu_memory_bytes", "gpu_nodes", "cluster_gpu_nodes", "runs_per_gpu",
-           "share_of", "gpu_share", "device_phrase", "refuse_cuda_without_gpus", "AutoGpuResources",
-           "resolve_gpu", "MAX_RUNS_PER_GPU", "USABLE_MEMORY", "ACCELERATOR_MEMORY_GIB",
-           "UNKNOWN_GPU_MEMORY_GIB"]
+__all__ = [
+    "ACCELERATOR_MEMORY_GIB",
+    "AUTO",
+    "MAX_RUNS_PER_GPU",
+    "UNKNOWN_GPU_MEMORY_GIB",
+    "USABLE_MEMORY",
+    "AutoGpuResources",
+    "GpuNode",
+    "cluster_gpu_nodes",
+    "device_phrase",
+    "gpu_memory_bytes",
+    "gpu_nodes",
+    "gpu_share",
+    "refuse_cuda_without_gpus",
+    "resolve_gpu",
+    "runs_per_gpu",
+    "share_of",
+]
 
-AUTO = "auto"
+AUTO: Final = "auto"
 # The most runs one GPU is given: what bench/gpu.py measures side by side (1, 4, 16); beyond it
 # their CUDA contexts take turns on the GPU with no figure to say it helps.
 MAX_RUNS_PER_GPU = 16
@@ -43,9 +58,25 @@ USABLE_MEMORY = 0.9
 # One GPU's memory in GiB by Ray's accelerator type (the resource ``accelerator_type:<name>`` Ray
 # gives a node with NVIDIA GPUs; the vendors' data sheets; plain "A100" is the smaller model).
 ACCELERATOR_MEMORY_GIB: dict[str, float] = {
-    "A100": 40, "A100-40G": 40, "A100-80G": 80, "A10G": 24, "B200": 180, "B300": 270,
-    "GB200": 186, "GB300": 279, "H100": 80, "H20": 96, "H200": 141, "K80": 12, "L4": 24,
-    "L40S": 48, "P100": 16, "P4": 8, "RTX-PRO-6000": 96, "T4": 16, "V100": 16,
+    "A100": 40,
+    "A100-40G": 40,
+    "A100-80G": 80,
+    "A10G": 24,
+    "B200": 180,
+    "B300": 270,
+    "GB200": 186,
+    "GB300": 279,
+    "H100": 80,
+    "H20": 96,
+    "H200": 141,
+    "K80": 12,
+    "L4": 24,
+    "L40S": 48,
+    "P100": 16,
+    "P4": 8,
+    "RTX-PRO-6000": 96,
+    "T4": 16,
+    "V100": 16,
 }
 # A GPU whose type is not known here and cannot be asked (the driver has no CUDA): the memory of
 # the smallest data-centre GPUs still in common use (T4, V100)
@@ -66,18 +97,24 @@ def gpu_memory_bytes(resources: Mapping[str, float], local_memory: int | None) -
     driver's own GPU (``local_memory``), else UNKNOWN_GPU_MEMORY_GIB."""
     for key in resources:
         if key.startswith(ACCELERATOR_PREFIX):
-            gib = ACCELERATOR_MEMORY_GIB.get(key[len(ACCELERATOR_PREFIX):])
+            gib = ACCELERATOR_MEMORY_GIB.get(key[len(ACCELERATOR_PREFIX) :])
             if gib is not None:
                 return int(gib * 2**30)
     return local_memory if local_memory else int(UNKNOWN_GPU_MEMORY_GIB * 2**30)
 
 
-def gpu_nodes(nodes: Sequence[Mapping[str, float]], local_memory: int | None = None) -> list[GpuNode]:
+def gpu_nodes(
+    nodes: Sequence[Mapping[str, float]], local_memory: int | None = None
+) -> list[GpuNode]:
     """The distinct kinds of GPU node among ``nodes`` (live nodes' and node types' resources);
     empty when none has a GPU."""
-    kinds = {GpuNode(float(node.get("CPU", 0.0)) / float(node["GPU"]),
-                     gpu_memory_bytes(node, local_memory))
-             for node in nodes if float(node.get("GPU", 0.0)) > 0}
+    kinds = {
+        GpuNode(
+            float(node.get("CPU", 0.0)) / float(node["GPU"]), gpu_memory_bytes(node, local_memory)
+        )
+        for node in nodes
+        if float(node.get("GPU", 0.0)) > 0
+    }
     return sorted(kinds, key=lambda kind: (kind.cpus_per_gpu, kind.memory_bytes))
 
 
@@ -105,8 +142,11 @@ def runs_per_gpu(footprint: int | None, node: GpuNode, cpus_per_trial: float) ->
     """k of the module docstring for one node kind: 1 when the footprint is unknown."""
     if footprint is None:
         return 1
-    by_cpu = (math.floor(node.cpus_per_gpu / cpus_per_trial + 1e-9) if cpus_per_trial > 0
-              else MAX_RUNS_PER_GPU)
+    by_cpu = (
+        math.floor(node.cpus_per_gpu / cpus_per_trial + 1e-9)
+        if cpus_per_trial > 0
+        else MAX_RUNS_PER_GPU
+    )
     by_memory = math.floor(USABLE_MEMORY * node.memory_bytes / footprint)
     return max(1, min(MAX_RUNS_PER_GPU, by_cpu, by_memory))
 
@@ -116,8 +156,12 @@ def share_of(runs: int) -> float:
     return math.floor(1e4 / runs) / 1e4
 
 
-def gpu_share(spec: RunSpec, nodes: Sequence[GpuNode], cpus_per_trial: float,
-              on_unsized: Callable[[RunSpec], None] | None = None) -> float:
+def gpu_share(
+    spec: RunSpec,
+    nodes: Sequence[GpuNode],
+    cpus_per_trial: float,
+    on_unsized: Callable[[RunSpec], None] | None = None,
+) -> float:
     """The GPU a trial of run ``spec`` asks for under ``auto``: 0 without GPU nodes or on
     ``device: cpu``, else 1/k for the smallest k over ``nodes`` (`runs_per_gpu`); a run that
     cannot be sized is handed to ``on_unsized`` and takes a whole GPU."""
@@ -141,9 +185,11 @@ def refuse_cuda_without_gpus(device: str, where: str = "run.device") -> None:
     """``device: cuda`` where ``auto`` finds no GPU in the cluster: one line, before any trial.
     ``where`` says which part of the file gives the device (`domains.key_values`)."""
     if device.startswith("cuda"):
-        raise SpecError(f"{device_phrase(where, device)} with resources.gpu auto, but the Ray "
-                        f"cluster has no GPU; allowed: device auto or cpu, or a cluster with GPUs "
-                        f"(--address)")
+        raise SpecError(
+            f"{device_phrase(where, device)} with resources.gpu auto, but the Ray "
+            f"cluster has no GPU; allowed: device auto or cpu, or a cluster with GPUs "
+            f"(--address)"
+        )
 
 
 class AutoGpuResources:
@@ -152,8 +198,9 @@ class AutoGpuResources:
     config into the RunSpec (a sweep's point, or a streamed trial's spec). A run that cannot be
     sized takes a whole GPU, said once per dataset and model."""
 
-    def __init__(self, cpu: float, nodes: Sequence[GpuNode],
-                 run_spec: Callable[[dict[str, Any]], RunSpec]) -> None:
+    def __init__(
+        self, cpu: float, nodes: Sequence[GpuNode], run_spec: Callable[[dict[str, Any]], RunSpec]
+    ) -> None:
         self.cpu = float(cpu)
         self.nodes = list(nodes)
         self.run_spec = run_spec
@@ -166,10 +213,14 @@ class AutoGpuResources:
         if (spec.dataset, spec.model) in self._unsized:
             return
         self._unsized.add((spec.dataset, spec.model))
-        print(f"note: a run of dataset {spec.dataset} with model {spec.model} cannot be sized "
-              f"before it runs (the dataset declares no data_shape, or the model cannot be built "
-              f"on the meta device): each such trial takes a whole GPU; --gpus-per-trial sets a "
-              f"share", file=sys.stderr, flush=True)
+        print(
+            f"note: a run of dataset {spec.dataset} with model {spec.model} cannot be sized "
+            f"before it runs (the dataset declares no data_shape, or the model cannot be built "
+            f"on the meta device): each such trial takes a whole GPU; --gpus-per-trial sets a "
+            f"share",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def __call__(self, config: dict[str, Any]) -> Any:
         from ray.tune import PlacementGroupFactory
@@ -184,9 +235,13 @@ class AutoGpuResources:
         return PlacementGroupFactory([bundle])
 
 
-def resolve_gpu(gpu: float | str, cpu: float, devices: Sequence[tuple[str, str]],
-                nodes: Sequence[GpuNode], run_spec: Callable[[dict[str, Any]], RunSpec]
-                ) -> dict[str, float] | AutoGpuResources:
+def resolve_gpu(
+    gpu: float | str,
+    cpu: float,
+    devices: Sequence[tuple[str, str]],
+    nodes: Sequence[GpuNode],
+    run_spec: Callable[[dict[str, Any]], RunSpec],
+) -> dict[str, float] | AutoGpuResources:
     """What ``tune.with_resources`` gets for ``resources: {cpu, gpu}``: the fixed bundle for a
     number, or for ``auto`` the fixed CPU-only bundle where no trial can have a GPU (none in the
     cluster, or every device cpu) and else `AutoGpuResources`. ``devices``: (where, device) for

@@ -8,12 +8,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
-__all__ = ["RAY_VERSION", "TrialStopped", "autoscaling_ceiling", "autoscaling_node_types",
-           "config_node_types", "restored_run_config",
-           "grid_trials", "trial_storage", "TUNE_LOGGER", "TUNE_INTERRUPTED", "TUNE_NOISE",
-           "ANALYSIS_LOGGER", "quiet_analysis", "quiet_tune_logs"]
+__all__ = [
+    "ANALYSIS_LOGGER",
+    "RAY_VERSION",
+    "TUNE_INTERRUPTED",
+    "TUNE_LOGGER",
+    "TUNE_NOISE",
+    "TrialStopped",
+    "autoscaling_ceiling",
+    "autoscaling_node_types",
+    "config_node_types",
+    "grid_trials",
+    "quiet_analysis",
+    "quiet_tune_logs",
+    "restored_run_config",
+    "trial_storage",
+]
 
 RAY_VERSION = "2.60.0"
 
@@ -23,14 +36,14 @@ RAY_VERSION = "2.60.0"
 TrialStopped = SystemExit
 
 
-def autoscaling_ceiling() -> dict[str, float] | None:
+def autoscaling_ceiling() -> Mapping[str, float] | None:
     """The most of each resource the autoscaler's cluster config could ever provide, or None when
     Ray publishes no cluster config (a cluster started by hand, or a local Ray)."""
     try:
         from ray._private.state import state  # no public API for this in Ray 2.60
 
         return state.get_max_resources_from_cluster_config()
-    except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
+    except Exception:
         return None
 
 
@@ -50,11 +63,14 @@ def autoscaling_node_types() -> dict[str, dict[str, float]] | None:
 
         config = state.get_cluster_config()
         if config is not None and config.node_group_configs:
-            return {group.name: dict(group.resources) for group in config.node_group_configs
-                    if group.max_count != 0}
+            return {
+                group.name: dict(group.resources)
+                for group in config.node_group_configs
+                if group.max_count != 0
+            }
         path = _monitor_config_path(ray.get_runtime_context().gcs_address)
         return None if path is None else config_node_types(path)
-    except Exception:  # noqa: BLE001 - absent or changed private API: treat as unknown
+    except Exception:
         return None
 
 
@@ -71,8 +87,12 @@ def _monitor_config_path(gcs_address: str) -> str | None:
             continue
         if not any(word.endswith("autoscaler/_private/monitor.py") for word in words[:3]):
             continue
-        options = dict(word[2:].split("=", 1) for word in words if word.startswith("--") and "=" in word)
-        if options.get("gcs-address", "").rsplit(":", 1)[-1] == port and options.get("autoscaling-config"):
+        options = dict(
+            word[2:].split("=", 1) for word in words if word.startswith("--") and "=" in word
+        )
+        if options.get("gcs-address", "").rsplit(":", 1)[-1] == port and options.get(
+            "autoscaling-config"
+        ):
             return options["autoscaling-config"]
     return None
 

@@ -55,28 +55,66 @@ import itertools
 import math
 import random
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from robusttune.core.plugins import declare_plugins
-from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.core.schema import default_numerics
 from robusttune.core.validation import check_model
-from robusttune.experiments.sweep.domains import DOMAIN_KINDS, RANDOM_KINDS, Axis, Domain, format_value
-from robusttune.experiments.sweep.space_file import (EXTRA_METRICS, INVALID_POLICIES, SAMPLERS, SCHEDULERS,
-                                         SEARCH_ALGORITHMS, ConstraintSpec, ResourceSpec,
-                                         SchedulerSpec, SearchSpec, SweepFile, check_sections,
-                                         default_mode, report_metrics)
 from robusttune.core.yaml_input import parse_assignments, read_yaml
+from robusttune.experiments.sweep.domains import (
+    DOMAIN_KINDS,
+    RANDOM_KINDS,
+    Axis,
+    Domain,
+    format_value,
+)
+from robusttune.experiments.sweep.space_file import (
+    EXTRA_METRICS,
+    INVALID_POLICIES,
+    SAMPLERS,
+    SCHEDULERS,
+    SEARCH_ALGORITHMS,
+    ConstraintSpec,
+    ResourceSpec,
+    SchedulerSpec,
+    SearchSpec,
+    SweepFile,
+    check_sections,
+    default_mode,
+    report_metrics,
+)
 
 __all__ = [
-    "Domain", "Axis", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec", "SweepSpec",
-    "Expansion", "load_sweep", "parse_sweep", "check_sections", "report_metrics", "default_mode", "format_value",
-    "constraint_violation", "file_assignments", "override_sweep_mapping", "DOMAIN_KINDS",
-    "RANDOM_KINDS", "SAMPLERS", "SEARCH_ALGORITHMS", "SCHEDULERS", "INVALID_POLICIES",
-    "EXTRA_METRICS", "TOP_KEYS",
+    "DOMAIN_KINDS",
+    "EXTRA_METRICS",
+    "INVALID_POLICIES",
+    "RANDOM_KINDS",
+    "SAMPLERS",
+    "SCHEDULERS",
+    "SEARCH_ALGORITHMS",
+    "TOP_KEYS",
+    "Axis",
+    "ConstraintSpec",
+    "Domain",
+    "Expansion",
+    "ResourceSpec",
+    "SchedulerSpec",
+    "SearchSpec",
+    "SweepSpec",
+    "check_sections",
+    "constraint_violation",
+    "default_mode",
+    "file_assignments",
+    "format_value",
+    "load_sweep",
+    "override_sweep_mapping",
+    "parse_sweep",
+    "report_metrics",
 ]
 
 TOP_KEYS: tuple[str, ...] = tuple(SweepFile.model_fields)
@@ -178,6 +216,7 @@ class SweepSpec:
             if reason is not None:
                 dropped[reason] += 1
                 continue
+            assert spec is not None  # _check gives a spec whenever it gives no reason
             fingerprint = spec.to_json()
             if fingerprint in seen:
                 dropped["same RunSpec as an earlier combination"] += 1
@@ -185,20 +224,24 @@ class SweepSpec:
             seen.add(fingerprint)
             kept.append(point)
         if not kept:
-            raise SpecError(f"{self.source}: every combination of the grid was dropped "
-                            f"({_reasons(dropped)}); nothing to run")
+            raise SpecError(
+                f"{self.source}: every combination of the grid was dropped "
+                f"({_reasons(dropped)}); nothing to run"
+            )
         self._check_random_axes(kept[0])
         points = [dict(p) for _ in range(self.search.num_samples) for p in kept]
-        return Expansion(points=points, dropped=Counter({k: v * self.search.num_samples
-                                                        for k, v in dropped.items()}),
-                         combinations=len(combos) * self.search.num_samples)
+        return Expansion(
+            points=points,
+            dropped=Counter({k: v * self.search.num_samples for k, v in dropped.items()}),
+            combinations=len(combos) * self.search.num_samples,
+        )
 
     def trial_count(self) -> int:
         if self.search.algorithm == "grid":
             return len(self.expand().points)
         return self.search.num_samples
 
-    def configurations(self) -> "Any":
+    def configurations(self) -> Any:
         """A pandas DataFrame: one row per trial (grid) with the RunSpec keys the space varies,
         or one row per axis with its domain (optuna)."""
         import pandas as pd
@@ -215,10 +258,16 @@ class SweepSpec:
                         row[axis.name] = axis.domain.describe()
                 rows.append(row)
             return pd.DataFrame(rows).set_index("trial")
-        rows = [{"axis": a.name, "keys": ", ".join(a.keys),
-                 "domain": a.domain.describe() if a.groups is None
-                 else f"{'grid' if a.domain.is_grid else 'choice'} of {len(a.groups)} joint values"}
-                for a in self.axes]
+        rows = [
+            {
+                "axis": a.name,
+                "keys": ", ".join(a.keys),
+                "domain": a.domain.describe()
+                if a.groups is None
+                else f"{'grid' if a.domain.is_grid else 'choice'} of {len(a.groups)} joint values",
+            }
+            for a in self.axes
+        ]
         return pd.DataFrame(rows).set_index("axis")
 
     def max_rounds(self) -> int:
@@ -232,7 +281,7 @@ class SweepSpec:
             elif axis.domain.is_discrete:
                 candidates += [int(v) for v in axis.domain.discrete_values()]
             else:
-                candidates.append(int(axis.domain.high))
+                candidates.append(int(axis.domain.bounds[1]))
         return max(candidates)
 
     # -- Tune objects (the runner calls these; they import ray) -------------------------------
@@ -241,7 +290,7 @@ class SweepSpec:
         Under grid search every grid axis is a categorical that the expanded points fill in."""
         return {axis.name: axis.domain.to_tune() for axis in self.axes}
 
-    def with_overrides(self, **changes: Any) -> "SweepSpec":
+    def with_overrides(self, **changes: Any) -> SweepSpec:
         """A new spec with command-line overrides (`override_sweep_mapping`), validated like the
         file."""
         raw, given = override_sweep_mapping(self.raw, **changes)
@@ -250,14 +299,18 @@ class SweepSpec:
         return parse_sweep(raw, name=self.name, source=source)
 
     # -- validation helpers ------------------------------------------------------------------
-    def _check(self, point: Mapping[str, Any], random_values: Mapping[str, Any]) -> tuple[RunSpec | None, str | None]:
+    def _check(
+        self, point: Mapping[str, Any], random_values: Mapping[str, Any]
+    ) -> tuple[RunSpec | None, str | None]:
         """Build one configuration; return (spec, None) or (None, reason it is dropped)."""
         try:
             spec = self.run_spec({**random_values, **point})
         except SpecError as error:
             if self.constraints.invalid == "drop":
                 return None, f"invalid: {error}"
-            raise SpecError(f"{self.source}: configuration {self.describe(point)} is invalid: {error}") from None
+            raise SpecError(
+                f"{self.source}: configuration {self.describe(point)} is invalid: {error}"
+            ) from None
         reason = constraint_violation(spec, self.constraints)
         return (None, reason) if reason else (spec, None)
 
@@ -268,8 +321,10 @@ class SweepSpec:
             points = self.expand().points
             if points:
                 return {**self._middle_of_random_axes(), **points[0]}
-        return {**{a.name: a.domain.discrete_values()[0] for a in self.axes if a.domain.is_discrete},
-                **self._middle_of_random_axes()}
+        return {
+            **{a.name: a.domain.discrete_values()[0] for a in self.axes if a.domain.is_discrete},
+            **self._middle_of_random_axes(),
+        }
 
     def _middle_of_random_axes(self) -> dict[str, Any]:
         """Drawn axes stand at the middle of their domain while the grid is expanded; their
@@ -288,7 +343,8 @@ class SweepSpec:
                 self._require_runnable(
                     {**base, axis.name: probe, **point},
                     f"space.{axis.name} can draw {format_value(probe)}",
-                    "make it a grid axis or pair it with the keys it depends on in a joint axis")
+                    "make it a grid axis or pair it with the keys it depends on in a joint axis",
+                )
 
     def _require_runnable(self, config: dict[str, Any], proposal: str, remedy: str) -> None:
         """One line naming the proposal when ``config`` is an invalid or excluded run."""
@@ -298,7 +354,9 @@ class SweepSpec:
             raise SpecError(f"{self.source}: {proposal}, which is invalid: {error}") from None
         reason = constraint_violation(spec, self.constraints)
         if reason:
-            raise SpecError(f"{self.source}: {proposal}, which constraints exclude ({reason}); {remedy}")
+            raise SpecError(
+                f"{self.source}: {proposal}, which constraints exclude ({reason}); {remedy}"
+            )
 
     def validate_optuna(self) -> None:
         """Under Optuna every proposal must be runnable: check every combination of the discrete
@@ -320,8 +378,10 @@ class SweepSpec:
             for probe in itertools.product(*probe_sets) if probe_sets else [()]:
                 config = {**point, **dict(probe)}
                 self._require_runnable(
-                    config, f"the optuna space can propose {self.describe(config)}",
-                    "optuna cannot skip a proposal: pair those keys in a joint axis")
+                    config,
+                    f"the optuna space can propose {self.describe(config)}",
+                    "optuna cannot skip a proposal: pair those keys in a joint axis",
+                )
 
 
 def constraint_violation(spec: RunSpec, constraints: ConstraintSpec) -> str | None:
@@ -351,8 +411,10 @@ def load_sweep(path: str | Path, assignments: Sequence[str] = (), **overrides: A
     path = Path(path)
     mapping = read_yaml(path, "search space")
     if assignments:
-        overrides["run"] = {**(overrides.get("run") or {}), **file_assignments(mapping, path.name,
-                                                                                assignments)}
+        overrides["run"] = {
+            **(overrides.get("run") or {}),
+            **file_assignments(mapping, path.name, assignments),
+        }
     raw, given = override_sweep_mapping(mapping, **overrides)
     source = f"{path.name} with {' '.join(given)}" if given else path.name
     return parse_sweep(raw, name=path.stem, source=source)
@@ -371,8 +433,13 @@ def override_sweep_mapping(mapping: Any, **changes: Any) -> tuple[Any, list[str]
     ``changes``: name, num_samples, max_concurrent, cpu, gpu, and run keys as ``run={...}``;
     None is not given."""
     raw = _deep_copy(dict(mapping)) if isinstance(mapping, Mapping) else mapping
-    flags = {"name": "--name", "num_samples": "--num-samples", "max_concurrent": "--max-concurrent",
-             "cpu": "--cpus-per-trial", "gpu": "--gpus-per-trial"}
+    flags = {
+        "name": "--name",
+        "num_samples": "--num-samples",
+        "max_concurrent": "--max-concurrent",
+        "cpu": "--cpus-per-trial",
+        "gpu": "--gpus-per-trial",
+    }
     given: list[str] = []
     for key, value in changes.items():
         if value is None:
@@ -411,10 +478,18 @@ def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>")
         # the mode the sweep was started in, whatever their environment's default
         run["numerics"] = default_numerics()
         raw["run"] = {**(raw.get("run") or {}), "numerics": run["numerics"]}
-    spec = SweepSpec(name=parsed.name, run=run, axes=parsed.axes, search=parsed.search,
-                     scheduler=parsed.scheduler, resources=parsed.resources,
-                     max_concurrent=parsed.max_concurrent, constraints=parsed.constraints,
-                     raw=raw, source=source)
+    spec = SweepSpec(
+        name=parsed.name,
+        run=run,
+        axes=parsed.axes,
+        search=parsed.search,
+        scheduler=parsed.scheduler,
+        resources=parsed.resources,
+        max_concurrent=parsed.max_concurrent,
+        constraints=parsed.constraints,
+        raw=raw,
+        source=source,
+    )
     # Every configuration is built as a RunSpec now, so a bad value fails before Ray starts.
     if spec.search.algorithm == "grid":
         spec.expand()
@@ -440,4 +515,3 @@ def _deep_copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_deep_copy(v) for v in value]
     return value
-

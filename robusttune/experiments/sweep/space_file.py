@@ -22,22 +22,50 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-from typing import Annotated, Any, Literal, Mapping, Optional, Sequence, get_args
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator,
-                      PrivateAttr, StrictBool, TypeAdapter, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    StrictBool,
+    TypeAdapter,
+    model_validator,
+)
 
 from robusttune.core.records import RoundRecord
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import run_keys
 from robusttune.core.validation import Finite, Int, KeyedError
-from robusttune.experiments.sweep.domains import Axis, DomainBody, build_axis, format_value, key_values
+from robusttune.experiments.sweep.domains import (
+    Axis,
+    DomainBody,
+    build_axis,
+    format_value,
+    key_values,
+)
 from robusttune.experiments.sweep.gpu_share import AUTO, device_phrase
 
 __all__ = [
-    "SweepFile", "SearchSpec", "SchedulerSpec", "ResourceSpec", "ConstraintSpec",
-    "report_metrics", "default_mode", "SAMPLERS", "SEARCH_ALGORITHMS", "SCHEDULERS",
-    "INVALID_POLICIES", "EXTRA_METRICS", "MAPPING_SECTIONS", "check_sections",
+    "EXTRA_METRICS",
+    "INVALID_POLICIES",
+    "MAPPING_SECTIONS",
+    "SAMPLERS",
+    "SCHEDULERS",
+    "SEARCH_ALGORITHMS",
+    "ConstraintSpec",
+    "ResourceSpec",
+    "SchedulerSpec",
+    "SearchSpec",
+    "SweepFile",
+    "check_sections",
+    "default_mode",
+    "report_metrics",
 ]
 
 SearchAlgorithm = Literal["grid", "optuna"]
@@ -66,8 +94,10 @@ def test_metric_note(metrics: tuple[str, ...]) -> str | None:
     named = [m for m in metrics if m in TEST_METRICS]
     if not named:
         return None
-    return (f"note: search.metric {', '.join(named)} is measured on the test part: this sweep "
-            f"selects on test data; {DEFAULT_METRIC} (the default) selects on the validation part")
+    return (
+        f"note: search.metric {', '.join(named)} is measured on the test part: this sweep "
+        f"selects on test data; {DEFAULT_METRIC} (the default) selects on the validation part"
+    )
 
 
 def report_metrics() -> tuple[str, ...]:
@@ -78,7 +108,11 @@ def report_metrics() -> tuple[str, ...]:
 def default_mode(metric: str) -> str:
     """min for losses, times and counts of bad events; max otherwise (accuracy)."""
     lowered = metric.lower()
-    if "loss" in lowered or lowered.endswith("seconds") or lowered.startswith(("nonfinite", "byzantine")):
+    if (
+        "loss" in lowered
+        or lowered.endswith("seconds")
+        or lowered.startswith(("nonfinite", "byzantine"))
+    ):
         return "min"
     return "max"
 
@@ -117,8 +151,9 @@ def _runspec_keys(values: dict[str, Any]) -> dict[str, Any]:
     keys = run_keys()
     for key in values:
         if key not in keys:
-            raise KeyedError(f"is not a RunSpec key; allowed: {', '.join(sorted(keys))}",
-                             key=(str(key),))
+            raise KeyedError(
+                f"is not a RunSpec key; allowed: {', '.join(sorted(keys))}", key=(str(key),)
+            )
     return values
 
 
@@ -128,10 +163,15 @@ def _word(value: str) -> str:
     return value
 
 
-RunValues = Annotated[dict[str, Any], BeforeValidator(_empty_if_none), AfterValidator(_runspec_keys)]
+RunValues = Annotated[
+    dict[str, Any], BeforeValidator(_empty_if_none), AfterValidator(_runspec_keys)
+]
 # constraints.drop: RunSpec key -> the values (one or a list) that, all matched, drop a run
-DropRule = Annotated[dict[str, Annotated[tuple[Any, ...], BeforeValidator(_listed)]],
-                     Field(min_length=1), AfterValidator(_runspec_keys)]
+DropRule = Annotated[
+    dict[str, Annotated[tuple[Any, ...], BeforeValidator(_listed)]],
+    Field(min_length=1),
+    AfterValidator(_runspec_keys),
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,9 +189,12 @@ class SearchSpec(BaseModel):
     sampler: Sampler = "tpe"
     seed: Annotated[Int, Field(ge=0)] = 0
     num_samples: Annotated[Int, Field(ge=1)] = 1
-    metrics: Annotated[tuple[str, ...], _one_or_many(str),
-                       Field(min_length=1, alias="metric")] = (DEFAULT_METRIC,)
-    given_modes: Optional[Annotated[tuple[Mode, ...], _one_or_many(Mode)]] = Field(None, alias="mode")
+    metrics: Annotated[tuple[str, ...], _one_or_many(str), Field(min_length=1, alias="metric")] = (
+        DEFAULT_METRIC,
+    )
+    given_modes: Annotated[tuple[Mode, ...], _one_or_many(Mode)] | None = Field(
+        default=None, alias="mode"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -167,27 +210,41 @@ class SearchSpec(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> "SearchSpec":
+    def _consistent(self) -> SearchSpec:
         if self.algorithm == "grid" and "sampler" in self.model_fields_set:
-            raise KeyedError("applies to search.algorithm optuna only; allowed with grid: "
-                             "algorithm, seed, num_samples, metric, mode", key="sampler", value=self.sampler)
+            raise KeyedError(
+                "applies to search.algorithm optuna only; allowed with grid: "
+                "algorithm, seed, num_samples, metric, mode",
+                key="sampler",
+                value=self.sampler,
+            )
         cmaes = self.algorithm == "optuna" and self.sampler == "cmaes"
         if cmaes and importlib.util.find_spec("cmaes") is None:
-            raise KeyedError("needs the 'cmaes' package (pip install cmaes); allowed without it: "
-                             "tpe, gp, nsga2", key="sampler", value=self.sampler)
+            raise KeyedError(
+                "needs the 'cmaes' package (pip install cmaes); allowed without it: tpe, gp, nsga2",
+                key="sampler",
+                value=self.sampler,
+            )
         if len(set(self.metrics)) != len(self.metrics):
             raise KeyedError("lists a metric twice", key="metric", value=list(self.metrics))
         allowed = report_metrics()
         for metric in self.metrics:
             if metric not in allowed:
-                raise KeyedError(f"is not reported; allowed: {', '.join(allowed)}", key="metric",
-                                 value=metric)
+                raise KeyedError(
+                    f"is not reported; allowed: {', '.join(allowed)}", key="metric", value=metric
+                )
         if self.given_modes is not None and len(self.given_modes) != len(self.metrics):
-            raise KeyedError(f"needs one mode per metric ({len(self.metrics)})", key="mode",
-                             value=list(self.given_modes))
+            raise KeyedError(
+                f"needs one mode per metric ({len(self.metrics)})",
+                key="mode",
+                value=list(self.given_modes),
+            )
         if self.multi_objective and cmaes:
-            raise KeyedError("is single-objective; allowed with several metrics: tpe, gp, nsga2",
-                             key="sampler", value=self.sampler)
+            raise KeyedError(
+                "is single-objective; allowed with several metrics: tpe, gp, nsga2",
+                key="sampler",
+                value=self.sampler,
+            )
         return self
 
     @property
@@ -214,26 +271,31 @@ class SchedulerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: SchedulerKind = Field("none", alias="type")
+    kind: SchedulerKind = Field(default="none", alias="type")
     grace_period: Annotated[Int, Field(ge=1)] = 1
     reduction_factor: Annotated[Finite, Field(gt=1)] = 4.0
-    max_t: Optional[Annotated[Int, Field(ge=1)]] = None
+    max_t: Annotated[Int, Field(ge=1)] | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
-        return {"type": "none"} if data is None else {"type": data} if isinstance(data, str) else data
+        return (
+            {"type": "none"} if data is None else {"type": data} if isinstance(data, str) else data
+        )
 
     @model_validator(mode="after")
-    def _asha_keys_need_asha(self) -> "SchedulerSpec":
+    def _asha_keys_need_asha(self) -> SchedulerSpec:
         if self.kind == "none":
             for name in sorted(self.model_fields_set - {"kind"}):
-                raise KeyedError("applies to scheduler type asha only; allowed with none: type",
-                                 key=name, value=getattr(self, name))
+                raise KeyedError(
+                    "applies to scheduler type asha only; allowed with none: type",
+                    key=name,
+                    value=getattr(self, name),
+                )
         return self
 
 
-def _gpu_amount(value: Any) -> float | str:
+def _gpu_amount(value: Any) -> float | Literal["auto"]:
     """``auto``, or a finite number of GPUs >= 0 (above 1 only whole: Ray shares only fractions
     of one GPU); a string of a number counts (``--gpus-per-trial 0.25`` arrives as one)."""
     if isinstance(value, str) and value.strip().lower() == AUTO:
@@ -259,8 +321,10 @@ class ResourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cpu: Annotated[Finite, Field(gt=0)] = 1.0
-    gpu: Annotated[float | str, PlainValidator(
-        _gpu_amount, json_schema_input_type=float | Literal["auto"])] = AUTO
+    gpu: Annotated[
+        float | Literal["auto"],
+        PlainValidator(_gpu_amount, json_schema_input_type=float | Literal["auto"]),
+    ] = AUTO
 
     @model_validator(mode="before")
     @classmethod
@@ -301,7 +365,9 @@ class SweepFile(BaseModel):
     # loaded before the file is checked (parse_sweep), so the names they register are known
     plugins: list[str] = Field(default_factory=list)
     run: RunValues = Field(default_factory=dict)
-    space: Annotated[dict[str, DomainBody], BeforeValidator(_empty_if_none)] = Field(default_factory=dict)
+    space: Annotated[dict[str, DomainBody], BeforeValidator(_empty_if_none)] = Field(
+        default_factory=dict
+    )
     search: SearchSpec = Field(default_factory=SearchSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     resources: ResourceSpec = Field(default_factory=ResourceSpec)
@@ -315,7 +381,7 @@ class SweepFile(BaseModel):
         return self._axes
 
     @model_validator(mode="after")
-    def _across_sections(self) -> "SweepFile":
+    def _across_sections(self) -> SweepFile:
         axes = []
         owner: dict[str, str] = {}
         for name, body in self.space.items():
@@ -325,12 +391,17 @@ class SweepFile(BaseModel):
                 raise KeyedError(str(error), key=("space", *error.key), value=error.value) from None
             for key in axis.keys:
                 if key == "numerics":
-                    raise KeyedError("is an axis over numerics, which takes one value per sweep (a "
-                                     "process trains in one float path); allowed: numerics in run:",
-                                     key=("space", name))
+                    raise KeyedError(
+                        "is an axis over numerics, which takes one value per sweep (a "
+                        "process trains in one float path); allowed: numerics in run:",
+                        key=("space", name),
+                    )
                 if key in owner:
-                    raise KeyedError(f"sets {key}, which {owner[key]} sets too; allowed: one axis "
-                                     f"per RunSpec key", key=("space", name))
+                    raise KeyedError(
+                        f"sets {key}, which {owner[key]} sets too; allowed: one axis "
+                        f"per RunSpec key",
+                        key=("space", name),
+                    )
                 owner[key] = f"space.{name}"
             axes.append(axis)
         self._axes = tuple(axes)
@@ -338,44 +409,60 @@ class SweepFile(BaseModel):
         search, constraints = self.search, self.constraints
         if search.algorithm == "optuna":
             if constraints.drop:
-                raise ValueError("constraints.drop needs search.algorithm grid (optuna cannot skip a "
-                                 "proposal); allowed under optuna: attack_matches_byzantine, invalid: error")
+                raise ValueError(
+                    "constraints.drop needs search.algorithm grid (optuna cannot skip a "
+                    "proposal); allowed under optuna: attack_matches_byzantine, invalid: error"
+                )
             if constraints.invalid == "drop":
-                raise ValueError("constraints.invalid drop needs search.algorithm grid; allowed "
-                                 "under optuna: error")
+                raise ValueError(
+                    "constraints.invalid drop needs search.algorithm grid; allowed "
+                    "under optuna: error"
+                )
             if not axes:
                 raise ValueError("search.algorithm optuna needs at least one space: axis")
         if self.scheduler.kind == "asha":
             if search.multi_objective:
-                raise ValueError(f"scheduler asha stops trials on one metric; search.metric lists "
-                                 f"{len(search.metrics)}; allowed: one metric, or scheduler none")
+                raise ValueError(
+                    f"scheduler asha stops trials on one metric; search.metric lists "
+                    f"{len(search.metrics)}; allowed: one metric, or scheduler none"
+                )
             every = self.run.get("eval_every", 1)
             varied = any("eval_every" in axis.keys for axis in axes)  # may skip rounds
             skips = varied or (isinstance(every, (int, float)) and every > 1)
             if search.metric in EVALUATED_METRICS and skips:
-                raise ValueError(f"scheduler asha compares {search.metric} every round, but "
-                                 f"eval_every > 1 leaves it NaN between evaluations; allowed "
-                                 f"metrics: last_validation_accuracy, last_accuracy, last_loss")
+                raise ValueError(
+                    f"scheduler asha compares {search.metric} every round, but "
+                    f"eval_every > 1 leaves it NaN between evaluations; allowed "
+                    f"metrics: last_validation_accuracy, last_accuracy, last_loss"
+                )
         # every device a trial can have: run.device, or the values of an axis that sets it
-        devices = [(where, device) for where, device in key_values("device", self.run, axes, "auto")
-                   if isinstance(device, str)]
+        devices = [
+            (where, device)
+            for where, device in key_values("device", self.run, axes, "auto")
+            if isinstance(device, str)
+        ]
         gpu = self.resources.gpu
         for where, device in devices:
             if device.startswith("cuda") and gpu == 0:
-                raise ValueError(f"{device_phrase(where, device)} needs resources.gpu > 0; allowed: "
-                                 f"gpu auto or above 0, or device auto or cpu without a GPU")
+                raise ValueError(
+                    f"{device_phrase(where, device)} needs resources.gpu > 0; allowed: "
+                    f"gpu auto or above 0, or device auto or cpu without a GPU"
+                )
         if devices and all(device == "cpu" for _, device in devices) and gpu != AUTO and gpu > 0:
             where = devices[0][0]
-            raise ValueError(f"{device_phrase(where, 'cpu')} with resources.gpu {format_value(gpu)} "
-                             f"reserves a GPU no trial uses; allowed: device auto or cuda, or gpu: 0")
+            raise ValueError(
+                f"{device_phrase(where, 'cpu')} with resources.gpu {format_value(gpu)} "
+                f"reserves a GPU no trial uses; allowed: device auto or cuda, or gpu: 0"
+            )
         return self
 
 
 MAPPING_SECTIONS = ("run", "space", "constraints", "resources", "search", "scheduler")
 
 
-def check_sections(mapping: Mapping[str, Any], where: str,
-                   sections: Sequence[str] = MAPPING_SECTIONS) -> None:
+def check_sections(
+    mapping: Mapping[str, Any], where: str, sections: Sequence[str] = MAPPING_SECTIONS
+) -> None:
     """One SpecError line for a section of ``sections`` that is set to something other than a
     mapping (``run: true``), before anything reads into it (a breakdown or tuning space reads
     run and space before the sweep layer validates them)."""

@@ -26,26 +26,38 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from robusttune.core.plugins import declared, load_plugins
-from robusttune.core.runspec import RunSpec
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
-from robusttune.experiments.sweep.gpu_share import (AUTO, GpuNode, cluster_gpu_nodes,
-                                                    refuse_cuda_without_gpus, resolve_gpu)
+from robusttune.core.runspec import RunSpec
+from robusttune.experiments.sweep.gpu_share import (
+    AUTO,
+    GpuNode,
+    cluster_gpu_nodes,
+    refuse_cuda_without_gpus,
+    resolve_gpu,
+)
 
-__all__ = ["TuneStreamRunner", "RunQueue", "run_trial", "stream_trial_name", "streamed_run_spec",
-           "trial_config"]
+__all__ = [
+    "RunQueue",
+    "TuneStreamRunner",
+    "run_trial",
+    "stream_trial_name",
+    "streamed_run_spec",
+    "trial_config",
+]
 
 T = TypeVar("T")
-SPEC_KEY = "spec"          # the trial config: {"spec": the RunSpec's explicit keys}
-SUMMARY_KEY = "summary"    # the last result: the RunSummary as JSON
+SPEC_KEY = "spec"  # the trial config: {"spec": the RunSpec's explicit keys}
+SUMMARY_KEY = "summary"  # the last result: the RunSummary as JSON
 METRIC = "final_accuracy"
 PREFIX = "runs"
-IDLE_WAIT = 1.0   # s the searcher waits for a queued run when no trial is in flight
-SNAPSHOT_EVERY_S = 600   # s between Tune's experiment snapshots (the last is taken at the end)
+IDLE_WAIT = 1.0  # s the searcher waits for a queued run when no trial is in flight
+SNAPSHOT_EVERY_S = 600  # s between Tune's experiment snapshots (the last is taken at the end)
 
 
 class _Pending:
@@ -81,15 +93,22 @@ class TuneStreamRunner:
     while one is queued or running share that one trial. Call it only inside ``drive`` (with a Ray session
     open around it, local or joined with ``--address``: `robusttune.experiments.sweep.cluster.ray_session`)."""
 
-    def __init__(self, folder: str | Path, resources: dict[str, float] | None = None,
-                 max_concurrent: int = 0, announce: Callable[[str], None] | None = None,
-                 verbose: int = 0) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        resources: dict[str, float | str] | None = None,
+        max_concurrent: int = 0,
+        announce: Callable[[str], None] | None = None,
+        verbose: int = 0,
+    ) -> None:
         self.folder = Path(folder).resolve()
         given = {k: v for k, v in (resources or {"cpu": 1}).items() if v is not None}
         # one trial's bundle, as Tune takes it (gpu auto is resolved once Ray is up: `drive`)
         gpu = given.get("gpu", AUTO)
-        self.resources: dict[str, Any] = {"cpu": float(given.get("cpu", 1) or 0),
-                                          "gpu": gpu if gpu == AUTO else float(gpu or 0)}
+        self.resources: dict[str, Any] = {
+            "cpu": float(given.get("cpu", 1) or 0),
+            "gpu": gpu if gpu == AUTO else float(gpu or 0),
+        }
         self._gpu_nodes: list[GpuNode] = []
         self.max_concurrent = max_concurrent
         self.announce = announce
@@ -112,8 +131,10 @@ class TuneStreamRunner:
             refuse_cuda_without_gpus(spec.device)
         with self._lock:
             if not self._driving:
-                raise RuntimeError("TuneStreamRunner runs only inside its drive(body): call it "
-                                   "from the body (robusttune.engine.runners.drive)")
+                raise RuntimeError(
+                    "TuneStreamRunner runs only inside its drive(body): call it "
+                    "from the body (robusttune.engine.runners.drive)"
+                )
             if self._stopped:
                 raise KeyboardInterrupt("the experiment was interrupted")
             run = self._running.get(key)
@@ -214,15 +235,22 @@ class TuneStreamRunner:
         # every trial loads the driver's plugins before it builds its run (one object, bound once)
         trainable = tune.with_parameters(run_trial, plugins=declared())
         # no devices known up front: each run's is checked as the command asks for it (`_ask`)
-        resources = resolve_gpu(self.resources["gpu"], self.resources["cpu"], (),
-                                self._gpu_nodes, streamed_run_spec)
+        resources = resolve_gpu(
+            self.resources["gpu"], self.resources["cpu"], (), self._gpu_nodes, streamed_run_spec
+        )
         tuner = tune.Tuner(
             tune.with_resources(trainable, resources),
-            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, metric=METRIC,
-                                        mode="max", trial_dirname_creator=stream_trial_name,
-                                        reuse_actors=True),
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                num_samples=-1,
+                metric=METRIC,
+                mode="max",
+                trial_dirname_creator=stream_trial_name,
+                reuse_actors=True,
+            ),
             run_config=tune.RunConfig(
-                name=name, storage_path=storage_path(str(self.folder)),
+                name=name,
+                storage_path=storage_path(str(self.folder)),
                 # the trial folder's run files are the record: of Tune's loggers only the JSON
                 # one (a line per report: the end, and the checkpoints), no CSV or TensorBoard
                 # copy (TUNE_DISABLE_AUTO_CALLBACK_LOGGERS, tune_environment)
@@ -230,15 +258,21 @@ class TuneStreamRunner:
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 failure_config=tune.FailureConfig(max_failures=MAX_FAILURES),
                 sync_config=tune.SyncConfig(sync_artifacts=not is_local(str(self.folder))),
-                verbose=self.verbose))
+                verbose=self.verbose,
+            ),
+        )
         if self.announce is not None:
             self.announce(f"trials stream into {self.folder / name}")
         # Tune's experiment snapshot serves only Tuner.restore, which a command never uses (its
         # own store keeps the runs): taken every few trials by default ("auto"), it cost the
         # driver 0.2-0.6 s of CPU over the bench map's 15 s of runs, on cores the trials share
-        with tune_environment(quiet=self.verbose == 0,
-                              extra={"TUNE_MAX_PENDING_TRIALS_PG": str(self._pending_trials()),
-                                     "TUNE_GLOBAL_CHECKPOINT_S": str(SNAPSHOT_EVERY_S)}):
+        with tune_environment(
+            quiet=self.verbose == 0,
+            extra={
+                "TUNE_MAX_PENDING_TRIALS_PG": str(self._pending_trials()),
+                "TUNE_GLOBAL_CHECKPOINT_S": str(SNAPSHOT_EVERY_S),
+            },
+        ):
             tuner.fit()
 
     def _pending_trials(self) -> int:
@@ -280,15 +314,19 @@ class RunQueue(_search_base()):  # type: ignore[misc]
         self.trials[trial_id] = run
         return trial_config(run.spec)
 
-    def on_trial_complete(self, trial_id: str, result: dict | None = None,
-                          error: bool = False) -> None:
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
         run = self.trials.pop(trial_id, None)
         if run is None:
             return
         text = (result or {}).get(SUMMARY_KEY)
         if error or not text:
-            summary = RunSummary.failed("trial errored (its folder's error.txt has the traceback)"
-                                        if error else "trial ended without a summary")
+            summary = RunSummary.failed(
+                "trial errored (its folder's error.txt has the traceback)"
+                if error
+                else "trial ended without a summary"
+            )
         else:
             summary = RunSummary.from_dict(json.loads(text))
         self.runner.deliver(run, summary)
@@ -308,10 +346,15 @@ def stream_trial_name(trial: Any) -> str:
     """``00012_1a2b3_krum_sign_flip_b0.15_p0.5_s42``: proposal order, id, what the run is."""
     values = trial.config.get(SPEC_KEY, {})
     number = str(trial.experiment_tag).split("_", 1)[0]
-    pieces = [f"{int(number):05d}" if number.isdigit() else "", trial.trial_id.split("_")[0],
-              str(values.get("method", values.get("aggregator", ""))), str(values.get("attack", "")),
-              f"b{float(values.get('byzantine_fraction', 0.0)):.4g}",
-              f"p{float(values.get('participation', 1.0)):g}", f"s{values.get('seed', '')}"]
+    pieces = [
+        f"{int(number):05d}" if number.isdigit() else "",
+        trial.trial_id.split("_")[0],
+        str(values.get("method", values.get("aggregator", ""))),
+        str(values.get("attack", "")),
+        f"b{float(values.get('byzantine_fraction', 0.0)):.4g}",
+        f"p{float(values.get('participation', 1.0)):g}",
+        f"s{values.get('seed', '')}",
+    ]
     return "_".join(p for p in pieces if p)[:120]
 
 
@@ -336,43 +379,65 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
 
     from robusttune.engine.recording import RunWriter
     from robusttune.engine.simulation import Simulation
-    from robusttune.experiments.sweep.trainable import (CHECKPOINT_FILE, place_trial, report_config_error,
-                                            restore_checkpoint, trial_folder, trial_threads)
+    from robusttune.experiments.sweep.trainable import (
+        CHECKPOINT_FILE,
+        place_trial,
+        report_config_error,
+        restore_checkpoint,
+        trial_folder,
+        trial_threads,
+    )
 
     started = time.perf_counter()
     context = tune.get_context()
     resources = context.get_trial_resources().required_resources
     torch.set_num_threads(trial_threads(resources))
     values = dict(config[SPEC_KEY])
-    device = place_trial(str(values.get("device", "auto")), resources,
-                         ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
+    device = place_trial(
+        str(values.get("device", "auto")),
+        resources,
+        ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [],
+    )
     folder = trial_folder(context)
     try:
-        load_plugins(plugins)   # a plugin missing here ends the trial, not retried
+        load_plugins(plugins)  # a plugin missing here ends the trial, not retried
         spec = RunSpec.from_dict({**values, "device": device})
         simulation = Simulation(spec)
     except SpecError as error:
         failed = RunSummary.failed(f"configuration error: {error}", spec=values)
-        report_config_error(str(error), [METRIC], folder,
-                            **{SUMMARY_KEY: json.dumps(failed.to_dict())})
+        report_config_error(
+            str(error), [METRIC], folder, **{SUMMARY_KEY: json.dumps(failed.to_dict())}
+        )
         return
-    writer = RunWriter(folder, spec, resume_at=restore_checkpoint(simulation, context, folder),
-                       tensorboard=False)
+    writer = RunWriter(
+        folder, spec, resume_at=restore_checkpoint(simulation, context, folder), tensorboard=False
+    )
     every = spec.checkpoint_every
     try:
         for record in simulation:
             writer.write(record)
-            if every and simulation.rounds_done % every == 0 and simulation.rounds_done < spec.rounds:
+            if (
+                every
+                and simulation.rounds_done % every == 0
+                and simulation.rounds_done < spec.rounds
+            ):
                 # scalars up to a checkpoint are on disk before it exists (as a sweep's trials)
                 writer.flush()
                 with tempfile.TemporaryDirectory(prefix="robusttune-ckpt-") as saved:
                     torch.save(simulation.state_dict(), Path(saved) / CHECKPOINT_FILE)
-                    tune.report({METRIC: math.nan, "round": record.round},
-                                checkpoint=tune.Checkpoint.from_directory(saved))
+                    tune.report(
+                        {METRIC: math.nan, "round": record.round},
+                        checkpoint=tune.Checkpoint.from_directory(saved),
+                    )
     except BaseException:
         writer.abort()
         raise
     summary = simulation.summary(time.perf_counter() - started)
     writer.close(summary)
-    tune.report({METRIC: summary.final_accuracy, "round": simulation.rounds_done,
-                 SUMMARY_KEY: json.dumps(summary.at(str(folder)).to_dict())})
+    tune.report(
+        {
+            METRIC: summary.final_accuracy,
+            "round": simulation.rounds_done,
+            SUMMARY_KEY: json.dumps(summary.at(str(folder)).to_dict()),
+        }
+    )

@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from robusttune.experiments.sweep.domains import key_values
 from robusttune.experiments.sweep.gpu_share import GpuNode, resolve_gpu
@@ -21,8 +22,16 @@ from robusttune.experiments.sweep.ray_compat import quiet_tune_logs, restored_ru
 from robusttune.experiments.sweep.space import SweepSpec, format_value
 from robusttune.experiments.sweep.storage import is_local, storage_path
 
-__all__ = ["TrialDirname", "make_sampler", "make_search", "make_scheduler", "make_trainable",
-           "tune_environment", "new_tuner", "restored_tuner"]
+__all__ = [
+    "TrialDirname",
+    "make_sampler",
+    "make_scheduler",
+    "make_search",
+    "make_trainable",
+    "new_tuner",
+    "restored_tuner",
+    "tune_environment",
+]
 
 
 class TrialDirname:
@@ -34,8 +43,10 @@ class TrialDirname:
         for axis in spec.axes:
             labels = None
             if axis.groups is not None:
-                labels = {label: "-".join(format_value(v) for v in group.values())
-                          for label, group in axis.groups.items()}
+                labels = {
+                    label: "-".join(format_value(v) for v in group.values())
+                    for label, group in axis.groups.items()
+                }
             self.parts.append((axis.name, labels))
 
     def __call__(self, trial: Any) -> str:
@@ -55,7 +66,9 @@ class TrialDirname:
                 pieces.append(value)
             else:
                 initials = "".join(part[:1] for part in name.split("_"))
-                pieces.append(f"{initials}{value:.4g}" if isinstance(value, float) else f"{initials}{value}")
+                pieces.append(
+                    f"{initials}{value:.4g}" if isinstance(value, float) else f"{initials}{value}"
+                )
         text = re.sub(r"[^A-Za-z0-9._=+-]", "", "_".join(pieces))
         return text[:120]
 
@@ -82,16 +95,23 @@ def make_search(spec: SweepSpec) -> tuple[Any, int]:
         points = spec.expand().points
         # BasicVariantGenerator is not a Searcher, so TuneConfig.max_concurrent_trials would be
         # ignored for it: the limit goes to the generator itself.
-        generator = BasicVariantGenerator(points_to_evaluate=points, max_concurrent=spec.max_concurrent,
-                                          random_state=spec.search.seed)
+        generator = BasicVariantGenerator(
+            points_to_evaluate=points,
+            max_concurrent=spec.max_concurrent,
+            random_state=spec.search.seed,
+        )
         return generator, len(points)
 
-    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search import ConcurrencyLimiter, Searcher
     from ray.tune.search.optuna import OptunaSearch
 
+    searcher: Searcher
     if spec.search.multi_objective:
-        searcher = OptunaSearch(sampler=make_sampler(spec), metric=list(spec.search.metrics),
-                                mode=list(spec.search.modes))
+        searcher = OptunaSearch(
+            sampler=make_sampler(spec),
+            metric=list(spec.search.metrics),
+            mode=list(spec.search.modes),
+        )
     else:  # metric and mode come from the TuneConfig
         searcher = OptunaSearch(sampler=make_sampler(spec))
     if spec.max_concurrent:
@@ -104,13 +124,17 @@ def make_scheduler(spec: SweepSpec) -> Any:
         return None
     from ray.tune.schedulers import ASHAScheduler
 
-    return ASHAScheduler(time_attr="training_iteration", max_t=spec.scheduler.max_t or spec.max_rounds(),
-                         grace_period=spec.scheduler.grace_period,
-                         reduction_factor=spec.scheduler.reduction_factor)
+    return ASHAScheduler(
+        time_attr="training_iteration",
+        max_t=spec.scheduler.max_t or spec.max_rounds(),
+        grace_period=spec.scheduler.grace_period,
+        reduction_factor=spec.scheduler.reduction_factor,
+    )
 
 
-def make_trainable(spec: SweepSpec, trainable: Callable | None = None,
-                   gpu_nodes: Sequence[GpuNode] = ()) -> Any:
+def make_trainable(
+    spec: SweepSpec, trainable: Callable | None = None, gpu_nodes: Sequence[GpuNode] = ()
+) -> Any:
     """The trainable with the spec bound and the trial's resources attached: ``resources`` as
     given, or under ``gpu: auto`` each trial's share of a GPU from its run's size on the
     cluster's ``gpu_nodes`` (`gpu_share.resolve_gpu`; none without GPU nodes)."""
@@ -120,10 +144,12 @@ def make_trainable(spec: SweepSpec, trainable: Callable | None = None,
 
     function = trainable or federated_trainable
     bound = tune.with_parameters(function, sweep=spec)
-    devices = [(where, str(device))
-               for where, device in key_values("device", spec.run, spec.axes, "auto")]
-    resources = resolve_gpu(spec.resources.gpu, spec.resources.cpu, devices, gpu_nodes,
-                            spec.run_spec)
+    devices = [
+        (where, str(device)) for where, device in key_values("device", spec.run, spec.axes, "auto")
+    ]
+    resources = resolve_gpu(
+        spec.resources.gpu, spec.resources.cpu, devices, gpu_nodes, spec.run_spec
+    )
     return tune.with_resources(bound, resources)
 
 
@@ -142,9 +168,11 @@ def _environment(**values: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def tune_environment(quiet: bool = True,
-                     on_interrupt: Callable[[], None] | None = None,
-                     extra: dict[str, str] | None = None) -> Iterator[None]:
+def tune_environment(
+    quiet: bool = True,
+    on_interrupt: Callable[[], None] | None = None,
+    extra: dict[str, str] | None = None,
+) -> Iterator[None]:
     """The Tune settings of a sweep's ``fit``, as environment variables (and, when ``quiet``,
     log filters) for its duration.
 
@@ -160,8 +188,11 @@ def tune_environment(quiet: bool = True,
     (``TUNE_PRINT_ALL_TRIAL_ERRORS=0``); Tune's end-of-fit notices, among them its
     ``Tuner.restore(...)`` hint, are dropped (`ray_compat.quiet_tune_logs`), and ``on_interrupt``
     replaces its Ctrl-C notice. ``extra``: more Tune settings for this experiment."""
-    values = {"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-              "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0", **(extra or {})}
+    values = {
+        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+        **(extra or {}),
+    }
     if not quiet:
         with _environment(**values):
             yield
@@ -171,8 +202,15 @@ def tune_environment(quiet: bool = True,
         yield
 
 
-def new_tuner(spec: SweepSpec, bound: Any, *, storage: str, callbacks: list[Any],
-              max_failures: int, verbose: int) -> tuple[Any, int]:
+def new_tuner(
+    spec: SweepSpec,
+    bound: Any,
+    *,
+    storage: str,
+    callbacks: list[Any],
+    max_failures: int,
+    verbose: int,
+) -> tuple[Any, int]:
     """(Tuner, num_samples) of a fresh sweep stored under ``STORAGE/spec.name``; ``callbacks``
     run after Tune's JSON and CSV loggers."""
     from ray import tune
@@ -218,8 +256,11 @@ def restored_tuner(path: str, bound: Any, *, callbacks: list[Any], verbose: int)
     # Tuner.restore brings back the stored run config and its callbacks: replace the stored
     # timeline and progress by this run's, and add this run's extra callbacks.
     run_config = restored_run_config(tuner)
-    run_config.callbacks = [c for c in (run_config.callbacks or [])
-                            if not isinstance(c, (TimelineCallback, ProgressCallback))]
+    run_config.callbacks = [
+        c
+        for c in (run_config.callbacks or [])
+        if not isinstance(c, (TimelineCallback, ProgressCallback))
+    ]
     run_config.callbacks += callbacks
     run_config.verbose = verbose
     return tuner
