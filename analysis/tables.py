@@ -25,8 +25,14 @@ from pathlib import Path
 
 from robusttune.display import plots
 from robusttune.reports.aggregation import run_aggregation_errors
-from robusttune.reports.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
-                                markdown_table)
+from robusttune.reports.results import (
+    accuracy_table,
+    collapse_table,
+    gain_table,
+    load_rounds,
+    load_runs,
+    markdown_table,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--gain-from", type=int, default=10)
     parser.add_argument("--gain-to", type=int, default=25)
-    parser.add_argument("--attack", action="append", default=None,
-                        help="Figure 2 panels (repeatable; default alie and ipm when present)")
+    parser.add_argument(
+        "--attack",
+        action="append",
+        default=None,
+        help="Figure 2 panels (repeatable; default alie and ipm when present)",
+    )
     args = parser.parse_args(argv)
     if not args.results_dir.is_dir():
         print(f"error: results folder {str(args.results_dir)!r} does not exist", file=sys.stderr)
@@ -50,20 +60,36 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rounds = load_rounds(args.results_dir, runs)
     tables = {
-        "Table I: mean final accuracy (%) by Byzantine fraction and participation": ("table1_accuracy", accuracy_table(runs)),
-        "Table II: collapsed runs (<= chance + 0.5 points)": ("table2_collapses", collapse_table(runs)),
-        f"Table IV: mean accuracy gain (points), round {args.gain_from} to {args.gain_to}":
-            ("table4_gain", gain_table(runs, rounds, args.gain_from, args.gain_to)),
+        "Table I: mean final accuracy (%) by Byzantine fraction and participation": (
+            "table1_accuracy",
+            accuracy_table(runs),
+        ),
+        "Table II: collapsed runs (<= chance + 0.5 points)": (
+            "table2_collapses",
+            collapse_table(runs),
+        ),
+        f"Table IV: mean accuracy gain (points), round {args.gain_from} to {args.gain_to}": (
+            "table4_gain",
+            gain_table(runs, rounds, args.gain_from, args.gain_to),
+        ),
     }
     for title, (name, table) in tables.items():
         table.to_csv(out / f"{name}.csv")
         print(f"## {title}\n")
-        print(markdown_table(table) if not table.empty else f"_(no run reached round {args.gain_to})_")
+        print(
+            markdown_table(table) if not table.empty else f"_(no run reached round {args.gain_to})_"
+        )
         print()
     scored = run_aggregation_errors(runs, rounds)
     for label, draw, name, data in (
-            ("figure 2 (aggregation error)", plots.aggregation_error_vs_corruption, "figure2.png", scored),
-            ("test error", plots.classification_error_vs_corruption, "test_error.png", runs)):
+        (
+            "figure 2 (aggregation error)",
+            plots.aggregation_error_vs_corruption,
+            "figure2.png",
+            scored,
+        ),
+        ("test error", plots.classification_error_vs_corruption, "test_error.png", runs),
+    ):
         figure, skipped = draw(data, out / name, attacks=args.attack)
         print(f"{label}: {figure if figure else '(no attacked runs with that figure)'}")
         for attack, reason in skipped.items():

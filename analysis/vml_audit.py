@@ -33,7 +33,7 @@ KERNEL = re.compile(r"^mkl_vml_kernel_([sd])([A-Za-z0-9]+)_EXHAynn$")
 
 # Candidate operations: VML's whole float interface as ATen declares it, and the neighbours a
 # reader might suspect (rsqrt, reciprocal, pow, norms, the loss and activation kernels).
-PROBE = r'''
+PROBE = r"""
 import json, sys
 from robusttune.core.numerics import pin
 pin("portable")
@@ -59,10 +59,10 @@ for dtype in ("float32", "float64"):
     for name, op in OPS.items():
         print("@@OP " + json.dumps(["op", name, dtype]), flush=True)
         op(x.to(getattr(torch, dtype)))
-'''
+"""
 
 # The tool's own runs: rules under the attacks whose statistics take roots.
-RUN = r'''
+RUN = r"""
 import json, sys
 from robusttune.core.runspec import RunSpec
 from robusttune.engine.simulation import simulate
@@ -74,12 +74,16 @@ for keys in RUNS:
     print("@@OP " + json.dumps(["run", keys["method"], keys["attack"]]), flush=True)
     for _ in simulate(RunSpec.from_dict({**BASE, **keys})):
         pass
-'''
-RUNS = [{"method": "median", "attack": "alie"}, {"method": "krum", "attack": "fang_krum"},
-        {"method": "trimmed_mean", "attack": "minmax"}, {"method": "demoa", "attack": "gaussian"},
-        {"method": "swb_dm", "attack": "ipm"}]
+"""
+RUNS = [
+    {"method": "median", "attack": "alie"},
+    {"method": "krum", "attack": "fang_krum"},
+    {"method": "trimmed_mean", "attack": "minmax"},
+    {"method": "demoa", "attack": "gaussian"},
+    {"method": "swb_dm", "attack": "ipm"},
+]
 
-TRACER = r'''
+TRACER = r"""
 import gdb
 for setting in ("pagination off", "breakpoint pending on", "print thread-events off",
                 "print inferior-events off"):
@@ -91,7 +95,7 @@ class Hit(gdb.Breakpoint):
 for name in open(KERNELS).read().split():
     Hit(name)
 gdb.execute("run")
-'''
+"""
 
 
 def libtorch_cpu() -> Path:
@@ -102,8 +106,9 @@ def libtorch_cpu() -> Path:
 
 def compute_kernels(library: Path) -> dict[str, tuple[int, int]]:
     """Every exported COMPATIBLE-branch VML kernel: name -> (start address, size)."""
-    listing = subprocess.run(["nm", "-S", "--defined-only", str(library)], capture_output=True,
-                             text=True, check=True).stdout
+    listing = subprocess.run(
+        ["nm", "-S", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     kernels = {}
     for line in listing.splitlines():
         parts = line.split()
@@ -114,8 +119,9 @@ def compute_kernels(library: Path) -> dict[str, tuple[int, int]]:
 
 def load_segments(library: Path) -> list[tuple[int, int, int]]:
     """The library's LOAD segments, (virtual address, file offset, file size), by readelf."""
-    listing = subprocess.run(["readelf", "-lW", str(library)], capture_output=True, text=True,
-                             check=True).stdout
+    listing = subprocess.run(
+        ["readelf", "-lW", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     segments = []
     for line in listing.splitlines():
         parts = line.split()
@@ -124,8 +130,9 @@ def load_segments(library: Path) -> list[tuple[int, int, int]]:
     return segments
 
 
-def approximate_instructions(library: Path, start: int, size: int,
-                             segments: list[tuple[int, int, int]]) -> list[str]:
+def approximate_instructions(
+    library: Path, start: int, size: int, segments: list[tuple[int, int, int]]
+) -> list[str]:
     """The rsqrt* / rcp* instructions in one kernel's code: its bytes cut out of the library
     (objdump over the whole library takes seconds per kernel) and disassembled by objdump."""
     vaddr, offset, _ = next(s for s in segments if s[0] <= start < s[0] + s[2])
@@ -135,9 +142,12 @@ def approximate_instructions(library: Path, start: int, size: int,
     with tempfile.NamedTemporaryFile(suffix=".bin") as raw:
         raw.write(code)
         raw.flush()
-        listing = subprocess.run(["objdump", "-D", "-b", "binary", "-m", "i386:x86-64",
-                                  "--no-show-raw-insn", raw.name], capture_output=True, text=True,
-                                 check=True).stdout
+        listing = subprocess.run(
+            ["objdump", "-D", "-b", "binary", "-m", "i386:x86-64", "--no-show-raw-insn", raw.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     return sorted(set(APPROXIMATE.findall(listing)))
 
 
@@ -148,8 +158,12 @@ def traced(code: str, args: list[str], kernels: list[str]) -> dict[tuple[str, st
         names.write_text("\n".join(kernels))
         tracer = Path(tmp) / "tracer.py"
         tracer.write_text(f"KERNELS = {str(names)!r}\n" + TRACER)
-        done = subprocess.run(["gdb", "-q", "-batch", "-x", str(tracer), "--args", sys.executable,
-                               "-c", code, *args], capture_output=True, text=True)
+        done = subprocess.run(
+            ["gdb", "-q", "-batch", "-x", str(tracer), "--args", sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     reached: dict[tuple[str, str], set[str]] = {}
     label = None
     for line in done.stdout.splitlines():
@@ -171,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     library = libtorch_cpu()
     kernels = compute_kernels(library)
     segments = load_segments(library)
-    approximate = {name: approximate_instructions(library, *kernels[name], segments)
-                   for name in kernels}
+    approximate = {
+        name: approximate_instructions(library, *kernels[name], segments) for name in kernels
+    }
     runs = RUNS[:1] if options.quick else RUNS
     # one traced process for both (gdb reads libtorch_cpu's symbols once: most of the time)
     reached = traced(PROBE + RUN, [json.dumps(runs)], sorted(kernels))
@@ -187,12 +202,24 @@ def main(argv: list[str] | None = None) -> int:
         if marks:
             entry["approximate"][dtype] = marks
     for op, entry in findings.items():
-        where = ", ".join(f"{dtype} {' '.join(found)}" + (f" ({' '.join(entry['approximate'][dtype])})"
-                                                      if dtype in entry["approximate"] else "")
-                          for dtype, found in entry["reached"].items()) or "ATen's own code"
+        where = (
+            ", ".join(
+                f"{dtype} {' '.join(found)}"
+                + (
+                    f" ({' '.join(entry['approximate'][dtype])})"
+                    if dtype in entry["approximate"]
+                    else ""
+                )
+                for dtype, found in entry["reached"].items()
+            )
+            or "ATen's own code"
+        )
         print(f"{op}: {where}")
-    bad = {f"{m} under {a}": sorted(k for k in hits if approximate[k])
-           for (kind, m, a), hits in reached.items() if kind == "run"}
+    bad = {
+        f"{m} under {a}": sorted(k for k in hits if approximate[k])
+        for (kind, m, a), hits in reached.items()
+        if kind == "run"
+    }
     for run, kernels_hit in bad.items():
         print(f"run {run}: {', '.join(kernels_hit) or 'no approximate VML kernel'}")
     if options.json:

@@ -18,6 +18,7 @@ with ``swb_speedup_exact: <loop seconds / haar seconds>``.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -31,22 +32,25 @@ D = 545_098  # cnn2, the SWB-DM model
 CHUNK = 512
 
 
-def published_swb_loop(x: torch.Tensor, *, chunk: int, views: int, trim_ratio: float,
-                       generator: torch.Generator) -> torch.Tensor:
+def published_swb_loop(
+    x: torch.Tensor, *, chunk: int, views: int, trim_ratio: float, generator: torch.Generator
+) -> torch.Tensor:
     """SWB as the SWB-DM code computes it: per view, per chunk, draw a Gaussian, QR it, rotate,
     sort, trim, pick the medoid, place back, rotate back; with our sign fix on Q (not in the
     published code; it costs one multiply per chunk and does not change the error)."""
     n, d = x.shape
-    k = int(math.floor(n * trim_ratio + 1e-9))
+    k = math.floor(n * trim_ratio + 1e-9)
     out = torch.zeros(d, dtype=x.dtype, device=x.device)
     for _ in range(views):
         for start in range(0, d, chunk):
-            X = x[:, start:start + chunk]
+            X = x[:, start : start + chunk]
             c = X.shape[1]
-            gaussian = torch.randn(c, c, generator=generator, dtype=x.dtype, device=generator.device)
+            gaussian = torch.randn(
+                c, c, generator=generator, dtype=x.dtype, device=generator.device
+            )
             q, r = torch.linalg.qr(gaussian.to(x.device))
             q = q * torch.sign(torch.diagonal(r))
-            out[start:start + c] += published_chunk_step(X, q, k)
+            out[start : start + c] += published_chunk_step(X, q, k)
     return out / views
 
 
@@ -59,8 +63,9 @@ def timed(fn, reps: int) -> tuple[float, torch.Tensor]:
     return statistics.median(times), out
 
 
-def messages(n: int, f: int, seed: int, d: int = D,
-             device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def messages(
+    n: int, f: int, seed: int, d: int = D, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """n trained-state-like messages of d values: a shared model (norm ~30) plus client noise;
     the first f are outliers that shift every coordinate by 10 client standard deviations (an
     attacker pushing one way). Drawn on ``device`` (no 1 GB host-to-device copy at n = 500).
@@ -83,10 +88,14 @@ def rule(name: str, f: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n in {20, 50}, one repetition")
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes: a smoke run, not a measurement (n = 20, d = 4,096, "
-                             "1 thread)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes: a smoke run, not a measurement (n = 20, d = 4,096, 1 thread)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's)"
+    )
     parser.add_argument("--reps", type=int, default=None, help="repetitions per small-n timing")
     args = parser.parse_args()
     if args.threads or args.tiny:
@@ -94,8 +103,10 @@ def main() -> None:
     sizes = [20] if args.tiny else [20, 50] if args.quick else [20, 50, 500]
     reps = args.reps or (1 if args.quick or args.tiny else 2)
     d = 4_096 if args.tiny else D
-    print(f"d = {d:,}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"sizes {sizes}, {reps} repetition(s) (1 at n = 500); f = floor(0.2 n)")
+    print(
+        f"d = {d:,}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"sizes {sizes}, {reps} repetition(s) (1 at n = 500); f = floor(0.2 n)"
+    )
 
     # -- every rule ------------------------------------------------------------------------
     table: dict[str, dict[int, float]] = {name: {} for name in AGGREGATORS.names()}
@@ -106,11 +117,11 @@ def main() -> None:
         for name in AGGREGATORS.names():
             agg = rule(name, f)
             gen = torch.Generator().manual_seed(0)
-            call = lambda: agg(x, reference=reference, previous=None, generator=gen)  # noqa: E731
+            call = functools.partial(agg, x, reference=reference, previous=None, generator=gen)
             seconds, _ = timed(call, 1 if n >= 500 else reps)
             table[name][n] = seconds
             print(f"  {name:<17} n={n:<4} {seconds:8.3f} s", flush=True)
-        del x
+        x = honest = reference = None  # frees the largest inputs before the next size's
     print(f"\nseconds per aggregation (d = {d:,})")
     print("  rule              " + "".join(f"{'n=' + str(n):>10}" for n in sizes))
     for name, row in table.items():
@@ -119,33 +130,50 @@ def main() -> None:
     # -- SWB: published loop vs the rotations, same input, same run ------------------------
     n, f = (20, 4) if args.tiny else (50, 10)
     x, honest = messages(n, f, seed=7, d=d)
-    print(f"\nSWB at n = {n}, d = {d:,}, C = {CHUNK}, P = 2 views, r = 0.25 "
-          f"({math.ceil(d / CHUNK)} chunks per view)")
-    loop_s, loop_out = timed(lambda: published_swb_loop(
-        x, chunk=CHUNK, views=2, trim_ratio=0.25, generator=torch.Generator().manual_seed(1)), 1)
+    print(
+        f"\nSWB at n = {n}, d = {d:,}, C = {CHUNK}, P = 2 views, r = 0.25 "
+        f"({math.ceil(d / CHUNK)} chunks per view)"
+    )
+    loop_s, loop_out = timed(
+        lambda: published_swb_loop(
+            x, chunk=CHUNK, views=2, trim_ratio=0.25, generator=torch.Generator().manual_seed(1)
+        ),
+        1,
+    )
     print(f"  published per-chunk loop      {loop_s:8.2f} s", flush=True)
     results = {}
     for rotation in ("haar", "shared", "hadamard"):
         agg = make_aggregator("swb", trim_ratio=0.25, swb_rotation=rotation)
         seconds, out = timed(lambda: agg(x, generator=torch.Generator().manual_seed(2)), reps)
         results[rotation] = (seconds, out)
-        print(f"  {rotation:<29} {seconds:8.2f} s   loop / {rotation} = {loop_s / seconds:5.2f}x",
-              flush=True)
+        print(
+            f"  {rotation:<29} {seconds:8.2f} s   loop / {rotation} = {loop_s / seconds:5.2f}x",
+            flush=True,
+        )
     # A second exact draw: how far two exact aggregates are from each other sets the scale
     # against which the faster rotations' differences should be read.
     exact2 = make_aggregator("swb", trim_ratio=0.25)(x, generator=torch.Generator().manual_seed(3))
     exact = results["haar"][1]
     mean = x.mean(0)
-    print(f"\neffect of the rotation on the aggregate ({f} of {n} messages shifted by +0.1 on "
-          f"every coordinate; honest spread 0.01 per coordinate)")
+    print(
+        f"\neffect of the rotation on the aggregate ({f} of {n} messages shifted by +0.1 on "
+        f"every coordinate; honest spread 0.01 per coordinate)"
+    )
     print(f"  {'output':<26}{'L2 to honest mean':>18}{'L2 to haar output':>19}")
-    rows = [("haar (seed 2)", exact), ("haar (another draw)", exact2),
-            ("shared", results["shared"][1]), ("hadamard", results["hadamard"][1]),
-            ("published loop", loop_out), ("mean (FedAvg)", mean),
-            ("median", make_aggregator("median")(x))]
+    rows = [
+        ("haar (seed 2)", exact),
+        ("haar (another draw)", exact2),
+        ("shared", results["shared"][1]),
+        ("hadamard", results["hadamard"][1]),
+        ("published loop", loop_out),
+        ("mean (FedAvg)", mean),
+        ("median", make_aggregator("median")(x)),
+    ]
     for label, out in rows:
-        print(f"  {label:<26}{(out - honest).norm().item():18.4f}{(out - exact).norm().item():19.4f}")
-    del x
+        print(
+            f"  {label:<26}{(out - honest).norm().item():18.4f}{(out - exact).norm().item():19.4f}"
+        )
+    x = None  # frees the messages before the next part
 
     # -- cache memory ------------------------------------------------------------------------
     print("\ndelayed cache (N slots of d = 545,098), computed")

@@ -36,60 +36,93 @@ DEFAULT_METHODS = ["fedavg", "median", "krum", "swb_dm", "demoa+cclip", "fedcm"]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--space", default=str(ROOT / "search_spaces" / "breakdown.yaml"))
-    parser.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
-                        help="keep the cells of these methods (the `method` cell values)")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=DEFAULT_METHODS,
+        help="keep the cells of these methods (the `method` cell values)",
+    )
     parser.add_argument("--all", action="store_true", help="every cell of the map")
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes: a smoke run, not a measurement (two FedAvg cells, "
-                             "5 clients, 2 rounds, sign flipping only)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes: a smoke run, not a measurement (two FedAvg cells, "
+        "5 clients, 2 rounds, sign flipping only)",
+    )
     args = parser.parse_args()
 
     import torch
 
+    from robusttune.engine.runners import InProcessRunner
     from robusttune.experiments.breakdown import load_plan, spec_evaluator
     from robusttune.experiments.breakdown.replicates import bisect_replicates
-    from robusttune.engine.runners import InProcessRunner
 
     torch.set_num_threads(1)
     plan = load_plan(args.space)
     if args.tiny:
         # the map's own machinery on a toy map: few clients and rounds, one cheap attack, and
         # the FedAvg cells of fixed-size sampling at p = 0.5 and 1 (two rounds either way)
-        plan = plan.with_overrides(run={"clients": 5, "rounds": 2}, min_client_rounds=1,
-                                   adversary={"attack": ["sign_flip"]})
+        plan = plan.with_overrides(
+            run={"clients": 5, "rounds": 2},
+            min_client_rounds=1,
+            adversary={"attack": ["sign_flip"]},
+        )
         args.methods = ["fedavg"]
-    cells = plan.cells if args.all else [c for c in plan.cells
-                                        if c.as_dict().get("method") in set(args.methods)]
+    cells = (
+        plan.cells
+        if args.all
+        else [c for c in plan.cells if c.as_dict().get("method") in set(args.methods)]
+    )
     if args.tiny:
-        cells = [c for c in cells if c.as_dict().get("participation_mode") == "fixed"
-                 and c.as_dict().get("participation") in (0.5, 1.0)]
+        cells = [
+            c
+            for c in cells
+            if c.as_dict().get("participation_mode") == "fixed"
+            and c.as_dict().get("participation") in (0.5, 1.0)
+        ]
     if not cells:
         raise SystemExit(f"no cell of {args.space} has a method among {args.methods}")
-    print(f"{len(cells)} of the {len(plan.cells)} cells of {Path(args.space).name}"
-          f"{'' if args.all else ': methods ' + ', '.join(args.methods)}")
+    print(
+        f"{len(cells)} of the {len(plan.cells)} cells of {Path(args.space).name}"
+        f"{'' if args.all else ': methods ' + ', '.join(args.methods)}"
+    )
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="robusttune-bench-") as folder:
-        evaluate = spec_evaluator(plan.base, InProcessRunner(folder, threads=1), seeds=plan.seeds,
-                                  adversary=plan.adversary or None, sampler_seed=plan.sampler_seed,
-                                  survival=(plan.threshold, plan.relative_threshold),
-                                  adaptive=plan.adaptive)
-        result = bisect_replicates(cells, plan.seeds, evaluate, max_fraction=plan.max_fraction,
-                                   threshold=plan.threshold,
-                                   relative_threshold=plan.relative_threshold,
-                                   verify_radius=plan.verify_radius,
-                                   on_non_monotone=plan.on_non_monotone,
-                                   clean_margin=plan.clean_margin)
+        evaluate = spec_evaluator(
+            plan.base,
+            InProcessRunner(folder, threads=1),
+            seeds=plan.seeds,
+            adversary=plan.adversary or None,
+            sampler_seed=plan.sampler_seed,
+            survival=(plan.threshold, plan.relative_threshold),
+            adaptive=plan.adaptive,
+        )
+        result = bisect_replicates(
+            cells,
+            plan.seeds,
+            evaluate,
+            max_fraction=plan.max_fraction,
+            threshold=plan.threshold,
+            relative_threshold=plan.relative_threshold,
+            verify_radius=plan.verify_radius,
+            on_non_monotone=plan.on_non_monotone,
+            clean_margin=plan.clean_margin,
+        )
     seconds = time.perf_counter() - started
     bisection = sum(v.full_runs for c in result.replicates for v in c.outcomes.values())
-    cost = result.as_map()    # the cost figures, counted over every (cell, seed)
+    cost = result.as_map()  # the cost figures, counted over every (cell, seed)
     full = cost.grid_trials
     statuses = result.to_frame()["status"].value_counts().to_dict()
     print(f"cells: {statuses}; {result.waves} waves in {seconds:.0f} s")
     print(f"full lattice: {full} trials ({cost.grid_points} points)")
-    print(f"bisection alone: {bisection} trials ({cost.points_used} points) = "
-          f"{bisection / full:.3f} of the lattice")
-    print(f"map (shared runs, staged ladder): {cost.trials_used} trials = "
-          f"{cost.trials_used / bisection:.3f} of bisection alone")
+    print(
+        f"bisection alone: {bisection} trials ({cost.points_used} points) = "
+        f"{bisection / full:.3f} of the lattice"
+    )
+    print(
+        f"map (shared runs, staged ladder): {cost.trials_used} trials = "
+        f"{cost.trials_used / bisection:.3f} of bisection alone"
+    )
     print(f"breakdown_trials_vs_full_lattice: {cost.trial_ratio:.3f}")
 
 

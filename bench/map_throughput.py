@@ -44,33 +44,62 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MAP = {
     "name": "map_throughput",
-    "run": {"dataset": "digits", "model": "mlp", "clients": 20, "local_epochs": 1, "lr": 0.05,
-            "trainer": "sequential", "checkpoint_every": 0, "eval_every": 100},
+    "run": {
+        "dataset": "digits",
+        "model": "mlp",
+        "clients": 20,
+        "local_epochs": 1,
+        "lr": 0.05,
+        "trainer": "sequential",
+        "checkpoint_every": 0,
+        "eval_every": 100,
+    },
     "space": {
-        "setting": {"grid": [
-            {"method": "median", "rounds": 5}, {"method": "krum", "rounds": 5},
-            {"method": "trimmed_mean", "rounds": 5},
-            {"method": "demoa+cclip", "rounds": 10, "server_lr": 0.5, "batch_size": 16}]},
-        "regime": {"grid": [{"participation": 0.1, "participation_mode": "fixed"},
-                            {"participation": 0.5, "participation_mode": "fixed"}]},
+        "setting": {
+            "grid": [
+                {"method": "median", "rounds": 5},
+                {"method": "krum", "rounds": 5},
+                {"method": "trimmed_mean", "rounds": 5},
+                {"method": "demoa+cclip", "rounds": 10, "server_lr": 0.5, "batch_size": 16},
+            ]
+        },
+        "regime": {
+            "grid": [
+                {"participation": 0.1, "participation_mode": "fixed"},
+                {"participation": 0.5, "participation_mode": "fixed"},
+            ]
+        },
     },
     "resources": {"cpu": 1},
-    "breakdown": {"seeds": [42], "relative_threshold": 0.5, "max_fraction": 0.5,
-                  "verify_radius": 1,
-                  "adversary": {"attack": ["sign_flip", "ipm", "minmax", "fang_trmean"]}},
+    "breakdown": {
+        "seeds": [42],
+        "relative_threshold": 0.5,
+        "max_fraction": 0.5,
+        "verify_radius": 1,
+        "adversary": {"attack": ["sign_flip", "ipm", "minmax", "fang_trmean"]},
+    },
 }
-TINY = {"setting": {"grid": [{"method": "median", "rounds": 2}, {"method": "krum", "rounds": 2}]},
-        "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"}]}}
+TINY = {
+    "setting": {"grid": [{"method": "median", "rounds": 2}, {"method": "krum", "rounds": 2}]},
+    "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"}]},
+}
 
 
 def run_map(space: Path, storage: Path, local: bool) -> tuple[float, int, pd.DataFrame, tuple]:
     """One `robusttune breakdown` in a fresh process: (seconds, runs made, breakdown.csv,
     (start-up, runs, end) seconds)."""
-    command = [str(Path(sys.executable).parent / "robusttune"), "breakdown", str(space),
-               "--storage", str(storage), "--cpus-per-trial", "1"] + (["--local"] if local else [])
+    command = [
+        str(Path(sys.executable).parent / "robusttune"),
+        "breakdown",
+        str(space),
+        "--storage",
+        str(storage),
+        "--cpus-per-trial",
+        "1",
+    ] + (["--local"] if local else [])
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
     started, started_at = time.perf_counter(), time.time()
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"map_throughput: {' '.join(command[1:])} failed:\n{done.stderr[-3000:]}")
@@ -91,10 +120,16 @@ def phases(folder: Path, started_at: float, seconds: float) -> tuple[float, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="toy map: a smoke run, not a measurement")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="pairs of runs (in process, then Ray), each pair's ratio printed and "
-                             "their median last: a noisy machine swings one pair by 20%%")
+    parser.add_argument(
+        "--tiny", action="store_true", help="toy map: a smoke run, not a measurement"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="pairs of runs (in process, then Ray), each pair's ratio printed and "
+        "their median last: a noisy machine swings one pair by 20%%",
+    )
     args = parser.parse_args()
     plan = {**MAP, "space": TINY} if args.tiny else MAP
     cores = os.cpu_count() or 1
@@ -104,23 +139,35 @@ def main() -> None:
         space.write_text(yaml.safe_dump(plan, sort_keys=False))
         for pair in range(max(1, args.repeat)):
             local_s, local_runs, local_map, local_phases = run_map(
-                space, Path(tmp) / f"local{pair}", local=True)
-            print(f"in process, one core: {local_runs} runs in {local_s:.1f} s "
-                  f"({local_runs / local_s:.2f} runs/s); {split(local_phases)}", flush=True)
-            ray_s, ray_runs, ray_map, ray_phases = run_map(space, Path(tmp) / f"ray{pair}",
-                                                           local=False)
-            print(f"through Ray, {cores} cores: {ray_runs} runs in {ray_s:.1f} s "
-                  f"({ray_runs / ray_s:.2f} runs/s); {split(ray_phases)}", flush=True)
+                space, Path(tmp) / f"local{pair}", local=True
+            )
+            print(
+                f"in process, one core: {local_runs} runs in {local_s:.1f} s "
+                f"({local_runs / local_s:.2f} runs/s); {split(local_phases)}",
+                flush=True,
+            )
+            ray_s, ray_runs, ray_map, ray_phases = run_map(
+                space, Path(tmp) / f"ray{pair}", local=False
+            )
+            print(
+                f"through Ray, {cores} cores: {ray_runs} runs in {ray_s:.1f} s "
+                f"({ray_runs / ray_s:.2f} runs/s); {split(ray_phases)}",
+                flush=True,
+            )
             answers = ["breakdown_fraction", "status"]
             same = local_map[answers].equals(ray_map[answers])
             print(f"same map both ways: {'yes' if same else 'NO'} ({len(local_map)} cells)")
             ratios.append((ray_runs / ray_s) / (local_runs / local_s))
             phase_ratios.append((ray_runs / ray_phases[1]) / (local_runs / local_phases[1]))
             if args.repeat > 1:
-                print(f"pair {pair + 1}: ratio {ratios[-1]:.2f}, runs phase {phase_ratios[-1]:.2f}",
-                      flush=True)
-    print(f"runs_phase_ratio: {statistics.median(phase_ratios):.2f} (without start-up and end: "
-          "what a map of hours gets)")
+                print(
+                    f"pair {pair + 1}: ratio {ratios[-1]:.2f}, runs phase {phase_ratios[-1]:.2f}",
+                    flush=True,
+                )
+    print(
+        f"runs_phase_ratio: {statistics.median(phase_ratios):.2f} (without start-up and end: "
+        "what a map of hours gets)"
+    )
     print(f"target: {0.7 * cores:.2f} (0.7 x {cores} cores)")
     print(f"ray_vs_one_core_in_process: {statistics.median(ratios):.2f}")
 

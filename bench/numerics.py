@@ -27,10 +27,20 @@ import sys
 CONFIGS = {
     "fedavg mlp": {"model": "mlp", "rounds": 4},
     "fedavg cnn2": {"model": "cnn2", "rounds": 2},
-    "krum mlp, ipm": {"model": "mlp", "method": "krum", "attack": "ipm",
-                      "byzantine_fraction": 0.2, "rounds": 4},
-    "demoa mlp, alie": {"model": "mlp", "method": "demoa", "attack": "alie",
-                        "byzantine_fraction": 0.2, "rounds": 150},
+    "krum mlp, ipm": {
+        "model": "mlp",
+        "method": "krum",
+        "attack": "ipm",
+        "byzantine_fraction": 0.2,
+        "rounds": 4,
+    },
+    "demoa mlp, alie": {
+        "model": "mlp",
+        "method": "demoa",
+        "attack": "alie",
+        "byzantine_fraction": 0.2,
+        "rounds": 150,
+    },
 }
 BASE = {"dataset": "digits", "seed": 42, "checkpoint_every": 0, "device": "cpu"}
 
@@ -54,8 +64,12 @@ def worker(values: dict) -> None:
 
 
 def timed(values: dict) -> float:
-    out = subprocess.run([sys.executable, __file__, "--worker", json.dumps(values)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(values)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])["seconds"]
 
 
@@ -63,9 +77,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one repeat, fewer rounds")
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes: a smoke run, not a measurement (DeMoA mlp under ALIE "
-                             "only, 10 rounds, one repeat)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes: a smoke run, not a measurement (DeMoA mlp under ALIE "
+        "only, 10 rounds, one repeat)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -87,8 +104,10 @@ def main() -> None:
                 seconds[mode].append(timed({**values, "numerics": mode}))
         native, portable = (statistics.median(seconds[m]) for m in ("native", "portable"))
         ratios.append(portable / native)
-        print(f"{label:18s} native {native:7.2f} s  portable {portable:7.2f} s  "
-              f"ratio {portable / native:5.2f}")
+        print(
+            f"{label:18s} native {native:7.2f} s  portable {portable:7.2f} s  "
+            f"ratio {portable / native:5.2f}"
+        )
     print(f"portable/native time: {math.exp(statistics.fmean(math.log(r) for r in ratios)):.2f}")
 
 

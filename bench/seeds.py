@@ -26,21 +26,41 @@ from typing import Any
 
 MAP: dict[str, Any] = {
     "name": "seeds",
-    "run": {"dataset": "digits", "model": "mlp", "clients": 20, "rounds": 5, "local_epochs": 1,
-            "lr": 0.05, "trainer": "sequential", "checkpoint_every": 0, "eval_every": 100},
-    "space": {
-        "method": {"grid": ["median", "trimmed_mean", "krum", "geometric_median", "cclip",
-                            "demoa+median"]},
-        "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"},
-                            {"participation": 1.0, "participation_mode": "fixed"}]},
+    "run": {
+        "dataset": "digits",
+        "model": "mlp",
+        "clients": 20,
+        "rounds": 5,
+        "local_epochs": 1,
+        "lr": 0.05,
+        "trainer": "sequential",
+        "checkpoint_every": 0,
+        "eval_every": 100,
     },
-    "breakdown": {"seeds": [1, 2, 3], "max_fraction": 0.5, "verify_radius": 1,
-                  "adversary": {"attack": ["sign_flip", "ipm", "minmax"]}},
+    "space": {
+        "method": {
+            "grid": ["median", "trimmed_mean", "krum", "geometric_median", "cclip", "demoa+median"]
+        },
+        "regime": {
+            "grid": [
+                {"participation": 0.5, "participation_mode": "fixed"},
+                {"participation": 1.0, "participation_mode": "fixed"},
+            ]
+        },
+    },
+    "breakdown": {
+        "seeds": [1, 2, 3],
+        "max_fraction": 0.5,
+        "verify_radius": 1,
+        "adversary": {"attack": ["sign_flip", "ipm", "minmax"]},
+    },
 }
 TINY: dict[str, Any] = {
     "run": {"clients": 5, "rounds": 2},
-    "space": {"method": {"grid": ["median", "krum"]},
-              "regime": {"grid": [{"participation": 1.0, "participation_mode": "fixed"}]}},
+    "space": {
+        "method": {"grid": ["median", "krum"]},
+        "regime": {"grid": [{"participation": 1.0, "participation_mode": "fixed"}]},
+    },
     "breakdown": {"adversary": {"attack": ["sign_flip"]}},
 }
 
@@ -54,16 +74,26 @@ def run_map(plan: Any, seeds: list[int], folder: str) -> tuple[Any, int, float]:
 
     made = [0]
     started = time.perf_counter()
-    evaluate = spec_evaluator(plan.base, InProcessRunner(folder, threads=1), seeds=seeds,
-                              adversary=Adversary.of(plan.adversary or None, plan.adaptive),
-                              sampler_seed=plan.sampler_seed,
-                              survival=(plan.threshold, plan.relative_threshold),
-                              on_trials=lambda n: made.__setitem__(0, made[0] + n))
-    result = bisect_replicates(plan.cells, seeds, evaluate, max_fraction=plan.max_fraction,
-                               threshold=plan.threshold, relative_threshold=plan.relative_threshold,
-                               verify_radius=plan.verify_radius,
-                               on_non_monotone=plan.on_non_monotone,
-                               clean_margin=plan.clean_margin)
+    evaluate = spec_evaluator(
+        plan.base,
+        InProcessRunner(folder, threads=1),
+        seeds=seeds,
+        adversary=Adversary.of(plan.adversary or None, plan.adaptive),
+        sampler_seed=plan.sampler_seed,
+        survival=(plan.threshold, plan.relative_threshold),
+        on_trials=lambda n: made.__setitem__(0, made[0] + n),
+    )
+    result = bisect_replicates(
+        plan.cells,
+        seeds,
+        evaluate,
+        max_fraction=plan.max_fraction,
+        threshold=plan.threshold,
+        relative_threshold=plan.relative_threshold,
+        verify_radius=plan.verify_radius,
+        on_non_monotone=plan.on_non_monotone,
+        clean_margin=plan.clean_margin,
+    )
     return result, made[0], time.perf_counter() - started
 
 
@@ -77,8 +107,12 @@ def main() -> None:
     from robusttune.experiments.breakdown.plan import parse_plan
 
     torch.set_num_threads(1)
-    mapping = {**MAP, "run": dict(MAP["run"]), "space": dict(MAP["space"]),
-               "breakdown": dict(MAP["breakdown"])}
+    mapping = {
+        **MAP,
+        "run": dict(MAP["run"]),
+        "space": dict(MAP["space"]),
+        "breakdown": dict(MAP["breakdown"]),
+    }
     if args.tiny:
         for key, values in TINY.items():
             mapping[key] = {**mapping[key], **values}
@@ -100,11 +134,15 @@ def main() -> None:
             agree += mine.breakdown == theirs.breakdown
     summary = together.to_frame()
     spread = (summary["breakdown_max"] - summary["breakdown_min"]).dropna()
-    print(f"3-seed map: {runs_together} runs in {seconds_together:.1f} s; three one-seed maps: "
-          f"{runs_alone} runs ({', '.join(str(r) for _, r, _ in alone)}) in {seconds_alone:.1f} s")
+    print(
+        f"3-seed map: {runs_together} runs in {seconds_together:.1f} s; three one-seed maps: "
+        f"{runs_alone} runs ({', '.join(str(r) for _, r, _ in alone)}) in {seconds_alone:.1f} s"
+    )
     print(f"every seed's answer its own map's on monotone cells: {agree} of {compared}")
-    print(f"seeds' spread per cell (max - min): median {spread.median():.3g}, "
-          f"largest {spread.max():.3g}; statuses {summary['status'].value_counts().to_dict()}")
+    print(
+        f"seeds' spread per cell (max - min): median {spread.median():.3g}, "
+        f"largest {spread.max():.3g}; statuses {summary['status'].value_counts().to_dict()}"
+    )
     print(f"seeds3_vs_three_maps_seconds: {seconds_together / seconds_alone:.3f}")
     print(f"seeds3_vs_three_maps_runs: {runs_together / runs_alone:.3f}")
 

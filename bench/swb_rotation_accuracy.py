@@ -18,10 +18,9 @@ import time
 
 import torch
 
-from robusttune.methods.aggregators.swb_blocks import ROTATIONS
 from robusttune.core.runspec import RunSpec
 from robusttune.engine.simulation import Simulation
-
+from robusttune.methods.aggregators.swb_blocks import ROTATIONS
 
 
 def final_accuracy(**keys) -> float:
@@ -34,9 +33,11 @@ def final_accuracy(**keys) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes: a smoke run, not a measurement (1 seed, 2 rounds of "
-                             "1 local epoch)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes: a smoke run, not a measurement (1 seed, 2 rounds of 1 local epoch)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -49,13 +50,22 @@ def main() -> None:
     for attack in ("alie", "ipm"):
         for rotation in ROTATIONS:
             for seed in seeds:
-                accuracy = final_accuracy(method="swb_dm", attack=attack, byzantine_fraction=0.2,
-                                          participation=0.5, rounds=rounds, seed=seed,
-                                          swb_rotation=rotation, **extra)
+                accuracy = final_accuracy(
+                    method="swb_dm",
+                    attack=attack,
+                    byzantine_fraction=0.2,
+                    participation=0.5,
+                    rounds=rounds,
+                    seed=seed,
+                    swb_rotation=rotation,
+                    **extra,
+                )
                 table.setdefault((attack, rotation), []).append(accuracy)
 
-    print(f"swb_dm on digits, beta=0.2, p=0.5, {rounds} rounds"
-          f"{' of 1 local epoch' if args.tiny else ''}, seeds {seeds}")
+    print(
+        f"swb_dm on digits, beta=0.2, p=0.5, {rounds} rounds"
+        f"{' of 1 local epoch' if args.tiny else ''}, seeds {seeds}"
+    )
     print(f"{'attack':8} " + " ".join(f"{r:>10}" for r in ROTATIONS))
     drops = []
     for attack in ("alie", "ipm"):

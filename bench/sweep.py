@@ -27,8 +27,13 @@ import sys
 import tempfile
 import time
 
-RUN = {"dataset": "digits", "clients": 10, "participation": 0.5, "checkpoint_every": 0,
-       "device": "cpu"}
+RUN = {
+    "dataset": "digits",
+    "clients": 10,
+    "participation": 0.5,
+    "checkpoint_every": 0,
+    "device": "cpu",
+}
 
 
 def worker(specs: list[dict]) -> None:
@@ -62,9 +67,15 @@ def make_sweep(runs: int, rounds: int, **run):
 
     methods = ["fedavg", "median"]
     seeds = list(range(1, max(1, runs // len(methods)) + 1))
-    return parse_sweep({"name": "bench_sweep", "run": {**RUN, "rounds": rounds, **run},
-                        "space": {"method": {"grid": methods}, "seed": {"grid": seeds}},
-                        "resources": {"cpu": 1}}, name="bench_sweep")
+    return parse_sweep(
+        {
+            "name": "bench_sweep",
+            "run": {**RUN, "rounds": rounds, **run},
+            "space": {"method": {"grid": methods}, "seed": {"grid": seeds}},
+            "resources": {"cpu": 1},
+        },
+        name="bench_sweep",
+    )
 
 
 def baseline(specs: list[dict]) -> tuple[float, float]:
@@ -72,8 +83,15 @@ def baseline(specs: list[dict]) -> tuple[float, float]:
     halves = [specs[0::2], specs[1::2]]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     started = time.time()
-    processes = [subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(half)],
-                                  stdout=subprocess.PIPE, text=True, env=env) for half in halves]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", json.dumps(half)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for half in halves
+    ]
     outputs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in processes]
     ended = time.time()
     if any(p.returncode for p in processes):
@@ -85,9 +103,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes: a smoke run, not a measurement (2 runs of 1 round of 1 "
-                             "local epoch; the baseline measured once, before the sweep)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes: a smoke run, not a measurement (2 runs of 1 round of 1 "
+        "local epoch; the baseline measured once, before the sweep)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -98,14 +119,18 @@ def main() -> None:
         args.runs, args.rounds = 2, 1
     spec = make_sweep(args.runs, args.rounds, **({"local_epochs": 1} if args.tiny else {}))
     specs = [{**spec.resolve(point), "device": "cpu"} for point in spec.expand().points]
-    print(f"{len(specs)} runs: {spec.describe(spec.expand().points[0])} ... "
-          f"(digits, {RUN['clients']} clients, {args.rounds} rounds)")
+    print(
+        f"{len(specs)} runs: {spec.describe(spec.expand().points[0])} ... "
+        f"(digits, {RUN['clients']} clients, {args.rounds} rounds)"
+    )
 
     # The machine may be shared: measure the baseline before and after the sweep and compare
     # the sweep with their mean, so a load that comes or goes mid-bench biases neither side.
     images, before = baseline(specs)
-    print(f"two 1-thread processes: {images:,.0f} client-images in {before:.1f} s "
-          f"= {images / before:,.0f} images/s")
+    print(
+        f"two 1-thread processes: {images:,.0f} client-images in {before:.1f} s "
+        f"= {images / before:,.0f} images/s"
+    )
 
     from robusttune.experiments.sweep.runner import run_sweep
 
@@ -120,11 +145,15 @@ def main() -> None:
     marks = outcome.timeline
     window = marks["last_trial_end"] - marks["first_trial_start"]
     sweep_rate = images / window
-    print(f"sweep (2 trials side by side): {outcome.finished} trials, {images:,.0f} client-images "
-          f"in {window:.1f} s = {sweep_rate:,.0f} images/s")
-    print(f"fixed cost: Ray start to first trial {marks['first_trial_start']:.1f} s "
-          f"(Ray up after {marks['ray_ready']:.1f} s), last trial to exit "
-          f"{marks['exit'] - marks['last_trial_end']:.1f} s")
+    print(
+        f"sweep (2 trials side by side): {outcome.finished} trials, {images:,.0f} client-images "
+        f"in {window:.1f} s = {sweep_rate:,.0f} images/s"
+    )
+    print(
+        f"fixed cost: Ray start to first trial {marks['first_trial_start']:.1f} s "
+        f"(Ray up after {marks['ray_ready']:.1f} s), last trial to exit "
+        f"{marks['exit'] - marks['last_trial_end']:.1f} s"
+    )
     print(f"sweep_vs_two_processes_throughput_ratio: {sweep_rate / base_rate:.3f}")
 
 

@@ -30,23 +30,36 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from robusttune.problem.models import flat_params, make_model, param_layout
-from robusttune.problem.training import (batch_orders, client_gradients, resolve_trainer,
-                                         train_clients)
+from robusttune.problem.training import (
+    batch_orders,
+    client_gradients,
+    resolve_trainer,
+    train_clients,
+)
 
 
-def synthetic_clients(n_clients: int, mean_size: int, shape: tuple[int, ...], classes: int,
-                      seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def synthetic_clients(
+    n_clients: int, mean_size: int, shape: tuple[int, ...], classes: int, seed: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Unequal client sizes spread evenly over [0.5, 1.5] x mean_size, Gaussian inputs."""
     g = torch.Generator().manual_seed(seed)
     sizes = [max(1, round(mean_size * (0.5 + i / max(1, n_clients - 1)))) for i in range(n_clients)]
-    return [(torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g))
-            for n in sizes]
+    return [
+        (torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g))
+        for n in sizes
+    ]
 
 
 def time_training(model, start, data, args, strategy: str) -> float:
     """Client-images/s of one train_clients call: sum_i n_i * E / seconds."""
-    kw = dict(epochs=args.epochs, batch_size=args.batch_size, lr=0.01, momentum=0.9,
-              seeds=list(range(len(data))), strategy=strategy)
+    kw = {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": 0.01,
+        "momentum": 0.9,
+        "seeds": list(range(len(data))),
+        "strategy": strategy,
+    }
     t0 = time.perf_counter()
     train_clients(model, start, data, **kw)
     return sum(len(y) for _, y in data) * args.epochs / (time.perf_counter() - t0)
@@ -54,10 +67,19 @@ def time_training(model, start, data, args, strategy: str) -> float:
 
 def warm_up(model, start, data, args) -> None:
     """One small call per strategy: allocator, oneDNN kernels, vmap tracing."""
-    small = [(x[:args.batch_size * 2], y[:args.batch_size * 2]) for x, y in data[:2]]
+    small = [(x[: args.batch_size * 2], y[: args.batch_size * 2]) for x, y in data[:2]]
     for strategy in ("sequential", "batched"):
-        train_clients(model, start, small, epochs=1, batch_size=args.batch_size, lr=0.01,
-                      momentum=0.9, seeds=[0, 1], strategy=strategy)
+        train_clients(
+            model,
+            start,
+            small,
+            epochs=1,
+            batch_size=args.batch_size,
+            lr=0.01,
+            momentum=0.9,
+            seeds=[0, 1],
+            strategy=strategy,
+        )
 
 
 def demoa_rounds_simulation(rounds: int) -> float:
@@ -65,12 +87,22 @@ def demoa_rounds_simulation(rounds: int) -> float:
     from robusttune.core.runspec import RunSpec
     from robusttune.engine.simulation import Simulation
 
-    spec = RunSpec(dataset="digits", model="cnn2", clients=25, participation=0.1,
-                   participation_mode="bernoulli", method="demoa", rounds=rounds + 5,
-                   eval_every=10 ** 6, trainer="auto", device="cpu", checkpoint_every=0,
-                   # thread counts are what this bench compares, and portable numerics pins one
-                   # thread (and refuses a process that computed before: this one did)
-                   numerics="native")
+    spec = RunSpec(
+        dataset="digits",
+        model="cnn2",
+        clients=25,
+        participation=0.1,
+        participation_mode="bernoulli",
+        method="demoa",
+        rounds=rounds + 5,
+        eval_every=10**6,
+        trainer="auto",
+        device="cpu",
+        checkpoint_every=0,
+        # thread counts are what this bench compares, and portable numerics pins one
+        # thread (and refuses a process that computed before: this one did)
+        numerics="native",
+    )
     sim = Simulation(spec)
     for _ in range(5):  # warm-up
         sim.step()
@@ -88,12 +120,23 @@ def demoa_rounds_gradients(rounds: int, strategy: str, seed: int = 0) -> float:
     start = flat_params(model)
     data = synthetic_clients(25, 57, (1, 8, 8), 10, seed)
     g = torch.Generator().manual_seed(seed)
-    draws = [torch.nonzero(torch.rand(25, generator=g) < 0.1).flatten().tolist() for _ in range(rounds + 5)]
-    draws = [d or [0] for d in draws]  # an empty round costs nothing to train; count it as one client
+    draws = [
+        torch.nonzero(torch.rand(25, generator=g) < 0.1).flatten().tolist()
+        for _ in range(rounds + 5)
+    ]
+    draws = [
+        d or [0] for d in draws
+    ]  # an empty round costs nothing to train; count it as one client
 
     def run(sampled):
-        client_gradients(model, start, [data[i] for i in sampled], batch_size=16,
-                         seeds=list(sampled), strategy=strategy)
+        client_gradients(
+            model,
+            start,
+            [data[i] for i in sampled],
+            batch_size=16,
+            seeds=list(sampled),
+            strategy=strategy,
+        )
 
     for d in draws[:5]:
         run(d)
@@ -103,8 +146,9 @@ def demoa_rounds_gradients(rounds: int, strategy: str, seed: int = 0) -> float:
     return rounds / (time.perf_counter() - t0)
 
 
-def sgd_through_functional_call(model, start, data, *, batch_size: int, lr: float,
-                                seeds: list[int]) -> torch.Tensor:
+def sgd_through_functional_call(
+    model, start, data, *, batch_size: int, lr: float, seeds: list[int]
+) -> torch.Tensor:
     """The baseline of part 3: one epoch of plain SGD per client from ``start``, the batches of
     `batch_orders`, the parameters passed to ``functional_call`` at every step."""
     layout = param_layout(model)
@@ -129,7 +173,7 @@ def bound_against_functional_call(clients: int, repeats: int) -> tuple[float, bo
     start = flat_params(model)
     data = synthetic_clients(clients, 72, (64,), 10, seed=0)
     seeds = list(range(clients))
-    kw = dict(batch_size=16, lr=0.05, seeds=seeds)
+    kw = {"batch_size": 16, "lr": 0.05, "seeds": seeds}
     bound = lambda: train_clients(model, start, data, epochs=1, momentum=0.0, **kw)  # noqa: E731
     baseline = lambda: sgd_through_functional_call(model, start, data, **kw)  # noqa: E731
     same = torch.equal(bound(), baseline())
@@ -146,9 +190,12 @@ def bound_against_functional_call(clients: int, repeats: int) -> tuple[float, bo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small workload")
-    parser.add_argument("--tiny", action="store_true",
-                        help="toy sizes: a smoke run, not a measurement (2 clients of ~16 images, "
-                             "1 epoch, 1 repeat, 3 DeMoA rounds, 1 thread)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy sizes: a smoke run, not a measurement (2 clients of ~16 images, "
+        "1 epoch, 1 repeat, 3 DeMoA rounds, 1 thread)",
+    )
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--samples", type=int, default=600, help="mean images per client")
     parser.add_argument("--epochs", type=int, default=2)
@@ -168,8 +215,10 @@ def main() -> None:
     start = flat_params(model)
     data = synthetic_clients(args.clients, args.samples, (3, 32, 32), 10, seed=0)
     sizes = [len(y) for _, y in data]
-    print(f"workload: cnn2 on 3x32x32, {args.clients} clients of {min(sizes)}..{max(sizes)} images "
-          f"({sum(sizes)} total), {args.epochs} epoch(s), batch {args.batch_size}")
+    print(
+        f"workload: cnn2 on 3x32x32, {args.clients} clients of {min(sizes)}..{max(sizes)} images "
+        f"({sum(sizes)} total), {args.epochs} epoch(s), batch {args.batch_size}"
+    )
 
     # repeats interleave the configurations and keep each one's best, so a burst of load from
     # another process on a shared machine hits every configuration alike, not one of them
@@ -182,9 +231,13 @@ def main() -> None:
                 rate = time_training(model, start, data, args, strategy)
                 rates[(strategy, threads)] = max(rate, rates.get((strategy, threads), 0.0))
     auto = (resolve_trainer("auto", torch.device("cpu")), all_threads)
-    print(f"local training, client-images/s relative to trainer=auto ({auto[0]} at {auto[1]} threads):")
+    print(
+        f"local training, client-images/s relative to trainer=auto ({auto[0]} at {auto[1]} threads):"
+    )
     for (strategy, threads), rate in rates.items():
-        print(f"  {strategy:10s} threads={threads:<3d} {rate:9.1f} img/s  ratio {rate / rates[auto]:.2f}")
+        print(
+            f"  {strategy:10s} threads={threads:<3d} {rate:9.1f} img/s  ratio {rate / rates[auto]:.2f}"
+        )
 
     print(f"DeMoA rounds (N=25, p=0.1, cnn2 on 1x8x8), {args.demoa_rounds} timed rounds:")
     unavailable = None
@@ -197,23 +250,29 @@ def main() -> None:
                 continue
             except Exception as exc:  # the simulation may not exist yet, or not run demoa
                 unavailable = f"{type(exc).__name__}: {str(exc)[:80]}"
-                print(f"  Simulation unavailable ({unavailable}); timing client_gradients alone "
-                      f"(no aggregation, no caches, no evaluation)")
+                print(
+                    f"  Simulation unavailable ({unavailable}); timing client_gradients alone "
+                    f"(no aggregation, no caches, no evaluation)"
+                )
         for strategy in ("sequential", "batched"):
             rps = demoa_rounds_gradients(args.demoa_rounds, strategy)
             print(f"  client_gradients {strategy:10s} threads={threads:<3d} {rps:8.1f} rounds/s")
 
     clients = args.clients if args.tiny else 10
     speedup, same = bound_against_functional_call(clients, max(3, args.repeats))
-    print(f"the map's MLP steps ({clients} clients of 72 samples on average, batch 16, one "
-          f"thread), same bits as one functional_call per step: {'yes' if same else 'NO'}")
+    print(
+        f"the map's MLP steps ({clients} clients of 72 samples on average, batch 16, one "
+        f"thread), same bits as one functional_call per step: {'yes' if same else 'NO'}"
+    )
     print(f"bound_vs_functional_call_mlp: {speedup:.2f}")
 
     fastest = max(rates.values())
     best = max(rates, key=rates.get)
-    print(f"fastest training configuration: {best[0]} at {best[1]} thread(s); "
-          f"thread efficiency of sequential (images/s per thread, 1 vs {all_threads}): "
-          f"{rates[('sequential', 1)] * all_threads / rates[('sequential', all_threads)]:.2f}")
+    print(
+        f"fastest training configuration: {best[0]} at {best[1]} thread(s); "
+        f"thread efficiency of sequential (images/s per thread, 1 vs {all_threads}): "
+        f"{rates[('sequential', 1)] * all_threads / rates[('sequential', all_threads)]:.2f}"
+    )
     print(f"auto_vs_fastest: {rates[auto] / fastest:.3f}")
 
 

@@ -55,8 +55,9 @@ def trial(config: dict) -> None:
     tune.report({"accuracy": 1.0, "began": began, "ended": time.time()})
 
 
-def through_tune(trials: int, work: float, slots: int, storage: str
-                 ) -> tuple[float, float, float, float]:
+def through_tune(
+    trials: int, work: float, slots: int, storage: str
+) -> tuple[float, float, float, float]:
     """(seconds of Tuner.fit, seconds from its call to the first trial's start, seconds from the
     first trial's start to the last one's end, the driver's CPU seconds) for ``trials`` trials."""
     from ray import tune
@@ -68,12 +69,16 @@ def through_tune(trials: int, work: float, slots: int, storage: str
         tune.with_resources(trial, {"cpu": 1}),
         param_space={"work": work, "index": tune.grid_search(list(range(trials)))},
         tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=slots),
-        run_config=tune.RunConfig(storage_path=storage, callbacks=[JsonLoggerCallback()],
-                                  verbose=0))
+        run_config=tune.RunConfig(
+            storage_path=storage, callbacks=[JsonLoggerCallback()], verbose=0
+        ),
+    )
     before = resource.getrusage(resource.RUSAGE_SELF)
     started, started_at = time.perf_counter(), time.time()
-    with tune_environment(quiet=True, extra={"TUNE_MAX_PENDING_TRIALS_PG": str(max(2, slots)),
-                                             "TUNE_GLOBAL_CHECKPOINT_S": "600"}):
+    with tune_environment(
+        quiet=True,
+        extra={"TUNE_MAX_PENDING_TRIALS_PG": str(max(2, slots)), "TUNE_GLOBAL_CHECKPOINT_S": "600"},
+    ):
         results = tuner.fit()
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -108,13 +113,17 @@ def main() -> None:
                 fit_s, to_first, window, driver_cpu = through_tune(trials, work, slots, storage)
                 per_trial = in_process(min(trials, 20), work)
                 ideal = trials * work / slots
-                print(f"{trials} trials of {work:g} s on {slots} slots: Tuner.fit {fit_s:.2f} s, "
-                      f"{to_first:.2f} s of it before the first trial began and "
-                      f"{window:.2f} s from then to the last trial's end, against {ideal:.2f} s "
-                      f"of work per slot; in process {per_trial:.3f} s a trial; the driver's CPU "
-                      f"{driver_cpu:.2f} s ({1000 * driver_cpu / trials:.0f} ms a trial)",
-                      flush=True)
-                print(f"overhead_per_trial_ms_{work:g}: {1000 * (window - ideal) * slots / trials:.1f}")
+                print(
+                    f"{trials} trials of {work:g} s on {slots} slots: Tuner.fit {fit_s:.2f} s, "
+                    f"{to_first:.2f} s of it before the first trial began and "
+                    f"{window:.2f} s from then to the last trial's end, against {ideal:.2f} s "
+                    f"of work per slot; in process {per_trial:.3f} s a trial; the driver's CPU "
+                    f"{driver_cpu:.2f} s ({1000 * driver_cpu / trials:.0f} ms a trial)",
+                    flush=True,
+                )
+                print(
+                    f"overhead_per_trial_ms_{work:g}: {1000 * (window - ideal) * slots / trials:.1f}"
+                )
                 print(f"tune_floor_efficiency_{work:g}: {ideal / window:.2f}")
                 ratio = (trials / fit_s) * per_trial
     finally:

@@ -10,7 +10,17 @@ from typing import Any
 __version__ = "0.2.0"
 
 _API = ("run", "sweep", "breakdown", "calibrate", "tune", "report", "catalogue")
-__all__ = ["__version__", "load_plugins", *_API]
+__all__ = [
+    "__version__",
+    "breakdown",
+    "calibrate",
+    "catalogue",
+    "load_plugins",
+    "report",
+    "run",
+    "sweep",
+    "tune",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -54,13 +54,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static checkers and editors see; at run time each name loads on use
-    from robusttune.core.registries import (AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS,
-                                            MODELS)
-    from robusttune.core.registry import SpecError
-    from robusttune.methods.aggregators.base import Aggregator
-    from robusttune.methods.algorithms.base import ServerAlgorithm
-    from robusttune.methods.attacks.base import Attack, AttackRound
-    from robusttune.problem.data.base import DataShape, RawDataset
+    pass
 
 # name -> the module that defines it
 _HOMES = {
@@ -85,8 +79,10 @@ def __getattr__(name: str) -> Any:
     """A plugin-API name, imported from its home the first time it is asked for (PEP 562)."""
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'robusttune.plugin' has no attribute {name!r}; the plugin "
-                             f"API is {', '.join(__all__)}")
+        raise AttributeError(
+            f"module 'robusttune.plugin' has no attribute {name!r}; the plugin "
+            f"API is {', '.join(__all__)}"
+        )
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

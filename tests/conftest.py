@@ -57,6 +57,8 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=True, logging_level="WARNING")
+        ray.init(
+            num_cpus=2, include_dashboard=False, configure_logging=True, logging_level="WARNING"
+        )
     yield ray
     ray.shutdown()

@@ -14,12 +14,20 @@ import pytest
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.engine.recording import run_to_folder
 from robusttune.engine.input_statistics import aggregation_error
+from robusttune.engine.recording import run_to_folder
 from robusttune.engine.simulation import Simulation, byzantine_clients
 
-FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
-            local_epochs=1, synthetic_samples=300, aggregate_weights="uniform")
+FULL = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 6,
+    "participation": 1.0,
+    "rounds": 3,
+    "local_epochs": 1,
+    "synthetic_samples": 300,
+    "aggregate_weights": "uniform",
+}
 
 
 def test_hand_case_plain_and_weighted_mean():
@@ -31,8 +39,9 @@ def test_hand_case_plain_and_weighted_mean():
     assert float(aggregation_error(aggregate, rows, byzantine, None)) == pytest.approx(1.0)
     # weights 1 and 3 on the honest rows: benign mean (1.5, 0), error sqrt(0.5^2 + 1^2)
     weights = torch.tensor([1.0, 3.0, 100.0])
-    assert float(aggregation_error(aggregate, rows, byzantine, weights)) == \
-        pytest.approx(math.sqrt(1.25))
+    assert float(aggregation_error(aggregate, rows, byzantine, weights)) == pytest.approx(
+        math.sqrt(1.25)
+    )
 
 
 def test_undefined_without_honest_rows_and_infinite_for_a_nonfinite_aggregate():
@@ -63,8 +72,9 @@ def test_the_record_is_the_rule_output_against_its_honest_inputs(method):
     """Full participation: the rule's rows are the N clients in order (fedavg's sample, or
     swb_dm's cache, every slot rewritten every round), the honest ones those
     byzantine_clients(spec) does not mark."""
-    spec = RunSpec(**FULL, method=method, attack="ipm_swbdm", byzantine_fraction=2 / 6,
-                   attack_scope="sample")
+    spec = RunSpec(
+        **FULL, method=method, attack="ipm_swbdm", byzantine_fraction=2 / 6, attack_scope="sample"
+    )
     simulation = Simulation(spec)
     calls = _spy_on_rule(simulation)
     records = list(simulation)
@@ -74,7 +84,9 @@ def test_the_record_is_the_rule_output_against_its_honest_inputs(method):
     measured = [r.aggregation_error for r in records]
     assert measured == pytest.approx(expected, rel=1e-5)
     assert all(e > 0 for e in measured)  # an attacked robust rule is not the benign mean
-    assert simulation.summary(0.0).mean_aggregation_error == pytest.approx(np.mean(expected), rel=1e-5)
+    assert simulation.summary(0.0).mean_aggregation_error == pytest.approx(
+        np.mean(expected), rel=1e-5
+    )
 
 
 def test_the_mean_without_attack_is_the_benign_mean():
@@ -84,8 +96,13 @@ def test_the_mean_without_attack_is_the_benign_mean():
 
 def test_a_refused_round_has_no_error():
     """Guarded Krum at n = 4, f = 1 (needs n > 2f + 2) never aggregates."""
-    spec = RunSpec(**{**FULL, "clients": 4}, method="krum", attack="alie", byzantine_fraction=0.25,
-                   guarded=True)
+    spec = RunSpec(
+        **{**FULL, "clients": 4},
+        method="krum",
+        attack="alie",
+        byzantine_fraction=0.25,
+        guarded=True,
+    )
     simulation = Simulation(spec)
     records = list(simulation)
     assert not any(r.aggregated for r in records)
@@ -100,7 +117,9 @@ ROUND_FIGURES = ("aggregation_error", "honest_input_spread")
 
 @pytest.mark.parametrize("figure", ROUND_FIGURES)
 def test_a_restored_simulation_keeps_the_running_mean(figure):
-    spec = RunSpec(**{**FULL, "rounds": 4}, method="median", attack="alie", byzantine_fraction=2 / 6)
+    spec = RunSpec(
+        **{**FULL, "rounds": 4}, method="median", attack="alie", byzantine_fraction=2 / 6
+    )
     whole = Simulation(spec)
     list(whole)
     first = Simulation(spec)
@@ -124,7 +143,9 @@ def test_a_run_folder_has_the_column_and_the_summary_its_mean(tmp_path, figure):
     assert len(column) == 3 and all(math.isfinite(v) and v > 0 for v in column)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary[f"mean_{figure}"] == pytest.approx(sum(column) / 3, rel=1e-9)
-    assert load_runs(tmp_path)[f"mean_{figure}"].tolist() == pytest.approx([sum(column) / 3], rel=1e-9)
+    assert load_runs(tmp_path)[f"mean_{figure}"].tolist() == pytest.approx(
+        [sum(column) / 3], rel=1e-9
+    )
 
 
 def _runs_with_errors() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -132,25 +153,43 @@ def _runs_with_errors() -> tuple[pd.DataFrame, pd.DataFrame]:
     e + d and one NaN round (a refusal), so the run's mean is e; e = E0 + C sqrt(beta) + s,
     seed offset s in {-0.1, 0, 0.1}."""
     runs, rounds = [], []
-    truth = {("median", "alie"): (1.0, 2.0), ("swb", "alie"): (1.5, 3.0),
-             ("median", "ipm"): (1.0, 5.0), ("swb", "ipm"): (1.5, 6.0)}
-    cells = [(m, "none", 0.0) for m in ("median", "swb")] + \
-        [(m, a, b) for (m, a) in truth for b in (0.1, 0.2, 0.3)]
+    truth = {
+        ("median", "alie"): (1.0, 2.0),
+        ("swb", "alie"): (1.5, 3.0),
+        ("median", "ipm"): (1.0, 5.0),
+        ("swb", "ipm"): (1.5, 6.0),
+    }
+    cells = [(m, "none", 0.0) for m in ("median", "swb")] + [
+        (m, a, b) for (m, a) in truth for b in (0.1, 0.2, 0.3)
+    ]
     for method, attack, beta in cells:
         e0, c = truth[(method, "alie")] if attack == "none" else truth[(method, attack)]
         for seed, offset in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
             run_id = f"{method}-{attack}-{beta}-{seed}"
             error = e0 + c * math.sqrt(beta) + offset
-            runs.append({"run_id": run_id, "method": method, "attack": attack,
-                         "attack_strength": None, "byzantine_fraction": beta, "seed": seed})
-            rounds += [{"run_id": run_id, "round": r, "aggregation_error": v}
-                       for r, v in enumerate((error - 0.05, error, error + 0.05, math.nan), 1)]
+            runs.append(
+                {
+                    "run_id": run_id,
+                    "method": method,
+                    "attack": attack,
+                    "attack_strength": None,
+                    "byzantine_fraction": beta,
+                    "seed": seed,
+                }
+            )
+            rounds += [
+                {"run_id": run_id, "round": r, "aggregation_error": v}
+                for r, v in enumerate((error - 0.05, error, error + 0.05, math.nan), 1)
+            ]
     return pd.DataFrame(runs), pd.DataFrame(rounds)
 
 
 def test_tables_average_seeds_and_the_fit_recovers_the_bound():
-    from robusttune.reports.aggregation import (aggregation_error_table, run_aggregation_errors,
-                                               sqrt_fit_table)
+    from robusttune.reports.aggregation import (
+        aggregation_error_table,
+        run_aggregation_errors,
+        sqrt_fit_table,
+    )
 
     runs, rounds = _runs_with_errors()
     scored = run_aggregation_errors(runs, rounds)
@@ -161,8 +200,11 @@ def test_tables_average_seeds_and_the_fit_recovers_the_bound():
     assert cell["max"] - cell["min"] == pytest.approx(0.2)
     fits = sqrt_fit_table(scored)
     # the ipm curves start from the clean runs, which lie on the alie truth: same E0 by design
-    for (method, attack), (e0, c) in {("median", "ipm"): (1.0, 5.0), ("swb", "ipm"): (1.5, 6.0),
-                                      ("swb", "alie"): (1.5, 3.0)}.items():
+    for (method, attack), (e0, c) in {
+        ("median", "ipm"): (1.0, 5.0),
+        ("swb", "ipm"): (1.5, 6.0),
+        ("swb", "alie"): (1.5, 3.0),
+    }.items():
         assert fits.loc[(method, attack), "E0"] == pytest.approx(e0)
         assert fits.loc[(method, attack), "C"] == pytest.approx(c)
         assert fits.loc[(method, attack), "points"] == 4
@@ -180,14 +222,22 @@ def test_the_report_draws_figure_two_from_the_recorded_error(tmp_path):
     from robusttune.reports.results import report
 
     for beta in (0.0, 1 / 6, 2 / 6):
-        spec = RunSpec(**{**FULL, "rounds": 2}, method="swb",
-                       attack="alie_swbdm" if beta else "none", byzantine_fraction=beta)
+        spec = RunSpec(
+            **{**FULL, "rounds": 2},
+            method="swb",
+            attack="alie_swbdm" if beta else "none",
+            byzantine_fraction=beta,
+        )
         run_to_folder(spec, tmp_path / "runs" / f"b{beta:.2f}", tensorboard=False)
     text = report(tmp_path / "runs", out=tmp_path / "report").read_text()
     assert "## Figure 2: aggregation error against corruption" in text
     assert "## Test error against corruption" in text
-    for name in ("aggregation_error_vs_corruption.png", "test_error_vs_corruption.png",
-                 "aggregation_error.csv", "aggregation_error_fit.csv"):
+    for name in (
+        "aggregation_error_vs_corruption.png",
+        "test_error_vs_corruption.png",
+        "aggregation_error.csv",
+        "aggregation_error_fit.csv",
+    ):
         assert (tmp_path / "report" / name).stat().st_size > 0, name
     csv_list = next(line for line in text.splitlines() if line.startswith("CSV files beside"))
     assert "aggregation_error.csv" in csv_list and "aggregation_error_fit.csv" in csv_list

@@ -13,10 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
+from robusttune.core.registry import SpecError
 from robusttune.methods.aggregators import AGGREGATORS, Aggregator, make_aggregator
 from robusttune.methods.aggregators.base import tie_keys
-from robusttune.methods.aggregators.swb_blocks import HouseholderRotation, barycenter_rows, published_chunk_step
-from robusttune.core.registry import SpecError
+from robusttune.methods.aggregators.swb_blocks import (
+    HouseholderRotation,
+    barycenter_rows,
+    published_chunk_step,
+)
 
 # Small SWB chunks keep the tests fast; 37 = 4 full chunks of 8 + a last chunk of 5.
 PARAMS = {
@@ -66,13 +70,30 @@ def test_shape_dtype_device_and_order_invariance(name, device, dtype):
 
 def test_registry_has_every_design_name():
     assert set(AGGREGATORS.names()) == {
-        "mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan", "geometric_median",
-        "cclip", "fltrust", "swb", "bucketing", "nnm", "arc"}
+        "mean",
+        "median",
+        "trimmed_mean",
+        "krum",
+        "multi_krum",
+        "bulyan",
+        "geometric_median",
+        "cclip",
+        "fltrust",
+        "swb",
+        "bucketing",
+        "nnm",
+        "arc",
+    }
 
 
-@given(n=st.integers(1, 9), d=st.integers(1, 20), f=st.integers(0, 9),
-       name=st.sampled_from(AGGREGATORS.names()), rotation=st.sampled_from(["haar", "shared", "hadamard"]),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 9),
+    d=st.integers(1, 20),
+    f=st.integers(0, 9),
+    name=st.sampled_from(AGGREGATORS.names()),
+    rotation=st.sampled_from(["haar", "shared", "hadamard"]),
+    seed=st.integers(0, 2**16),
+)
 @settings(max_examples=80, deadline=None)
 def test_any_shape_gives_one_finite_vector(n, d, f, name, rotation, seed):
     # Unguarded: every rule runs even where its precondition fails (the papers' failure modes).
@@ -84,17 +105,19 @@ def test_any_shape_gives_one_finite_vector(n, d, f, name, rotation, seed):
 
 
 def test_bad_parameters_are_one_line_spec_errors():
-    cases = [("median", {"median_even": "upper"}, "median_even"),
-             ("trimmed_mean", {"trim_ratio": 0.5}, "trim_ratio"),
-             ("multi_krum", {"krum_m": 0}, "krum_m"),
-             ("geometric_median", {"gm_iters": 0}, "gm_iters"),
-             ("cclip", {"cclip_tau": 0}, "cclip_tau"),
-             ("swb", {"swb_rotation": "givens"}, "swb_rotation"),
-             ("swb", {"swb_rotation": "hadamard", "swb_chunk": 500}, "swb_chunk"),
-             ("swb", {"swb_views": 0}, "swb_views"),
-             ("bucketing", {"inner": "nope"}, "nope"),
-             ("krum", {"f": -1}, "f"),
-             ("krum", {"bogus": 1}, "bogus")]
+    cases = [
+        ("median", {"median_even": "upper"}, "median_even"),
+        ("trimmed_mean", {"trim_ratio": 0.5}, "trim_ratio"),
+        ("multi_krum", {"krum_m": 0}, "krum_m"),
+        ("geometric_median", {"gm_iters": 0}, "gm_iters"),
+        ("cclip", {"cclip_tau": 0}, "cclip_tau"),
+        ("swb", {"swb_rotation": "givens"}, "swb_rotation"),
+        ("swb", {"swb_rotation": "hadamard", "swb_chunk": 500}, "swb_chunk"),
+        ("swb", {"swb_views": 0}, "swb_views"),
+        ("bucketing", {"inner": "nope"}, "nope"),
+        ("krum", {"f": -1}, "f"),
+        ("krum", {"bogus": 1}, "bogus"),
+    ]
     for name, params, key in cases:
         with pytest.raises(SpecError) as err:
             make_aggregator(name, **params)
@@ -130,7 +153,10 @@ def test_median_even_midpoint_and_lower():
     assert make_aggregator("median", median_even="lower")(x).tolist() == [2.0, 0.0]
     assert make_aggregator("median")(x[:3]).tolist() == [2.0, 5.0]  # odd: the middle value
     # n = 2 with "lower": the smaller message on every coordinate (SWB-DM Sec. VII-B).
-    assert make_aggregator("median", median_even="lower")(t([[1.0, 5], [3, -5]])).tolist() == [1.0, -5.0]
+    assert make_aggregator("median", median_even="lower")(t([[1.0, 5], [3, -5]])).tolist() == [
+        1.0,
+        -5.0,
+    ]
 
 
 def test_trimmed_mean_drops_b_each_side():
@@ -173,7 +199,7 @@ def test_bulyan_step_by_step():
     torch.testing.assert_close(out, t([-2 / 3, -4 / 3]))
 
 
-@pytest.mark.parametrize("n,f", [(11, 2), (12, 2), (15, 3), (8, 1)])
+@pytest.mark.parametrize(("n", "f"), [(11, 2), (12, 2), (15, 3), (8, 1)])
 def test_bulyan_matches_a_direct_numpy_reference(n, f):
     # Independent implementation: iterated Krum by explicit distance sums, then per coordinate
     # the beta values with the smallest |v - median|. Continuous data, so the only exact ties are
@@ -184,8 +210,10 @@ def test_bulyan_matches_a_direct_numpy_reference(n, f):
     remaining, chosen = list(range(n)), []
     for _ in range(n - 2 * f):
         k = max(len(remaining) - f - 2, 1)
-        scores = [np.sort([((x[i] - x[j]) ** 2).sum() for j in remaining if j != i])[:k].sum()
-                  for i in remaining]
+        scores = [
+            np.sort([((x[i] - x[j]) ** 2).sum() for j in remaining if j != i])[:k].sum()
+            for i in remaining
+        ]
         best = np.lexsort((keys[remaining], scores))[0]
         chosen.append(remaining.pop(int(best)))
     sel = x[chosen]
@@ -200,9 +228,12 @@ def test_bulyan_matches_a_direct_numpy_reference(n, f):
 def test_geometric_median_matches_an_independent_solver():
     rng = np.random.default_rng(0)
     pts = np.vstack([rng.normal(size=(6, 3)), [[8.0, -5, 3]]])
-    best = optimize.minimize(lambda v: np.linalg.norm(pts - v, axis=1).sum(), pts.mean(0),
-                             method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12,
-                                                            "maxiter": 20000})
+    best = optimize.minimize(
+        lambda v: np.linalg.norm(pts - v, axis=1).sum(),
+        pts.mean(0),
+        method="Nelder-Mead",
+        options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20000},
+    )
     out = make_aggregator("geometric_median", gm_iters=500)(torch.from_numpy(pts))
     np.testing.assert_allclose(out.numpy(), best.x, atol=1e-5)
     # weights: a sample count of 5 on one point acts like 5 copies of it
@@ -210,7 +241,10 @@ def test_geometric_median_matches_an_independent_solver():
     copies = torch.from_numpy(np.vstack([pts[:1]] * 4 + [pts]))
     torch.testing.assert_close(
         make_aggregator("geometric_median", gm_iters=500)(torch.from_numpy(pts), weights=counts),
-        make_aggregator("geometric_median", gm_iters=500)(copies), atol=1e-6, rtol=0)
+        make_aggregator("geometric_median", gm_iters=500)(copies),
+        atol=1e-6,
+        rtol=0,
+    )
 
 
 def test_geometric_median_first_step_starts_at_the_coordinate_wise_median():
@@ -246,8 +280,9 @@ def test_cclip_median_distance_radius_by_formula():
     # tau = 0.5: r = 1: (0.6, 0.8), (0, 1), (0, 1), (1, 0), 0 -> (1.6 / 5, 2.8 / 5)
     torch.testing.assert_close(make_aggregator("cclip", cclip_tau=0.5)(x), t([0.32, 0.56]))
     # the radius follows the scale: the same inputs times 1e-3 give the same answer times 1e-3
-    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=1.0)(x * 1e-3),
-                               t([0.64e-3, 0.92e-3]))
+    torch.testing.assert_close(
+        make_aggregator("cclip", cclip_tau=1.0)(x * 1e-3), t([0.64e-3, 0.92e-3])
+    )
     # the default tau = 2: r = 4: (3,4) -> (2.4, 3.2); (0,1), (0,2) kept; (100,0) -> (4, 0):
     # ((2.4 + 4) / 5, (3.2 + 1 + 2) / 5) = (1.28, 1.24)
     torch.testing.assert_close(make_aggregator("cclip")(x), t([1.28, 1.24]))
@@ -275,11 +310,14 @@ def test_cclip_median_radius_holds_while_byzantine_rows_are_a_minority():
     torch.testing.assert_close(make_aggregator("cclip")(x), t([0.16, 0.44]))
     # the same rows sent as inf and NaN: the median (1.1) is still an honest row's, the inf row
     # is cut to 2.2 along its direction, the NaN row adds nothing: ((3 - 2.2) / 5, 0)
-    torch.testing.assert_close(make_aggregator("cclip")(torch.cat([honest, t([[-math.inf, 0],
-                                                                            [math.nan, 1]])])),
-                               t([0.16, 0.0]))
-    torch.testing.assert_close(make_aggregator("cclip", cclip_tau=10.0, cclip_scale="absolute")(x),
-                               t([(3.0 - 10) / 5, 10 / 5]))
+    torch.testing.assert_close(
+        make_aggregator("cclip")(torch.cat([honest, t([[-math.inf, 0], [math.nan, 1]])])),
+        t([0.16, 0.0]),
+    )
+    torch.testing.assert_close(
+        make_aggregator("cclip", cclip_tau=10.0, cclip_scale="absolute")(x),
+        t([(3.0 - 10) / 5, 10 / 5]),
+    )
     # more than half the rows at v (DeMoA's zero momenta early on): r = 0, v does not move
     zeros = torch.cat([torch.zeros(3, 2), t([[5.0, 5], [1e6, 0]])])
     assert make_aggregator("cclip")(zeros).tolist() == [0.0, 0.0]
@@ -327,13 +365,14 @@ def test_bucketing_buckets_then_inner_rule():
     torch.testing.assert_close(agg(y, weights=w), make_aggregator("mean")(y, weights=w))
 
 
-@pytest.mark.parametrize("n,s", [(10, 2), (11, 3), (2, 5), (7, 1)])
+@pytest.mark.parametrize(("n", "s"), [(10, 2), (11, 3), (2, 5), (7, 1)])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_bucket_sums_by_formula_in_blocks(monkeypatch, n, s, weighted):
     # sums_k = sum over shuffled positions p in [ks, (k+1)s) of w_order[p] x_order[p], by a
     # Python loop; the rule's blocks forced down to one bucket each so the block seams are used.
     from robusttune.methods.aggregators import base
     from robusttune.methods.aggregators.wrappers import bucket_sums
+
     gen = torch.Generator().manual_seed(n * 10 + s)
     x = torch.randn(n, 6, generator=gen, dtype=torch.float64)
     w = torch.rand(n, generator=gen, dtype=torch.float64) + 0.5 if weighted else None
@@ -343,7 +382,7 @@ def test_bucket_sums_by_formula_in_blocks(monkeypatch, n, s, weighted):
     buckets = math.ceil(n / s)
     assert sums.shape == (buckets, 6) and totals.shape == (buckets,)
     for k in range(buckets):
-        members = order[k * s:(k + 1) * s].tolist()
+        members = order[k * s : (k + 1) * s].tolist()
         weight = [1.0 if w is None else float(w[i]) for i in members]
         torch.testing.assert_close(sums[k], sum(c * x[i] for c, i in zip(weight, members)))
         assert totals[k].item() == pytest.approx(sum(weight))
@@ -360,9 +399,16 @@ def test_f_huge_outliers_leave_robust_rules_bounded_while_mean_follows():
     reference = x[f:].mean(0)
     assert make_aggregator("mean")(x).abs().max() > 1e5
     robust = {
-        "median": {}, "trimmed_mean": {}, "krum": {}, "multi_krum": {}, "bulyan": {},
-        "geometric_median": {}, "cclip": {}, "fltrust": {},
-        "swb": {"swb_chunk": 8}, "bucketing": {"inner": "median", "bucket_size": 2},
+        "median": {},
+        "trimmed_mean": {},
+        "krum": {},
+        "multi_krum": {},
+        "bulyan": {},
+        "geometric_median": {},
+        "cclip": {},
+        "fltrust": {},
+        "swb": {"swb_chunk": 8},
+        "bucketing": {"inner": "median", "bucket_size": 2},
     }
     for name, params in robust.items():
         out = make_aggregator(name, f=f, **params)(x, reference=reference, generator=gen)
@@ -391,7 +437,9 @@ def test_unguarded_rules_run_where_their_precondition_fails():
     assert make_aggregator("krum", f=1)(x).shape == (2,)  # n = 2: one neighbour
     out = make_aggregator("bulyan", f=2)(t([[0.0], [1], [2], [3], [50]]))  # theta = 1
     assert out.shape == (1,) and torch.isfinite(out).all()
-    assert make_aggregator("trimmed_mean", f=3)(t([[0.0], [1], [9]])).item() == 1.0  # b clamped to 1
+    assert (
+        make_aggregator("trimmed_mean", f=3)(t([[0.0], [1], [9]])).item() == 1.0
+    )  # b clamped to 1
 
 
 # -- SWB -------------------------------------------------------------------------------------
@@ -420,10 +468,11 @@ def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: i
             q_given = qs[c]
             size = q_given.shape[0]
             r = torch.randn(size, size, generator=gen, dtype=x.dtype).triu(1) + torch.diag(
-                torch.rand(size, generator=gen, dtype=x.dtype) + 0.5)
+                torch.rand(size, generator=gen, dtype=x.dtype) + 0.5
+            )
             q, rr = torch.linalg.qr(q_given @ r)
             q = q * torch.sign(torch.diagonal(rr))  # our sign fix (not in the published code)
-            out[start:start + size] += published_chunk_step(x[:, start:start + size], q, k)
+            out[start : start + size] += published_chunk_step(x[:, start : start + size], q, k)
     return out / len(rotations)
 
 
@@ -431,7 +480,9 @@ def published_swb(x: torch.Tensor, rotations: list[list[torch.Tensor]], chunk: i
 def test_swb_equals_the_published_per_chunk_loop_given_the_same_rotations(rotation):
     n, d, chunk = 10, 45, 8  # 5 full chunks + a last chunk of 5
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    agg = make_aggregator("swb", swb_chunk=chunk, swb_views=2, swb_rotation=rotation, trim_ratio=0.2)
+    agg = make_aggregator(
+        "swb", swb_chunk=chunk, swb_views=2, swb_rotation=rotation, trim_ratio=0.2
+    )
     plan = agg.plan(n, d, torch.Generator().manual_seed(7), x.device, x.dtype, reuse=False)
     rotations: list[list[torch.Tensor]] = [[], []]
     for block in plan:
@@ -460,8 +511,10 @@ def haar_statistics(q: torch.Tensor) -> dict[str, float]:
     trace = q.diagonal(dim1=-2, dim2=-1).sum(-1)
     beta = stats.beta((c - 1) / 2, (c - 1) / 2)  # (Q_ij + 1) / 2 for a uniform unit column
     return {
-        "q00_mean": q[:, 0, 0].mean().item(), "q00_sq": (q[:, 0, 0] ** 2).mean().item(),
-        "trace": trace.mean().item(), "trace_sq": (trace ** 2).mean().item(),
+        "q00_mean": q[:, 0, 0].mean().item(),
+        "q00_sq": (q[:, 0, 0] ** 2).mean().item(),
+        "trace": trace.mean().item(),
+        "trace_sq": (trace**2).mean().item(),
         "det_positive": (torch.linalg.det(q) > 0).double().mean().item(),
         "ks_first": stats.kstest(((q[:, 0, 0] + 1) / 2).numpy(), beta.cdf).pvalue,
         "ks_last": stats.kstest(((q[:, -1, -1] + 1) / 2).numpy(), beta.cdf).pvalue,
@@ -473,10 +526,15 @@ def is_haar(s: dict[str, float], c: int, draws: int) -> bool:
     # Haar moments: E q00 = 0, E q00^2 = 1/c, E q00^4 = 3/(c(c+2)); E tr = 0, E tr^2 = 1,
     # E tr^4 = 3 (c >= 4); det = +1 or -1 with probability 1/2.
     sd_q00_sq = math.sqrt(3 / (c * (c + 2)) - 1 / c**2)
-    return (abs(s["q00_mean"]) < 5 * se / math.sqrt(c) and abs(s["q00_sq"] - 1 / c) < 5 * sd_q00_sq * se
-            and abs(s["trace"]) < 5 * se and abs(s["trace_sq"] - 1) < 5 * math.sqrt(2) * se
-            and abs(s["det_positive"] - 0.5) < 5 * 0.5 * se
-            and s["ks_first"] > 1e-4 and s["ks_last"] > 1e-4)
+    return (
+        abs(s["q00_mean"]) < 5 * se / math.sqrt(c)
+        and abs(s["q00_sq"] - 1 / c) < 5 * sd_q00_sq * se
+        and abs(s["trace"]) < 5 * se
+        and abs(s["trace_sq"] - 1) < 5 * math.sqrt(2) * se
+        and abs(s["det_positive"] - 0.5) < 5 * 0.5 * se
+        and s["ks_first"] > 1e-4
+        and s["ks_last"] > 1e-4
+    )
 
 
 def test_stewart_householder_rotations_are_haar():
@@ -494,8 +552,11 @@ def test_stewart_householder_rotations_are_haar():
 
 def test_hadamard_rotation_is_orthogonal_and_pads_the_last_chunk():
     agg = make_aggregator("swb", swb_chunk=8, swb_rotation="hadamard")
-    blocks = list(agg.plan(3, 21, torch.Generator().manual_seed(0), torch.device("cpu"),
-                           torch.float64, reuse=False))
+    blocks = list(
+        agg.plan(
+            3, 21, torch.Generator().manual_seed(0), torch.device("cpu"), torch.float64, reuse=False
+        )
+    )
     full = blocks[0].rotation.matrix()
     torch.testing.assert_close(full @ full.mT, torch.eye(8).expand_as(full).double())
     last = blocks[-1].rotation.matrix()  # 5 coordinates padded to 8: orthonormal rows

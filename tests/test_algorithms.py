@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import torch
 
+from robusttune.core.runspec import RunSpec
 from robusttune.methods.algorithms import make_algorithm
 from robusttune.methods.algorithms.caches import StateCache
-from robusttune.core.runspec import RunSpec
 from robusttune.problem.sampling import Sample
 
 
 def _demoa(**keys):
-    spec = RunSpec(dataset="synthetic", method="demoa", clients=4, participation=0.5,
-                   participation_mode="bernoulli", demoa_alpha=0.3, **keys)
+    spec = RunSpec(
+        dataset="synthetic",
+        method="demoa",
+        clients=4,
+        participation=0.5,
+        participation_mode="bernoulli",
+        demoa_alpha=0.3,
+        **keys,
+    )
     counts = torch.ones(4)
     return spec, make_algorithm(spec, torch.zeros(3), counts)
 
@@ -21,13 +28,14 @@ def _round(algorithm, clients, gradients, byzantine=None):
     clients = torch.tensor(clients, dtype=torch.long)
     if byzantine is None:
         byzantine = torch.zeros(len(clients), dtype=torch.bool)
-    state = algorithm.begin_round(Sample.of(clients, torch.as_tensor(byzantine), "cpu"), gradients,
-                                  torch.zeros(3))
+    state = algorithm.begin_round(
+        Sample.of(clients, torch.as_tensor(byzantine), "cpu"), gradients, torch.zeros(3)
+    )
     return algorithm.inputs(state, state.honest, torch.zeros(3))
 
 
 def test_demoa_decayed_cache_equals_the_closed_form_product():
-    spec, algorithm = _demoa()
+    _spec, algorithm = _demoa()
     alpha, p = 0.3, 0.5
     g0 = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     _round(algorithm, [0, 2], g0)
@@ -72,9 +80,11 @@ def test_demoa_ablations_are_the_papers():
 
 
 def test_demoa_server_step_is_minus_eta_times_aggregate():
-    spec, algorithm = _demoa(server_lr=0.5)
+    _spec, algorithm = _demoa(server_lr=0.5)
     x = torch.tensor([1.0, 1.0, 1.0])
-    assert torch.allclose(algorithm.step(x, torch.tensor([2.0, 0.0, -2.0])), torch.tensor([0.0, 1.0, 2.0]))
+    assert torch.allclose(
+        algorithm.step(x, torch.tensor([2.0, 0.0, -2.0])), torch.tensor([0.0, 1.0, 2.0])
+    )
 
 
 def test_fedcm_aggregates_only_the_sampled_set():
@@ -115,8 +125,8 @@ def test_state_cache_attack_view_leaves_the_cache_untouched():
     state = algorithm.begin_round(Sample.of(clients, byzantine, "cpu"), states, initial)
     view = algorithm.attack_view(state, initial)
     assert torch.equal(algorithm.cache.read(), before)
-    assert torch.equal(view.rows[0], state.honest[0])           # the honest client's fresh update
-    assert torch.equal(view.rows[[1, 3]], torch.zeros(2, 3))     # untouched: initial - model
+    assert torch.equal(view.rows[0], state.honest[0])  # the honest client's fresh update
+    assert torch.equal(view.rows[[1, 3]], torch.zeros(2, 3))  # untouched: initial - model
     # the slot the Byzantine client is about to overwrite counts as Byzantine
     assert view.byzantine.tolist() == [False, False, True, False]
 
@@ -129,15 +139,26 @@ def test_aggregate_weights_auto_is_each_algorithms_paper_default():
     for method in ("demoa", "fedcm"):
         assert RunSpec(method=method).aggregate_weights == "uniform"
     assert RunSpec(method="demoa", aggregate_weights="samples").aggregate_weights == "samples"
-    spec = RunSpec(dataset="synthetic", method="demoa", aggregator="mean", clients=2,
-                   participation=1.0, participation_mode="bernoulli", demoa_alpha=1.0)
+    spec = RunSpec(
+        dataset="synthetic",
+        method="demoa",
+        aggregator="mean",
+        clients=2,
+        participation=1.0,
+        participation_mode="bernoulli",
+        demoa_alpha=1.0,
+    )
     counts = torch.tensor([1.0, 3.0])  # a Dirichlet split: client 1 holds three times the data
     algorithm = make_algorithm(spec, torch.zeros(1), counts)
-    state = algorithm.begin_round(Sample.of(torch.tensor([0, 1]), torch.tensor([False, False]),
-                                            "cpu"), torch.tensor([[0.0], [4.0]]), torch.zeros(1))
+    state = algorithm.begin_round(
+        Sample.of(torch.tensor([0, 1]), torch.tensor([False, False]), "cpu"),
+        torch.tensor([[0.0], [4.0]]),
+        torch.zeros(1),
+    )
     inputs = algorithm.inputs(state, state.honest, torch.zeros(1))
     assert inputs.weights is None
     from robusttune.methods.aggregators import make_rule
+
     mean = make_rule("mean")
     assert mean(inputs.rows, weights=inputs.weights).item() == 2.0  # not (0 + 3 * 4) / 4 = 3
     weighted = make_algorithm(spec.updated(aggregate_weights="samples"), torch.zeros(1), counts)

@@ -12,18 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
+from robusttune.core.registry import SpecError
 from robusttune.methods.aggregators import make_rule
 from robusttune.methods.attacks import ATTACKS, alie_z, alie_z_swbdm, make_attack
-from robusttune.core.registry import SpecError
 
 ALL = ATTACKS.names()
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 # A small hand case: 4 honest clients, 3 coordinates.
-X = np.array([[1.0, 2.0, -1.0],
-              [3.0, 0.0, -1.0],
-              [2.0, 4.0, 1.0],
-              [6.0, 2.0, 1.0]])
+X = np.array([[1.0, 2.0, -1.0], [3.0, 0.0, -1.0], [2.0, 4.0, 1.0], [6.0, 2.0, 1.0]])
 
 
 def honest64() -> torch.Tensor:
@@ -43,14 +40,21 @@ def context_for(name: str, honest: torch.Tensor, n_byzantine: int, seed: int = 0
     gen = torch.Generator().manual_seed(seed)
     d = honest.shape[1]
     own = torch.randn(n_byzantine, d, generator=gen, dtype=torch.float64).to(honest)
-    cache = torch.cat([honest, own, torch.randn(3, d, generator=gen, dtype=torch.float64).to(honest)])
+    cache = torch.cat(
+        [honest, own, torch.randn(3, d, generator=gen, dtype=torch.float64).to(honest)]
+    )
     mask = torch.zeros(cache.shape[0], dtype=torch.bool, device=honest.device)
-    mask[honest.shape[0]:honest.shape[0] + n_byzantine] = True
-    return {"own": own, "cache": cache, "cache_byzantine": mask,
-            "generator": torch.Generator(device=honest.device).manual_seed(seed)}
+    mask[honest.shape[0] : honest.shape[0] + n_byzantine] = True
+    return {
+        "own": own,
+        "cache": cache,
+        "cache_byzantine": mask,
+        "generator": torch.Generator(device=honest.device).manual_seed(seed),
+    }
 
 
 # --- ALIE ---------------------------------------------------------------------------------------
+
 
 def test_alie_z_for_25_clients_5_byzantine_is_0_2533():
     # Baruch et al.: s = floor(25/2 + 1) - 5 = 8, z = Phi^-1((25 - 5 - 8) / 20) = Phi^-1(0.6)
@@ -63,7 +67,7 @@ def test_alie_quantiles_keep_scipy_stats_bits_for_every_small_n_and_f():
     # scipy.stats); the recorded golden runs used norm.ppf: the same bits for every (n, f) a
     # map of up to 120 aggregator inputs can ask for
     for n in range(1, 121):
-        for f in range(0, n + 1):
+        for f in range(n + 1):
             honest, s = n - f, math.floor(n / 2 + 1) - f
             cdf = (honest - s) / honest if honest > 0 else 1.0
             assert alie_z(n, f) == float(norm.ppf(min(max(cdf, 1 / (2 * n)), 1 - 1 / (2 * n))))
@@ -73,12 +77,14 @@ def test_alie_quantiles_keep_scipy_stats_bits_for_every_small_n_and_f():
 
 def test_alie_vector_matches_numpy_hand_case():
     # n = 7, f = 3: s = floor(4.5) - 3 = 1, z = Phi^-1((7 - 3 - 1) / 4) = Phi^-1(0.75) = 0.6745
-    mu, sigma = X.mean(axis=0), X.std(axis=0, ddof=1)   # unbiased std, as torch.std / epfml
+    mu, sigma = X.mean(axis=0), X.std(axis=0, ddof=1)  # unbiased std, as torch.std / epfml
     z = norm.ppf(0.75)
     for strength in (1.0, 2.5):
         out = make_attack("alie", attack_strength=strength)(honest64(), n_byzantine=3, n_total=7)
         assert out.shape == (3, 3)
-        np.testing.assert_allclose(out.numpy(), np.tile(mu - strength * z * sigma, (3, 1)), rtol=1e-12)
+        np.testing.assert_allclose(
+            out.numpy(), np.tile(mu - strength * z * sigma, (3, 1)), rtol=1e-12
+        )
 
 
 def test_alie_uses_f_context_over_n_byzantine():
@@ -90,19 +96,22 @@ def test_alie_uses_f_context_over_n_byzantine():
 
 def test_alie_z_unchanged_where_finite_and_clamped_elsewhere():
     for n in range(3, 80):
-        for f in range(0, n + 1):
+        for f in range(n + 1):
             s = math.floor(n / 2 + 1) - f
             if n - f > 0 and 0 < (n - f - s) / (n - f) < 1:
                 assert alie_z(n, f) == pytest.approx(norm.ppf((n - f - s) / (n - f)), abs=1e-12)
             else:  # Byzantine majority: the most extreme quantile n samples resolve
                 assert alie_z(n, f) == pytest.approx(norm.ppf(1 - 1 / (2 * n)), abs=1e-12)
-    assert math.isfinite(alie_z(1, 0)) and math.isfinite(alie_z(2, 1)) and math.isfinite(alie_z(2, 2))
+    assert (
+        math.isfinite(alie_z(1, 0)) and math.isfinite(alie_z(2, 1)) and math.isfinite(alie_z(2, 2))
+    )
 
 
 # --- IPM, sign flip, bit flip, Gaussian ----------------------------------------------------------
 
+
 def test_ipm_is_minus_eps_mu_and_zero_at_strength_zero():
-    out = call("ipm", honest64(), n_byzantine=2, n_total=6)          # default eps = 0.1
+    out = call("ipm", honest64(), n_byzantine=2, n_total=6)  # default eps = 0.1
     np.testing.assert_allclose(out.numpy(), np.tile(-0.1 * X.mean(axis=0), (2, 1)), rtol=1e-12)
     out = make_attack("ipm", attack_strength=0.5)(honest64(), n_byzantine=2, n_total=6)
     np.testing.assert_allclose(out.numpy(), np.tile(-0.5 * X.mean(axis=0), (2, 1)), rtol=1e-12)
@@ -130,16 +139,17 @@ def test_gaussian_noise_statistics_and_reproducibility():
     atk = make_attack("gaussian", attack_strength=s)
 
     def run(seed: int) -> torch.Tensor:
-        return atk(honest, n_byzantine=2, n_total=7, own=own,
-                   generator=torch.Generator().manual_seed(seed))
+        return atk(
+            honest, n_byzantine=2, n_total=7, own=own, generator=torch.Generator().manual_seed(seed)
+        )
 
     out = run(5)
     noise = (out - own).numpy()
     rms = float(np.sqrt(np.mean(honest.numpy().mean(axis=0) ** 2)))
     assert abs(noise.mean()) < 4 * s * rms / math.sqrt(noise.size)
     assert noise.std() == pytest.approx(s * rms, rel=0.02)
-    assert abs(np.corrcoef(noise[0], noise[1])[0, 1]) < 0.03   # independent per client
-    assert torch.equal(run(5), out)                             # same seed, same output
+    assert abs(np.corrcoef(noise[0], noise[1])[0, 1]) < 0.03  # independent per client
+    assert torch.equal(run(5), out)  # same seed, same output
     assert not torch.equal(run(6), out)
 
 
@@ -157,19 +167,25 @@ def test_gaussian_without_own_adds_noise_to_the_honest_mean_and_strength_zero_is
 
 # --- the SWB-DM study's variants ------------------------------------------------------------------
 
+
 def test_alie_swbdm_z_and_vector_match_the_study_formula():
     """z = Phi^-1(clamp((n/2 - f)/(n - f), 1e-3, 1 - 1e-3)) with the population std: at
     n = 10, f = 2 it is Phi^-1(3/8) = -0.319 where Baruch's z is 0."""
-    assert round(alie_z_swbdm(10, 2), 3) == -0.319 and alie_z(10, 2) == pytest.approx(0.0, abs=1e-12)
-    assert alie_z_swbdm(4, 2) == pytest.approx(norm.ppf(1e-3))      # a Byzantine half
-    assert alie_z_swbdm(10, 0) == pytest.approx(norm.ppf(0.5))      # no corruption: z = 0
-    assert alie_z_swbdm(3, 3) == pytest.approx(norm.ppf(1e-3))      # n - f floored at 1
+    assert round(alie_z_swbdm(10, 2), 3) == -0.319 and alie_z(10, 2) == pytest.approx(
+        0.0, abs=1e-12
+    )
+    assert alie_z_swbdm(4, 2) == pytest.approx(norm.ppf(1e-3))  # a Byzantine half
+    assert alie_z_swbdm(10, 0) == pytest.approx(norm.ppf(0.5))  # no corruption: z = 0
+    assert alie_z_swbdm(3, 3) == pytest.approx(norm.ppf(1e-3))  # n - f floored at 1
     out = call("alie_swbdm", honest64(), n_byzantine=2, n_total=10)
     expected = X.mean(axis=0) - norm.ppf(3 / 8) * X.std(axis=0, ddof=0)
     np.testing.assert_allclose(out.numpy(), np.tile(expected, (2, 1)), rtol=1e-12)
-    strong = make_attack("alie_swbdm", attack_strength=3.0)(honest64(), n_byzantine=1, n_total=10, f=2)
-    np.testing.assert_allclose(strong[0].numpy(),
-                               X.mean(axis=0) - 3 * norm.ppf(3 / 8) * X.std(axis=0, ddof=0))
+    strong = make_attack("alie_swbdm", attack_strength=3.0)(
+        honest64(), n_byzantine=1, n_total=10, f=2
+    )
+    np.testing.assert_allclose(
+        strong[0].numpy(), X.mean(axis=0) - 3 * norm.ppf(3 / 8) * X.std(axis=0, ddof=0)
+    )
     one = call("alie_swbdm", honest64()[:1], n_byzantine=1, n_total=10)  # population std of one: 0
     np.testing.assert_allclose(one[0].numpy(), X[0])
 
@@ -183,8 +199,10 @@ def test_ipm_swbdm_negates_the_mean_and_matches_the_mean_honest_norm():
     double = make_attack("ipm_swbdm", attack_strength=2.0)(honest64(), n_byzantine=1, n_total=6)
     np.testing.assert_allclose(double[0].numpy(), -2 * eps * mu, rtol=1e-12)
     cancelling = torch.tensor([[1.0, -2.0], [-1.0, 2.0]], dtype=torch.float64)  # mu = 0
-    assert torch.equal(call("ipm_swbdm", cancelling, n_byzantine=1, n_total=3),
-                       torch.zeros(1, 2, dtype=torch.float64))
+    assert torch.equal(
+        call("ipm_swbdm", cancelling, n_byzantine=1, n_total=3),
+        torch.zeros(1, 2, dtype=torch.float64),
+    )
 
 
 def test_strategic_skip_decides_on_the_sampled_count_not_the_scope():
@@ -213,8 +231,9 @@ def test_strategic_skip_is_honest_in_minority_and_attacks_from_half():
     # 2 of 4 (exactly half) and 2 of 3: -10 * mu from every Byzantine client
     for h in (2, 1):
         out = atk(honest64()[:h], n_byzantine=2, n_total=h + 2, own=own)
-        np.testing.assert_allclose(out.numpy(), np.tile(-10.0 * X[:h].mean(axis=0), (2, 1)),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            out.numpy(), np.tile(-10.0 * X[:h].mean(axis=0), (2, 1)), rtol=1e-12
+        )
     assert not atk.data_side
     with pytest.raises(ValueError, match="own"):
         atk(honest64(), n_byzantine=1, n_total=5)
@@ -223,7 +242,7 @@ def test_strategic_skip_is_honest_in_minority_and_attacks_from_half():
 def test_cache_alie_uses_the_cache_statistics():
     honest = honest64()
     gen = torch.Generator().manual_seed(3)
-    cache = torch.randn(9, 3, generator=gen, dtype=torch.float64) * 5 + 1   # differs from honest
+    cache = torch.randn(9, 3, generator=gen, dtype=torch.float64) * 5 + 1  # differs from honest
     mask = torch.tensor([False, True, False, False, True, False, False, False, False])
     out = call("cache_alie", honest, n_byzantine=2, n_total=6, cache=cache, cache_byzantine=mask)
     rows = cache.numpy()[~mask.numpy()]
@@ -240,7 +259,7 @@ def test_cache_alie_uses_the_cache_statistics():
 def test_mimic_copies_the_honest_client_farthest_along_the_top_direction():
     gen = torch.Generator().manual_seed(0)
     honest = torch.randn(6, 50, generator=gen) * 0.1
-    honest[:, 0] += torch.tensor([0.0, 1.0, -1.0, 0.5, -0.5, 3.0])   # spread along e0; row 5 extreme
+    honest[:, 0] += torch.tensor([0.0, 1.0, -1.0, 0.5, -0.5, 3.0])  # spread along e0; row 5 extreme
     out = call("mimic", honest, n_byzantine=3, n_total=9)
     for row in out:
         assert torch.equal(row, honest[5])
@@ -260,13 +279,16 @@ def test_mimic_returns_a_copy_of_an_honest_row(h, d, seed):
 
 # --- shared properties of every registry entry ----------------------------------------------------
 
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name", ALL)
 def test_shape_dtype_device(name, dtype, device):
     honest = torch.randn(5, 7, generator=torch.Generator().manual_seed(0)).to(device, dtype)
     for n_byzantine in (0, 1, 3):
-        out = call(name, honest, n_byzantine, 5 + n_byzantine, **context_for(name, honest, n_byzantine))
+        out = call(
+            name, honest, n_byzantine, 5 + n_byzantine, **context_for(name, honest, n_byzantine)
+        )
         assert out.shape == (n_byzantine, 7)
         assert out.dtype == dtype and out.device.type == device
         assert torch.isfinite(out).all()
@@ -282,7 +304,7 @@ def test_no_honest_client_sampled_uses_own(name):
     ctx["own"] = own
     out = call(name, empty, 3, 3, **ctx)
     assert out.shape == (3, 4) and torch.isfinite(out).all()
-    if name in ("ipm", "strategic_skip"):   # honest statistics estimated from own
+    if name in ("ipm", "strategic_skip"):  # honest statistics estimated from own
         expected = -make_attack(name).strength * own.mean(dim=0)
         torch.testing.assert_close(out, expected.expand(3, 4))
     if name == "mimic":
@@ -302,11 +324,18 @@ def test_order_of_honest_clients_does_not_matter(name):
 
 
 @settings(max_examples=30, deadline=None)
-@given(name=st.sampled_from(ALL), h=st.integers(0, 6), n_byzantine=st.integers(0, 4),
-       d=st.integers(1, 6), seed=st.integers(0, 10_000))
+@given(
+    name=st.sampled_from(ALL),
+    h=st.integers(0, 6),
+    n_byzantine=st.integers(0, 4),
+    d=st.integers(1, 6),
+    seed=st.integers(0, 10_000),
+)
 def test_every_attack_returns_n_byzantine_finite_rows(name, h, n_byzantine, d, seed):
     honest = torch.randn(h, d, generator=torch.Generator().manual_seed(seed))
-    out = call(name, honest, n_byzantine, h + n_byzantine, **context_for(name, honest, n_byzantine, seed))
+    out = call(
+        name, honest, n_byzantine, h + n_byzantine, **context_for(name, honest, n_byzantine, seed)
+    )
     assert out.shape == (n_byzantine, d) and torch.isfinite(out).all()
 
 

@@ -33,20 +33,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "autoscaling_support"))
-from fake_cluster import ROOT, FakeCluster  # noqa: E402
-from watching import Watcher, running_trials, wait_for  # noqa: E402
+import itertools
+
+from fake_cluster import ROOT, FakeCluster
+from watching import Watcher, running_trials, wait_for
 
 WORKER_TYPE = "cpu_worker"
 MAX_WORKERS = 2
-IDLE_TIMEOUT_MINUTES = 0.25   # 15 s: longer than a breakdown takes between two waves
+IDLE_TIMEOUT_MINUTES = 0.25  # 15 s: longer than a breakdown takes between two waves
 ROUND_DELAY_S = 0.4
 ROUNDS = 6
 SEEDS = [1, 2, 3, 4]
@@ -57,13 +60,24 @@ SEEDS = [1, 2, 3, 4]
 # LOSE_AFTER_ROUND or later, never round 1 (`first_round_after_restart_is_checkpointed`).
 LOSE_AFTER_ROUND = 2
 LOSE_BEFORE_END = 2
-TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
-        "synthetic_samples": 240, "synthetic_shape": "16", "local_epochs": 1,
-        "trainer": "sequential", "rounds": ROUNDS, "checkpoint_every": 1}
-MAP = {"name": "map",
-       "run": {**TINY, "lr": 0.1},
-       "space": {"aggregator": {"grid": ["median"]}, "attack": {"grid": ["sign_flip"]}},
-       "breakdown": {"seeds": [1], "adversary": {"attack_strength": [3.0]}}}
+TINY = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 4,
+    "participation": 1.0,
+    "synthetic_samples": 240,
+    "synthetic_shape": "16",
+    "local_epochs": 1,
+    "trainer": "sequential",
+    "rounds": ROUNDS,
+    "checkpoint_every": 1,
+}
+MAP = {
+    "name": "map",
+    "run": {**TINY, "lr": 0.1},
+    "space": {"aggregator": {"grid": ["median"]}, "attack": {"grid": ["sign_flip"]}},
+    "breakdown": {"seeds": [1], "adversary": {"attack_strength": [3.0]}},
+}
 FIRST_WAVE_RUNS = 2  # the map's first wave: two fractions of its lattice, one seed
 COMMAND_TIMEOUT_S = 240
 # The story took about 2 minutes alone on this 2-core machine and 4.5 at load 8, and 1 minute
@@ -132,17 +146,27 @@ def story(tmp_path_factory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("autoscaling")
     head = yaml.safe_load((ROOT / "cluster.yaml").read_text())
     head_resources = head["available_node_types"][head["head_node_type"]]["resources"]
-    cluster = FakeCluster(head_resources,
-                          {WORKER_TYPE: {"resources": {"CPU": 1}, "min_workers": 0,
-                                         "max_workers": MAX_WORKERS}},
-                          idle_timeout_minutes=IDLE_TIMEOUT_MINUTES, round_delay_s=ROUND_DELAY_S)
+    cluster = FakeCluster(
+        head_resources,
+        {WORKER_TYPE: {"resources": {"CPU": 1}, "min_workers": 0, "max_workers": MAX_WORKERS}},
+        idle_timeout_minutes=IDLE_TIMEOUT_MINUTES,
+        round_delay_s=ROUND_DELAY_S,
+    )
     facts: dict[str, Any] = {"head_resources": head_resources}
     started = time.time()
     drivers: list[subprocess.Popen] = []
 
     def run(*args: Any, **options: Any) -> subprocess.CompletedProcess:
-        return subprocess.run(robusttune(*args), env=cluster.env(), cwd=out, capture_output=True,
-                              text=True, timeout=COMMAND_TIMEOUT_S, **options)
+        return subprocess.run(
+            robusttune(*args),
+            env=cluster.env(),
+            cwd=out,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            **options,
+            check=False,
+        )
 
     try:
         cluster.start()
@@ -152,15 +176,26 @@ def story(tmp_path_factory) -> dict[str, Any]:
 
         # 1. shapes no node type can hold: both asked in one child process (imports once)
         asked = [["--cpus-per-trial", "2"], ["--gpus-per-trial", "0.5"]]
-        code = ("import json, sys; from typer.testing import CliRunner; from robusttune.commands.cli import app\n"
-                f"for flags in {asked!r}:\n"
-                f"    r = CliRunner().invoke(app, ['sweep', {str(space)!r}, '--name', 'refused', "
-                f"'--storage', {str(out / 'results')!r}, '--address', 'auto', *flags])\n"
-                "    print(json.dumps({'flag': flags[0], 'code': r.exit_code, 'output': r.output}))\n")
-        child = subprocess.run([sys.executable, "-c", code], env=cluster.env(), cwd=out,
-                               capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        code = (
+            "import json, sys; from typer.testing import CliRunner; from robusttune.commands.cli import app\n"
+            f"for flags in {asked!r}:\n"
+            f"    r = CliRunner().invoke(app, ['sweep', {str(space)!r}, '--name', 'refused', "
+            f"'--storage', {str(out / 'results')!r}, '--address', 'auto', *flags])\n"
+            "    print(json.dumps({'flag': flags[0], 'code': r.exit_code, 'output': r.output}))\n"
+        )
+        child = subprocess.run(
+            [sys.executable, "-c", code],
+            env=cluster.env(),
+            cwd=out,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
         assert child.returncode == 0, child.stderr[-3000:]
-        facts["refused"] = {r["flag"]: r for r in map(json.loads, child.stdout.strip().splitlines())}
+        facts["refused"] = {
+            r["flag"]: r for r in map(json.loads, child.stdout.strip().splitlines())
+        }
         facts["workers_after_refusals"] = sorted(cluster.live_workers())
         facts["refused_folder_exists"] = (out / "results" / "refused").exists()
 
@@ -185,20 +220,41 @@ def story(tmp_path_factory) -> dict[str, Any]:
 
         facts["workers_before_jobs"] = sorted(cluster.live_workers())
         sweep_watcher = Watcher([lose_a_worker_mid_run(cluster, folder)])
-        map_watcher = Watcher([lose_a_worker_mid_run(cluster, map_folder / "trials"),
-                               (later_wave_running, kill_driver)])
+        map_watcher = Watcher(
+            [
+                lose_a_worker_mid_run(cluster, map_folder / "trials"),
+                (later_wave_running, kill_driver),
+            ]
+        )
         started_jobs = time.time()
         # the sweep writes to files: nobody reads its pipes until the map is done
         sweep_out, sweep_err = out / "sweep.stdout", out / "sweep.stderr"
         with sweep_out.open("w") as stdout, sweep_err.open("w") as stderr:
-            sweep = subprocess.Popen(robusttune("sweep", space, "--name", "grow", "--storage",
-                                                out / "results", "--address", "auto"),
-                                     env=cluster.env(), cwd=out, stdout=stdout, stderr=stderr,
-                                     text=True)
-        driver = subprocess.Popen(robusttune("breakdown", plan, "--storage", out / "results",
-                                             "--address", "auto"),
-                                  env=cluster.env(), cwd=out, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+            sweep = subprocess.Popen(
+                robusttune(
+                    "sweep",
+                    space,
+                    "--name",
+                    "grow",
+                    "--storage",
+                    out / "results",
+                    "--address",
+                    "auto",
+                ),
+                env=cluster.env(),
+                cwd=out,
+                stdout=stdout,
+                stderr=stderr,
+                text=True,
+            )
+        driver = subprocess.Popen(
+            robusttune("breakdown", plan, "--storage", out / "results", "--address", "auto"),
+            env=cluster.env(),
+            cwd=out,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         drivers += [sweep, driver]
         sweep_ended: list[float] = []
 
@@ -211,28 +267,45 @@ def story(tmp_path_factory) -> dict[str, Any]:
         map_watcher.start()
         output, _ = driver.communicate(timeout=COMMAND_TIMEOUT_S)
         map_watcher.stop()
-        facts["map"] = {"started": started_jobs, "code": driver.returncode, "output": output,
-                        "steps": map_watcher.done, "kept_lines": runs_file.read_text().splitlines()
-                        if runs_file.exists() else [],
-                        "waves_before_resume": sorted(p.name for p in (map_folder / "trials").glob("runs*"))}
-        resumed = run("breakdown", plan, "--storage", out / "results", "--address", "auto",
-                      "--resume")
-        facts["map"]["resumed"] = {"code": resumed.returncode, "stdout": resumed.stdout,
-                                   "stderr": resumed.stderr, "ended": time.time()}
+        facts["map"] = {
+            "started": started_jobs,
+            "code": driver.returncode,
+            "output": output,
+            "steps": map_watcher.done,
+            "kept_lines": runs_file.read_text().splitlines() if runs_file.exists() else [],
+            "waves_before_resume": sorted(p.name for p in (map_folder / "trials").glob("runs*")),
+        }
+        resumed = run(
+            "breakdown", plan, "--storage", out / "results", "--address", "auto", "--resume"
+        )
+        facts["map"]["resumed"] = {
+            "code": resumed.returncode,
+            "stdout": resumed.stdout,
+            "stderr": resumed.stderr,
+            "ended": time.time(),
+        }
         facts["map"]["lines_after"] = runs_file.read_text().splitlines()
         facts["map"]["folder"] = str(map_folder)
         sweep.wait(timeout=COMMAND_TIMEOUT_S)
         sweep_watcher.stop()
-        facts["sweep"] = {"code": sweep.returncode, "stdout": sweep_out.read_text(),
-                          "stderr": sweep_err.read_text(),
-                          "folder": str(folder), "started": started_jobs,
-                          "ended": sweep_ended[0] if sweep_ended else time.time(),
-                          "lost": sweep_watcher.done[0] if sweep_watcher.done else None}
-        facts["idle_at"] = wait_for(lambda: not cluster.live_workers(), 90, "the idle workers to go")
+        facts["sweep"] = {
+            "code": sweep.returncode,
+            "stdout": sweep_out.read_text(),
+            "stderr": sweep_err.read_text(),
+            "folder": str(folder),
+            "started": started_jobs,
+            "ended": sweep_ended[0] if sweep_ended else time.time(),
+            "lost": sweep_watcher.done[0] if sweep_watcher.done else None,
+        }
+        facts["idle_at"] = wait_for(
+            lambda: not cluster.live_workers(), 90, "the idle workers to go"
+        )
         facts["events"] = cluster.events()
         facts["seconds"] = time.time() - started
     finally:
-        (out / "provider-events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in cluster.events()))
+        (out / "provider-events.jsonl").write_text(
+            "".join(json.dumps(e) + "\n" for e in cluster.events())
+        )
         for driver in drivers:
             if driver.poll() is None:
                 driver.kill()
@@ -243,8 +316,9 @@ def story(tmp_path_factory) -> dict[str, Any]:
 
     from robusttune.commands.cli import app
 
-    whole = CliRunner().invoke(app, ["breakdown", str(out / "map.yaml"), "--storage",
-                                     str(out / "whole"), "--local"])
+    whole = CliRunner().invoke(
+        app, ["breakdown", str(out / "map.yaml"), "--storage", str(out / "whole"), "--local"]
+    )
     assert whole.exit_code == 0, whole.output[-3000:]
     facts["whole_folder"] = str(out / "whole" / "map")
     (out / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
@@ -279,8 +353,9 @@ def assert_complete_and_uninterrupted(folder: Path, last_reported: int = ROUNDS)
         runs[-1].append(report["round"])
     assert runs[0][0] == 1 and runs[-1][-1] >= last_reported, (folder, runs)
     assert all(run == list(range(run[0], run[0] + len(run))) for run in runs), (folder, runs)
-    assert all(later[0] in (earlier[-1], earlier[-1] + 1)
-               for earlier, later in zip(runs, runs[1:])), (folder, runs)
+    assert all(
+        later[0] in (earlier[-1], earlier[-1] + 1) for earlier, later in itertools.pairwise(runs)
+    ), (folder, runs)
     recorded = rows(folder / "rounds.csv")
     assert [int(r["round"]) for r in recorded] == list(range(1, ROUNDS + 1)), folder
     summary = json.loads((folder / "summary.json").read_text())
@@ -300,8 +375,10 @@ def test_head_is_cluster_yamls_head_and_runs_no_trial(story):
 
 
 # -- 1. shapes no node can hold -------------------------------------------------------------------
-@pytest.mark.parametrize("flag,key", [("--cpus-per-trial", "resources.cpu 2"),
-                                      ("--gpus-per-trial", "resources.gpu 0.5")])
+@pytest.mark.parametrize(
+    ("flag", "key"),
+    [("--cpus-per-trial", "resources.cpu 2"), ("--gpus-per-trial", "resources.gpu 0.5")],
+)
 def test_a_shape_no_node_type_holds_is_refused_in_one_line(story, flag, key):
     refused = story["refused"][flag]
     lines = refused["output"].strip().splitlines()
@@ -350,14 +427,20 @@ def test_sweep_grows_from_no_worker_loses_one_and_every_trial_finishes_once(stor
 
 def finished_trials(story: dict[str, Any]) -> list[Path]:
     """Every trial folder the sweep and the map (its resume included) finished."""
-    return [p.parent for p in [*Path(story["sweep"]["folder"]).glob("*/summary.json"),
-                               *Path(story["map"]["folder"]).glob("trials/runs*/*/summary.json")]]
+    return [
+        p.parent
+        for p in [
+            *Path(story["sweep"]["folder"]).glob("*/summary.json"),
+            *Path(story["map"]["folder"]).glob("trials/runs*/*/summary.json"),
+        ]
+    ]
 
 
 def test_idle_workers_are_removed_after_the_idle_timeout(story):
     last_finished = max((f / "summary.json").stat().st_mtime for f in finished_trials(story))
-    by_autoscaler = [e for e in story["events"]
-                     if e["event"] == "terminate" and e["by"] == "autoscaler"]
+    by_autoscaler = [
+        e for e in story["events"] if e["event"] == "terminate" and e["by"] == "autoscaler"
+    ]
     assert len(by_autoscaler) >= MAX_WORKERS
     # the last worker went once it had been idle for the timeout (not before: it ran the last trial)
     assert max(e["time"] for e in by_autoscaler) - last_finished >= IDLE_TIMEOUT_MINUTES * 60 - 1
@@ -371,73 +454,99 @@ def scaling_times(story: dict[str, Any]) -> str:
     and from the last trial's end (sweep or map) to the last idle worker's termination."""
     sweep, events = story["sweep"], story["events"]
     folders = [p.parent for p in Path(sweep["folder"]).glob("*/summary.json")]
-    first_round = min(json.loads((f / "result.json").read_text().splitlines()[0])["timestamp"]
-                      for f in folders)  # Tune's timestamp: whole seconds
+    first_round = min(
+        json.loads((f / "result.json").read_text().splitlines()[0])["timestamp"] for f in folders
+    )  # Tune's timestamp: whole seconds
     creates = sorted(e["time"] for e in events if e["event"] == "create")
     lost = sweep["lost"]["time"]
     replacement = min(t for t in creates if t > lost)
     last_finished = max((f / "summary.json").stat().st_mtime for f in finished_trials(story))
     gone = max(e["time"] for e in events if e["event"] == "terminate" and e["by"] == "autoscaler")
-    return (f"cluster up {story['cluster_start_s']:.0f} s; sweep command to first worker launched "
-            f"{creates[0] - sweep['started']:.0f} s; launch to first round {first_round - creates[0]:.0f} s; "
-            f"worker lost to replacement launched {replacement - lost:.0f} s; last trial to last "
-            f"worker gone {gone - last_finished:.0f} s (idle timeout {IDLE_TIMEOUT_MINUTES * 60:.0f} s); "
-            f"side by side: sweep {sweep['ended'] - sweep['started']:.0f} s, map with kill and resume "
-            f"{story['map']['resumed']['ended'] - story['map']['started']:.0f} s; story {story['seconds']:.0f} s")
+    return (
+        f"cluster up {story['cluster_start_s']:.0f} s; sweep command to first worker launched "
+        f"{creates[0] - sweep['started']:.0f} s; launch to first round {first_round - creates[0]:.0f} s; "
+        f"worker lost to replacement launched {replacement - lost:.0f} s; last trial to last "
+        f"worker gone {gone - last_finished:.0f} s (idle timeout {IDLE_TIMEOUT_MINUTES * 60:.0f} s); "
+        f"side by side: sweep {sweep['ended'] - sweep['started']:.0f} s, map with kill and resume "
+        f"{story['map']['resumed']['ended'] - story['map']['started']:.0f} s; story {story['seconds']:.0f} s"
+    )
 
 
 # -- 3. a breakdown map ---------------------------------------------------------------------------
-COMPARED = ["aggregator", "breakdown_fraction", "status", "evaluated", "points_evaluated", "trials",
-            "clean_accuracy"]
+COMPARED = [
+    "aggregator",
+    "breakdown_fraction",
+    "status",
+    "evaluated",
+    "points_evaluated",
+    "trials",
+    "clean_accuracy",
+]
 
 
 def test_map_loses_a_worker_mid_wave_and_resumes_after_a_driver_kill(story):
     facts = story["map"]
-    assert len(facts["steps"]) == 2, facts["output"][-3000:]  # a worker lost, then the driver killed
+    assert len(facts["steps"]) == 2, facts["output"][
+        -3000:
+    ]  # a worker lost, then the driver killed
     lost, killed = facts["steps"]
     assert facts["code"] == -signal.SIGKILL
     events = story["events"]
     # the map started with no worker, and the autoscaler added them as its trials waited
     before = [e for e in events if e["time"] < facts["started"]]
-    alive = {e["node_id"] for e in before if e["event"] == "create"} - \
-        {e["node_id"] for e in before if e["event"] == "terminate"}
+    alive = {e["node_id"] for e in before if e["event"] == "create"} - {
+        e["node_id"] for e in before if e["event"] == "terminate"
+    }
     assert not alive and story["workers_before_jobs"] == []
     assert any(e["event"] == "create" and e["time"] > facts["started"] for e in events)
-    assert any(e["event"] == "terminate" and e["by"] == "request" and e["node_id"] == lost["node_id"]
-               for e in events)
+    assert any(
+        e["event"] == "terminate" and e["by"] == "request" and e["node_id"] == lost["node_id"]
+        for e in events
+    )
 
     resumed = facts["resumed"]
     assert resumed["code"] == 0, resumed["stderr"][-3000:]
     kept, after = facts["kept_lines"], facts["lines_after"]
     assert len(kept) == killed["kept"] >= FIRST_WAVE_RUNS
     assert f"{len(kept)} finished runs kept" in resumed["stderr"] + resumed["stdout"]
-    assert after[:len(kept)] == kept                     # the finished runs were replayed ...
+    assert after[: len(kept)] == kept  # the finished runs were replayed ...
     keys = [json.loads(line)["key"] for line in after]
-    assert len(keys) == len(set(keys))                   # ... none ran twice
+    assert len(keys) == len(set(keys))  # ... none ran twice
     whole_folder = Path(story["whole_folder"])
-    whole = {json.loads(line)["key"]: json.loads(line)["summary"]
-             for line in (whole_folder / "runs.jsonl").read_text().splitlines()}
-    assert set(keys) == set(whole)                       # every run the map needs ran once
+    whole = {
+        json.loads(line)["key"]: json.loads(line)["summary"]
+        for line in (whole_folder / "runs.jsonl").read_text().splitlines()
+    }
+    assert set(keys) == set(whole)  # every run the map needs ran once
     folder = Path(facts["folder"])
-    new_waves = [p for p in (folder / "trials").glob("runs*")
-                 if p.name not in facts["waves_before_resume"]]
+    new_waves = [
+        p for p in (folder / "trials").glob("runs*") if p.name not in facts["waves_before_resume"]
+    ]
     assert sum(1 for w in new_waves for _ in w.glob("*/summary.json")) == len(after) - len(kept)
     for line in after:
         entry = json.loads(line)
         mine, theirs = entry["summary"], whole[entry["key"]]
-        assert (mine["final_accuracy"], mine["final_loss"], mine["rounds_run"]) == \
-            (theirs["final_accuracy"], theirs["final_loss"], theirs["rounds_run"])
+        assert (mine["final_accuracy"], mine["final_loss"], mine["rounds_run"]) == (
+            theirs["final_accuracy"],
+            theirs["final_loss"],
+            theirs["rounds_run"],
+        )
     same = pd.read_csv(folder / "breakdown.csv")[COMPARED]
     pd.testing.assert_frame_equal(same, pd.read_csv(whole_folder / "breakdown.csv")[COMPARED])
     # the trial on the lost worker continued from its checkpoint, with the uninterrupted rounds
     # (among the runs the map kept: with no barrier between a map's steps, a trial may still
     # run when its driver is killed, and finish its own files with no driver to hear its end)
     kept_folders = {json.loads(line)["summary"].get("run_dir") for line in after}
-    restarted = [p.parent for p in (folder / "trials").glob("runs*/*/result.json")
-                 if len(restarts(p.parent)) > 1 and (p.parent / "summary.json").exists()
-                 and str(p.parent) in kept_folders]
-    assert restarted and all(first_round_after_restart_is_checkpointed(restarts(f)[1])
-                             for f in restarted), [restarts(f) for f in restarted]
+    restarted = [
+        p.parent
+        for p in (folder / "trials").glob("runs*/*/result.json")
+        if len(restarts(p.parent)) > 1
+        and (p.parent / "summary.json").exists()
+        and str(p.parent) in kept_folders
+    ]
+    assert restarted and all(
+        first_round_after_restart_is_checkpointed(restarts(f)[1]) for f in restarted
+    ), [restarts(f) for f in restarted]
     for trial in restarted:
         # a map's trial reports its checkpoints and its end; Tune's JSON log of a restored trial
         # was seen to lack that last line (its summary reached the map all the same, and

@@ -10,17 +10,20 @@ import pytest
 import torch
 from torch import nn
 
+from robusttune.core.runspec import RunSpec
 from robusttune.methods.aggregators import make_rule
 from robusttune.methods.algorithms import RoundPlan, clip_rows, make_algorithm
-from robusttune.core.runspec import RunSpec
 from robusttune.problem.sampling import Sample
 from robusttune.problem.training import client_gradients
 
 
 def _sample(clients, byzantine=None):
     clients = torch.tensor(clients, dtype=torch.long)
-    flags = torch.zeros(len(clients), dtype=torch.bool) if byzantine is None \
+    flags = (
+        torch.zeros(len(clients), dtype=torch.bool)
+        if byzantine is None
         else torch.tensor(byzantine)
+    )
     return Sample.of(clients, flags, "cpu")
 
 
@@ -38,7 +41,9 @@ def test_fedsgd_is_one_gradient_step_on_the_aggregate():
     """x1 = 0 - 0.5 mean([2, 0], [0, 2]) = [-0.5, -0.5]; x2 = x1 - 0.5 [4, -2] = [-2.5, 0.5]."""
     spec = RunSpec(dataset="synthetic", method="fedsgd", clients=3, server_lr=0.5)
     algorithm, mean = make_algorithm(spec, torch.zeros(2), torch.ones(3)), make_rule("mean")
-    x1, inputs = _round(algorithm, mean, torch.zeros(2), [0, 1], torch.tensor([[2.0, 0.0], [0.0, 2.0]]))
+    x1, inputs = _round(
+        algorithm, mean, torch.zeros(2), [0, 1], torch.tensor([[2.0, 0.0], [0.0, 2.0]])
+    )
     assert torch.allclose(x1, torch.tensor([-0.5, -0.5])) and inputs.rows.shape == (2, 2)
     x2, _ = _round(algorithm, mean, x1, [2], torch.tensor([[4.0, -2.0]]))
     assert torch.allclose(x2, torch.tensor([-2.5, 0.5]))
@@ -71,8 +76,16 @@ def test_fedcm_xu_two_rounds_of_local_steps_on_the_server_momentum():
     Delta_1 = -(y - x0) / (eta_l K) = [-0.25, 0.25].
     Round 2: p0 = sigmoid(0.5) at W = x1, g = [p0 - 1, 1 - p0], v = 0.5 g + 0.5 Delta_1,
     x2 = x1 - v, Delta_2 = v."""
-    spec = RunSpec(dataset="synthetic", method="fedcm_xu", clients=1, participation=1.0,
-                   demoa_alpha=0.5, lr=1.0, local_epochs=1, batch_size=1)
+    spec = RunSpec(
+        dataset="synthetic",
+        method="fedcm_xu",
+        clients=1,
+        participation=1.0,
+        demoa_alpha=0.5,
+        lr=1.0,
+        local_epochs=1,
+        batch_size=1,
+    )
     net, data = _linear()
     algorithm, mean = make_algorithm(spec, torch.zeros(2), torch.ones(1)), make_rule("mean")
     x = torch.zeros(2)
@@ -93,13 +106,22 @@ def _fedcm_xu_by_hand():
 
 
 def test_fedcm_xu_with_alpha_one_is_fedavg_with_plain_sgd():
-    spec = RunSpec(dataset="synthetic", method="fedcm_xu", clients=1, demoa_alpha=1.0, lr=1.0,
-                   local_epochs=2, batch_size=1, participation=1.0)
+    spec = RunSpec(
+        dataset="synthetic",
+        method="fedcm_xu",
+        clients=1,
+        demoa_alpha=1.0,
+        lr=1.0,
+        local_epochs=2,
+        batch_size=1,
+        participation=1.0,
+    )
     net, data = _linear()
     algorithm = make_algorithm(spec, torch.zeros(2), torch.ones(1))
     algorithm.delta = torch.tensor([5.0, -5.0])  # ignored when alpha = 1
-    local = algorithm.local_work(RoundPlan(torch.tensor([0])), net, torch.zeros(2), data, [0],
-                                 "sequential")
+    local = algorithm.local_work(
+        RoundPlan(torch.tensor([0])), net, torch.zeros(2), data, [0], "sequential"
+    )
     w = torch.zeros(2)
     for _ in range(2):  # two plain SGD steps by hand
         p0 = torch.softmax(w, 0)[0]
@@ -112,14 +134,23 @@ def test_byz_vr_marina_pp_two_rounds_full_then_clipped_difference():
     [1, 1], x1 = -0.5 g0 = [-0.5, -0.5]. Round 2 (partial, S = {1}): Delta = [3, 4] (norm 5),
     lambda = ||x1 - x0|| = sqrt(0.5), clip = [3, 4] sqrt(0.5) / 5, g1 = g0 + clip,
     x2 = x1 - 0.5 g1."""
-    spec = RunSpec(dataset="synthetic", method="byz_vr_marina_pp", aggregator="mean", clients=2,
-                   server_lr=0.5, marina_p=0.5, participation=0.5, marina_clip_multiplier=1.0)
+    spec = RunSpec(
+        dataset="synthetic",
+        method="byz_vr_marina_pp",
+        aggregator="mean",
+        clients=2,
+        server_lr=0.5,
+        marina_p=0.5,
+        participation=0.5,
+        marina_clip_multiplier=1.0,
+    )
     algorithm, mean = make_algorithm(spec, torch.zeros(2), torch.ones(2)), make_rule("mean")
     generator = torch.Generator().manual_seed(0)
     plan = algorithm.plan(torch.tensor([1]), generator)
     assert plan.full and plan.clients.tolist() == [0, 1]  # g is unknown before a full round
-    x1, _ = _round(algorithm, mean, torch.zeros(2), [0, 1], torch.tensor([[2.0, 0.0], [0.0, 2.0]]),
-                   plan=plan)
+    x1, _ = _round(
+        algorithm, mean, torch.zeros(2), [0, 1], torch.tensor([[2.0, 0.0], [0.0, 2.0]]), plan=plan
+    )
     assert torch.allclose(x1, torch.tensor([-0.5, -0.5]))
     partial = RoundPlan(torch.tensor([1]))
     x2, inputs = _round(algorithm, mean, x1, [1], torch.tensor([[3.0, 4.0]]), plan=partial)
@@ -137,19 +168,42 @@ def test_an_all_byzantine_round_moves_the_model_by_at_most_the_clipping_bound(ru
     Byzantine. After an honest full round (g0 = [1, 0], x1 = [-0.5, 0], so lambda = 0.5), both
     sampled clients are Byzantine and send huge or non-finite differences: g moves by at most
     lambda and the model by at most gamma lambda from the step it would have taken on g0."""
-    spec = RunSpec(dataset="synthetic", method="byz_vr_marina_pp", aggregator=rule, clients=4,
-                   server_lr=0.5, participation=0.5, byzantine_fraction=0.5, attack="ipm",
-                   marina_clip_multiplier=1.0)
-    algorithm = make_algorithm(spec, torch.zeros(2), torch.ones(4),
-                               torch.tensor([False, True, False, True]))
+    spec = RunSpec(
+        dataset="synthetic",
+        method="byz_vr_marina_pp",
+        aggregator=rule,
+        clients=4,
+        server_lr=0.5,
+        participation=0.5,
+        byzantine_fraction=0.5,
+        attack="ipm",
+        marina_clip_multiplier=1.0,
+    )
+    algorithm = make_algorithm(
+        spec, torch.zeros(2), torch.ones(4), torch.tensor([False, True, False, True])
+    )
     agg = make_rule(rule, **spec.aggregator_params())
-    x1, _ = _round(algorithm, agg, torch.zeros(2), [0, 1, 2, 3], torch.tensor([[1.0, 0.0]] * 4),
-                   plan=RoundPlan(torch.arange(4), full=True))
+    x1, _ = _round(
+        algorithm,
+        agg,
+        torch.zeros(2),
+        [0, 1, 2, 3],
+        torch.tensor([[1.0, 0.0]] * 4),
+        plan=RoundPlan(torch.arange(4), full=True),
+    )
     g0, lam, gamma = algorithm.estimate.clone(), 0.5, 0.5
     honest = torch.tensor([[0.1, 0.1], [0.1, 0.1]])
     attack = torch.tensor([[1e6, -1e6], [float("inf"), 0.0]])
-    x2, inputs = _round(algorithm, agg, x1, [1, 3], honest, plan=RoundPlan(torch.tensor([1, 3])),
-                        messages=attack, byzantine=[True, True])
+    x2, inputs = _round(
+        algorithm,
+        agg,
+        x1,
+        [1, 3],
+        honest,
+        plan=RoundPlan(torch.tensor([1, 3])),
+        messages=attack,
+        byzantine=[True, True],
+    )
     assert bool(torch.isfinite(x2).all())
     assert torch.linalg.vector_norm(inputs.rows, dim=1).max() <= lam + 1e-6
     assert torch.linalg.vector_norm(algorithm.estimate - g0) <= lam + 1e-6
@@ -166,30 +220,37 @@ def test_clip_rows_bounds_every_row_and_keeps_short_ones():
 
 
 def test_marina_full_rounds_use_all_of_a_clients_data_and_differences_share_the_minibatch():
-    spec = RunSpec(dataset="synthetic", method="byz_vr_marina_pp", clients=1, batch_size=2,
-                   participation=1.0)
+    spec = RunSpec(
+        dataset="synthetic", method="byz_vr_marina_pp", clients=1, batch_size=2, participation=1.0
+    )
     net = nn.Linear(1, 2, bias=False)
     x, y = torch.tensor([[1.0], [2.0], [-1.0], [0.5], [3.0]]), torch.tensor([0, 1, 1, 0, 1])
     algorithm = make_algorithm(spec, torch.zeros(2), torch.tensor([5.0]))
     params = torch.tensor([0.3, -0.2])
-    full = algorithm.local_work(RoundPlan(torch.tensor([0]), full=True), net, params, [(x, y)],
-                                [7], "sequential")
+    full = algorithm.local_work(
+        RoundPlan(torch.tensor([0]), full=True), net, params, [(x, y)], [7], "sequential"
+    )
     w = params.view(2, 1).clone().requires_grad_(True)
     torch.nn.functional.cross_entropy(x @ w.T, y).backward()  # over all five samples
     assert torch.allclose(full[0], w.grad.flatten(), atol=1e-6)
     algorithm.estimate, algorithm.anchor = torch.zeros(2), params.clone()
-    same = algorithm.local_work(RoundPlan(torch.tensor([0])), net, params, [(x, y)], [7],
-                                "sequential")
+    same = algorithm.local_work(
+        RoundPlan(torch.tensor([0])), net, params, [(x, y)], [7], "sequential"
+    )
     assert torch.equal(same, torch.zeros(1, 2))  # grad(x; xi) - grad(x; xi) with one xi
     moved = params + torch.tensor([0.5, 0.0])
-    diff = algorithm.local_work(RoundPlan(torch.tensor([0])), net, moved, [(x, y)], [7], "sequential")
-    expected = (client_gradients(net, moved, [(x, y)], batch_size=2, seeds=[7])
-                - client_gradients(net, params, [(x, y)], batch_size=2, seeds=[7]))
+    diff = algorithm.local_work(
+        RoundPlan(torch.tensor([0])), net, moved, [(x, y)], [7], "sequential"
+    )
+    expected = client_gradients(net, moved, [(x, y)], batch_size=2, seeds=[7]) - client_gradients(
+        net, params, [(x, y)], batch_size=2, seeds=[7]
+    )
     assert torch.allclose(diff, expected)
 
 
 def test_marina_rand_k_is_unbiased_and_off_by_default():
     from robusttune.methods.algorithms import rand_k
+
     assert RunSpec(method="byz_vr_marina_pp").marina_compressor == "none"
     rows = torch.arange(1.0, 11.0).expand(4000, -1)
     q = rand_k(rows, 0.2, torch.Generator().manual_seed(0))
@@ -207,8 +268,11 @@ def test_marina_coin_follows_marina_p():
 
 
 def test_new_methods_are_presets_labelled_by_what_ran():
-    for method, algorithm, rule in (("fedsgd", "fedsgd", "mean"), ("fedcm_xu", "fedcm_xu", "mean"),
-                                    ("byz_vr_marina_pp", "byz_vr_marina_pp", "cclip")):
+    for method, algorithm, rule in (
+        ("fedsgd", "fedsgd", "mean"),
+        ("fedcm_xu", "fedcm_xu", "mean"),
+        ("byz_vr_marina_pp", "byz_vr_marina_pp", "cclip"),
+    ):
         spec = RunSpec(method=method)
         assert (spec.method, spec.algorithm, spec.aggregator) == (method, algorithm, rule)
         assert spec.aggregate_weights == "uniform"
@@ -221,14 +285,37 @@ def test_drift_is_the_same_in_both_training_strategies():
     """FedCM's local steps (g + drift) agree between the sequential and the batched trainer."""
     from robusttune.problem.models import flat_params, make_model
     from robusttune.problem.training import train_clients
+
     torch.manual_seed(0)
     net = make_model("cnn2", (1, 8, 8), 10, seed=0)
     start = flat_params(net).detach().clone()
     data = [(torch.randn(n, 1, 8, 8), torch.randint(0, 10, (n,))) for n in (5, 9)]
     drift = 0.01 * torch.randn_like(start)
-    runs = [train_clients(net, start, data, epochs=1, batch_size=4, lr=0.05, momentum=0.0,
-                          seeds=[1, 2], strategy=s, drift=drift) for s in ("sequential", "batched")]
+    runs = [
+        train_clients(
+            net,
+            start,
+            data,
+            epochs=1,
+            batch_size=4,
+            lr=0.05,
+            momentum=0.0,
+            seeds=[1, 2],
+            strategy=s,
+            drift=drift,
+        )
+        for s in ("sequential", "batched")
+    ]
     assert torch.allclose(runs[0], runs[1], atol=1e-5)
-    plain = train_clients(net, start, data, epochs=1, batch_size=4, lr=0.05, momentum=0.0,
-                          seeds=[1, 2], strategy="sequential")
+    plain = train_clients(
+        net,
+        start,
+        data,
+        epochs=1,
+        batch_size=4,
+        lr=0.05,
+        momentum=0.0,
+        seeds=[1, 2],
+        strategy="sequential",
+    )
     assert not torch.allclose(plain, runs[0])

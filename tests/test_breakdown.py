@@ -8,10 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from robusttune.experiments.breakdown import (Cell, Outcome, Point, bisect_breakdown, lattice_top,
-                                  load_plan, spec_evaluator, write_breakdown)
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
+from robusttune.experiments.breakdown import (
+    Cell,
+    Outcome,
+    Point,
+    bisect_breakdown,
+    lattice_top,
+    load_plan,
+    spec_evaluator,
+    write_breakdown,
+)
 
 
 class Counting:
@@ -36,17 +44,21 @@ def monotone_cells():
     for i, aggregator in enumerate(["mean", "median", "trimmed_mean", "krum"]):
         for j, attack in enumerate(["sign_flip", "ipm"]):
             for p in (0.1, 0.5):
-                truth[Cell.of(20, aggregator=aggregator, attack=attack, participation=p)] = \
-                    (3 * i + 2 * j + int(p * 10)) % 11
+                truth[Cell.of(20, aggregator=aggregator, attack=attack, participation=p)] = (
+                    3 * i + 2 * j + int(p * 10)
+                ) % 11
     return truth
 
 
 def test_monotone_boundaries_found_exactly_with_fewer_evaluations():
     truth = monotone_cells()
     # accuracies: 0.9 clean, 0.8 up to the boundary, 0.1 above (collapsed from there)
-    evaluator = Counting(lambda p: Outcome(0.9 if p.byzantine == 0 else
-                                           (0.8 if p.byzantine <= truth[p.cell] else 0.1),
-                                           collapsed=p.byzantine > truth[p.cell]))
+    evaluator = Counting(
+        lambda p: Outcome(
+            0.9 if p.byzantine == 0 else (0.8 if p.byzantine <= truth[p.cell] else 0.1),
+            collapsed=p.byzantine > truth[p.cell],
+        )
+    )
     result = bisect_breakdown(truth, evaluator)
     for cell in result.cells:
         assert cell.breakdown == truth[cell.cell], cell.cell.label
@@ -104,8 +116,9 @@ def test_non_monotone_cell_is_flagged_not_hidden():
 
     # "scan" evaluates the rest of a flagged cell's lattice, so its largest survivor is exact
     late = Cell.of(20, aggregator="bulyan")
-    scanned = bisect_breakdown([late], lambda ps: [p.byzantine in (0, 1, 2, 4, 8) for p in ps],
-                               on_non_monotone="scan")
+    scanned = bisect_breakdown(
+        [late], lambda ps: [p.byzantine in (0, 1, 2, 4, 8) for p in ps], on_non_monotone="scan"
+    )
     cell = scanned.cells[0]
     assert cell.status == "non_monotone" and len(cell.outcomes) == 11
     assert cell.largest_survivor == 8 and cell.conservative == 2
@@ -117,7 +130,7 @@ def test_bad_arguments():
         bisect_breakdown([cell], lambda ps: [True] * len(ps), max_fraction=1.0)
     with pytest.raises(SpecError):
         bisect_breakdown([cell, cell], lambda ps: [True] * len(ps))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="verdicts for"):
         bisect_breakdown([cell], lambda ps: [True])
 
 
@@ -132,9 +145,15 @@ def fake_runner(log):
             strength = s.attack_strength or 1.0
             damage = max(0.0, s.byzantine_fraction * strength - 0.4 * (s.trim_ratio or 0.0))
             accuracy = max(0.05, 0.9 - 2 * damage)
-            out.append(RunSummary.from_dict({"final_accuracy": accuracy,
-                                             "collapsed": accuracy <= 0.105,
-                                             "run_dir": f"runs/{len(out)}"}))
+            out.append(
+                RunSummary.from_dict(
+                    {
+                        "final_accuracy": accuracy,
+                        "collapsed": accuracy <= 0.105,
+                        "run_dir": f"runs/{len(out)}",
+                    }
+                )
+            )
         return out
 
     return run
@@ -143,16 +162,21 @@ def fake_runner(log):
 def test_spec_evaluator_seeds_adversary_and_tuning():
     log: list = []
     base = {"dataset": "synthetic", "clients": 10, "rounds": 1, "participation": 1.0}
-    cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]   # the fake runner ignores the rule
-    evaluate = spec_evaluator(base, fake_runner(log), seeds=[1, 2],
-                              adversary={"attack_strength": [0.5, 1.0]}, staged=False)
+    cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]  # the fake runner ignores the rule
+    evaluate = spec_evaluator(
+        base,
+        fake_runner(log),
+        seeds=[1, 2],
+        adversary={"attack_strength": [0.5, 1.0]},
+        staged=False,
+    )
     result = bisect_breakdown(cells, evaluate)
     # no trim: survives while 0.9 - 2 beta >= 0.45, i.e. beta <= 0.225 -> k = 2
     assert result.cells[0].breakdown == 2
     first = log[0]
     assert {s.seed for s in first} == {1, 2}
     clean = [s for s in first if s.byzantine_fraction == 0]
-    assert len(clean) == 2                           # no adversary variants at k = 0
+    assert len(clean) == 2  # no adversary variants at k = 0
     attacked = [s for s in first if s.byzantine_fraction > 0]
     assert {s.attack_strength for s in attacked} == {0.5, 1.0} and len(attacked) == 4
     assert result.trials_used == sum(len(batch) for batch in log)
@@ -161,9 +185,14 @@ def test_spec_evaluator_seeds_adversary_and_tuning():
     from robusttune.experiments.sweep.space import Domain
 
     log.clear()
-    tuned = spec_evaluator(base, fake_runner(log), seeds=[1], budget=6,
-                           tune={"trim_ratio": Domain("uniform", low=0.0, high=0.45)},
-                           adversary={"attack_strength": [1.0]})
+    tuned = spec_evaluator(
+        base,
+        fake_runner(log),
+        seeds=[1],
+        budget=6,
+        tune={"trim_ratio": Domain("uniform", low=0.0, high=0.45)},
+        adversary={"attack_strength": [1.0]},
+    )
     result = bisect_breakdown(cells, tuned)
     # a trim up to 0.45 buys up to 0.18 of beta: the tuned boundary lies above the untuned one
     assert result.cells[0].breakdown >= 3
@@ -174,14 +203,17 @@ def test_spec_evaluator_seeds_adversary_and_tuning():
 def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
     """No adversary given: each attacked point runs sign_flip at every strength of its ladder,
     the outcome is the worst and the map says which strength broke the first failing point."""
-    from robusttune.methods.attacks import ATTACKS
     from robusttune.experiments.breakdown import adversary_variants
+    from robusttune.methods.attacks import ATTACKS
 
     assert ATTACKS["sign_flip"].strength_ladder == (1.0, 3.0, 10.0, 100.0)
-    assert adversary_variants("sign_flip", None) == [{"attack_strength": s} for s in (1.0, 3.0, 10.0, 100.0)]
-    assert adversary_variants("mimic", None) == [{}]                  # nothing to scale
-    assert adversary_variants("sign_flip", {"attack": ["alie", "mimic"]}) == \
-        [{"attack": "alie", "attack_strength": s} for s in (1.0, 2.0, 4.0, 8.0)] + [{"attack": "mimic"}]
+    assert adversary_variants("sign_flip", None) == [
+        {"attack_strength": s} for s in (1.0, 3.0, 10.0, 100.0)
+    ]
+    assert adversary_variants("mimic", None) == [{}]  # nothing to scale
+    assert adversary_variants("sign_flip", {"attack": ["alie", "mimic"]}) == [
+        {"attack": "alie", "attack_strength": s} for s in (1.0, 2.0, 4.0, 8.0)
+    ] + [{"attack": "mimic"}]
     log: list = []
     cells = [Cell.of(10, aggregator="mean", attack="sign_flip")]
     base = {"dataset": "synthetic", "clients": 10, "rounds": 1, "participation": 1.0}
@@ -196,9 +228,15 @@ def test_the_default_adversary_is_the_worst_over_the_attacks_ladder():
 
 
 def test_write_breakdown(tmp_path):
-    cells = {Cell.of(10, aggregator=a, attack=t, participation=p): b
-             for (a, t, p), b in {("mean", "ipm", 0.5): 0, ("median", "ipm", 0.5): 3,
-                                  ("mean", "alie", 0.5): 1, ("median", "alie", 1.0): 4}.items()}
+    cells = {
+        Cell.of(10, aggregator=a, attack=t, participation=p): b
+        for (a, t, p), b in {
+            ("mean", "ipm", 0.5): 0,
+            ("median", "ipm", 0.5): 3,
+            ("mean", "alie", 0.5): 1,
+            ("median", "alie", 1.0): 4,
+        }.items()
+    }
     result = bisect_breakdown(cells, lambda ps: [p.byzantine <= cells[p.cell] for p in ps])
     path = write_breakdown(result, tmp_path)
     text = path.read_text()
@@ -208,7 +246,9 @@ def test_write_breakdown(tmp_path):
     import pandas as pd
 
     table = pd.read_csv(tmp_path / "breakdown.csv")
-    assert math.isclose(table.set_index(["aggregator", "attack"]).loc[("median", "ipm"), "breakdown_fraction"], 0.3)
+    assert math.isclose(
+        table.set_index(["aggregator", "attack"]).loc[("median", "ipm"), "breakdown_fraction"], 0.3
+    )
 
 
 SPACE = """
@@ -233,7 +273,9 @@ def test_end_to_end_breakdown_on_digits(tmp_path):
 
     space = tmp_path / "e2e.yaml"
     space.write_text(SPACE)
-    result = CliRunner().invoke(app, ["breakdown", str(space), "--local", "--storage", str(tmp_path), "--name", "out"])
+    result = CliRunner().invoke(
+        app, ["breakdown", str(space), "--local", "--storage", str(tmp_path), "--name", "out"]
+    )
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "out" / "breakdown.csv").set_index("aggregator")
     fraction = table["breakdown_fraction"]
@@ -241,8 +283,11 @@ def test_end_to_end_breakdown_on_digits(tmp_path):
     assert (table["points_evaluated"] < table["lattice_points"]).any()
     points = pd.read_csv(tmp_path / "out" / "breakdown_points.csv")
     assert len(points) == table["points_evaluated"].sum()
-    assert all((tmp_path / "out" / d.split()[0] / "summary.json").exists() or
-               (Path(d.split()[0]) / "summary.json").exists() for d in points["detail"])
+    assert all(
+        (tmp_path / "out" / d.split()[0] / "summary.json").exists()
+        or (Path(d.split()[0]) / "summary.json").exists()
+        for d in points["detail"]
+    )
     assert (tmp_path / "out" / "breakdown.png").exists()
 
 
@@ -256,19 +301,28 @@ def test_breakdown_cli_bad_input(tmp_path):
     result = CliRunner().invoke(app, ["breakdown", str(space), "--local"])
     assert result.exit_code == 2 and "breakdown.colour" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    space.write_text(SPACE.replace("attack: {grid: [sign_flip]}", "byzantine_fraction: {grid: [0.1]}"))
+    space.write_text(
+        SPACE.replace("attack: {grid: [sign_flip]}", "byzantine_fraction: {grid: [0.1]}")
+    )
     result = CliRunner().invoke(app, ["breakdown", str(space), "--local"])
     assert result.exit_code == 2 and "lattice" in result.stderr
 
 
-REAL = {"dataset": "digits", "model": "mlp", "clients": 10, "participation": 1.0, "rounds": 4,
-        "dirichlet_alpha": float("inf"),  # IID: the bound, not heterogeneity, is under test
-        "local_epochs": 2, "eval_every": 4}
+REAL = {
+    "dataset": "digits",
+    "model": "mlp",
+    "clients": 10,
+    "participation": 1.0,
+    "rounds": 4,
+    "dirichlet_alpha": float("inf"),  # IID: the bound, not heterogeneity, is under test
+    "local_epochs": 2,
+    "eval_every": 4,
+}
 
 
 def _real_map(tmp_path, aggregator: str, attack: str):
-    from robusttune.experiments.breakdown.report import breakdown_table
     from robusttune.engine.runners import InProcessRunner
+    from robusttune.experiments.breakdown.report import breakdown_table
 
     cells = [Cell.of(10, aggregator=aggregator, attack=attack)]
     result = bisect_breakdown(cells, spec_evaluator(REAL, InProcessRunner()), verify_radius=0)
@@ -276,7 +330,7 @@ def _real_map(tmp_path, aggregator: str, attack: str):
 
 
 def test_the_mean_breaks_at_the_first_byzantine_client_under_the_default_adversary(tmp_path):
-    result, row = _real_map(tmp_path, "mean", "sign_flip")
+    _result, row = _real_map(tmp_path, "mean", "sign_flip")
     assert row["breakdown_byzantine"] == 0 and row["theory_fraction"] == 0.0
     assert row["broken_by"].startswith("attack_strength=")
     assert row["breakdown"] == "0"
@@ -285,15 +339,17 @@ def test_the_mean_breaks_at_the_first_byzantine_client_under_the_default_adversa
 def test_the_median_does_not_break_before_its_bound(tmp_path):
     """Median of n = 10 inputs holds while 2f < n: theory 0.4; the measured breakdown under the
     worst of IPM's ladder is at least that."""
-    result, row = _real_map(tmp_path, "median", "ipm")
+    _result, row = _real_map(tmp_path, "median", "ipm")
     assert row["theory_fraction"] == pytest.approx(0.4) and row["inputs"] == 10
     assert row["breakdown_fraction"] >= row["theory_fraction"] - 1e-9
 
 
 def test_a_cell_with_no_attack_is_refused(tmp_path):
     space = tmp_path / "b.yaml"
-    space.write_text("run: {dataset: synthetic, clients: 4}\n"
-                     "space: {aggregator: {grid: [mean, median]}, attack: {grid: [none, ipm]}}\n")
+    space.write_text(
+        "run: {dataset: synthetic, clients: 4}\n"
+        "space: {aggregator: {grid: [mean, median]}, attack: {grid: [none, ipm]}}\n"
+    )
     with pytest.raises(SpecError, match="has no attack"):
         load_plan(space)
 
@@ -303,14 +359,19 @@ def test_the_map_reads_at_a_glance():
     numbers."""
     from robusttune.experiments.breakdown.report import answer, breakdown_table
 
-    cells = {Cell.of(10, aggregator=a, attack="ipm"): b for a, b in {"mean": 0, "median": 9}.items()}
-    result = bisect_breakdown(list(cells), lambda points: [p.byzantine <= cells[p.cell]
-                                                           for p in points])
+    cells = {
+        Cell.of(10, aggregator=a, attack="ipm"): b for a, b in {"mean": 0, "median": 9}.items()
+    }
+    result = bisect_breakdown(
+        list(cells), lambda points: [p.byzantine <= cells[p.cell] for p in points]
+    )
     table = breakdown_table(result)
     assert list(table["breakdown"]) == ["0", ">= 0.5"]
     lines = answer(table)
     assert lines[0] == "Breaks at the first Byzantine client (1 cells): mean."
-    assert lines[1].startswith("Never broke on the lattice (1 cells") and lines[1].endswith(": median.")
+    assert lines[1].startswith("Never broke on the lattice (1 cells") and lines[1].endswith(
+        ": median."
+    )
 
 
 def test_the_answer_names_cells_by_method_and_regime():
@@ -320,15 +381,22 @@ def test_the_answer_names_cells_by_method_and_regime():
 
     from robusttune.experiments.breakdown.report import cells_by_method
 
-    table = pd.DataFrame([{"method": m, "participation": p, "participation_mode": mode,
-                           "attack": a}
-                          for m in ("median", "krum") for p, mode in ((0.1, "fixed"), (1.0, "fixed"))
-                          for a in ("sign_flip", "ipm")])
-    picked = table[(table["method"] == "median")
-                   | ((table["participation"] == 0.1) & (table["attack"] == "ipm"))
-                   | (table["participation"] == 1.0)]
-    assert cells_by_method(picked, table) == \
-        "median: every cell; krum: p=0.1 fixed (ipm), p=1 fixed"
+    table = pd.DataFrame(
+        [
+            {"method": m, "participation": p, "participation_mode": mode, "attack": a}
+            for m in ("median", "krum")
+            for p, mode in ((0.1, "fixed"), (1.0, "fixed"))
+            for a in ("sign_flip", "ipm")
+        ]
+    )
+    picked = table[
+        (table["method"] == "median")
+        | ((table["participation"] == 0.1) & (table["attack"] == "ipm"))
+        | (table["participation"] == 1.0)
+    ]
+    assert (
+        cells_by_method(picked, table) == "median: every cell; krum: p=0.1 fixed (ipm), p=1 fixed"
+    )
 
 
 def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
@@ -341,15 +409,19 @@ def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
     columns = theory_columns(base, result.cells[0])
     # n = round(0.1 * 20) = 2 sampled: Krum needs n > 2f + 2, so no f is covered
     assert columns["inputs"] == 2 and columns["theory_fraction"] == 0.0
-    q = p_majority_round(Deployment(clients=20, participation=0.1, byzantine_fraction=2 / 20,
-                                    rounds=30))
+    q = p_majority_round(
+        Deployment(clients=20, participation=0.1, byzantine_fraction=2 / 20, rounds=30)
+    )
     assert columns["p_majority_round"] == pytest.approx(q)
     assert columns["p_majority_run"] == pytest.approx(1 - (1 - q) ** 30)
     # SWB-DM's trim follows the assumed corruption (r = min(0.45, beta + 0.05)), so told f of its
     # 20 cached rows it covers f = 9 (trim 0.45: 9 rows, and 2 x 9 < 20) but not f = 10 (2f = n)
-    cached = theory_columns({**base, "method": "swb_dm"},
-                            bisect_breakdown([Cell.of(20, attack="ipm")],
-                                             lambda points: [p.byzantine <= 1 for p in points]).cells[0])
+    cached = theory_columns(
+        {**base, "method": "swb_dm"},
+        bisect_breakdown(
+            [Cell.of(20, attack="ipm")], lambda points: [p.byzantine <= 1 for p in points]
+        ).cells[0],
+    )
     assert cached["inputs"] == 20 and cached["p_majority_round"] == 0.0  # 2 of 20 cached rows
     assert cached["theory_fraction"] == pytest.approx(9 / 20)
 
@@ -360,17 +432,28 @@ def test_the_p_frontier_has_one_value_per_method_and_p():
     attacks and two sampling modes, worked by hand."""
     from robusttune.experiments.breakdown.report import breakdown_table, frontier_table
 
-    truth = {("mean", 0.5, "sign_flip", "fixed"): 0, ("mean", 0.5, "ipm", "fixed"): 1,
-             ("mean", 0.5, "sign_flip", "bernoulli"): 2, ("mean", 0.5, "ipm", "bernoulli"): 3,
-             ("median", 0.5, "sign_flip", "fixed"): 4, ("median", 0.5, "ipm", "fixed"): 3,
-             ("median", 0.5, "sign_flip", "bernoulli"): 5, ("median", 0.5, "ipm", "bernoulli"): 5,
-             ("median", 1.0, "sign_flip", "fixed"): 5, ("median", 1.0, "ipm", "fixed"): 5,
-             ("mean", 1.0, "sign_flip", "fixed"): 2, ("mean", 1.0, "ipm", "fixed"): -1}
-    cells = {Cell.of(10, method=m, participation=p, attack=a, participation_mode=mode): b
-             for (m, p, a, mode), b in truth.items()}
+    truth = {
+        ("mean", 0.5, "sign_flip", "fixed"): 0,
+        ("mean", 0.5, "ipm", "fixed"): 1,
+        ("mean", 0.5, "sign_flip", "bernoulli"): 2,
+        ("mean", 0.5, "ipm", "bernoulli"): 3,
+        ("median", 0.5, "sign_flip", "fixed"): 4,
+        ("median", 0.5, "ipm", "fixed"): 3,
+        ("median", 0.5, "sign_flip", "bernoulli"): 5,
+        ("median", 0.5, "ipm", "bernoulli"): 5,
+        ("median", 1.0, "sign_flip", "fixed"): 5,
+        ("median", 1.0, "ipm", "fixed"): 5,
+        ("mean", 1.0, "sign_flip", "fixed"): 2,
+        ("mean", 1.0, "ipm", "fixed"): -1,
+    }
+    cells = {
+        Cell.of(10, method=m, participation=p, attack=a, participation_mode=mode): b
+        for (m, p, a, mode), b in truth.items()
+    }
     # b = -1: the clean run fails (no baseline); b = 5 = k_max: never broke on the lattice
-    result = bisect_breakdown(list(cells), lambda points: [p.byzantine <= cells[p.cell]
-                                                           for p in points])
+    result = bisect_breakdown(
+        list(cells), lambda points: [p.byzantine <= cells[p.cell] for p in points]
+    )
     frontier = frontier_table(breakdown_table(result)).set_index(["method", "participation"])
     assert len(frontier) == 4 and frontier.index.is_unique
     assert frontier.loc[("mean", 0.5), "breakdown_fraction"] == pytest.approx(0.0)
@@ -388,9 +471,15 @@ def test_the_p_frontier_has_one_value_per_method_and_p():
 
 
 def test_write_breakdown_draws_the_frontier(tmp_path):
-    cells = {Cell.of(10, method=m, participation=p, attack="ipm"): b
-             for (m, p), b in {("mean", 0.1): 0, ("mean", 1.0): 0, ("median", 0.1): 1,
-                               ("median", 1.0): 5}.items()}
+    cells = {
+        Cell.of(10, method=m, participation=p, attack="ipm"): b
+        for (m, p), b in {
+            ("mean", 0.1): 0,
+            ("mean", 1.0): 0,
+            ("median", 0.1): 1,
+            ("median", 1.0): 5,
+        }.items()
+    }
     result = bisect_breakdown(list(cells), lambda ps: [p.byzantine <= cells[p.cell] for p in ps])
     text = write_breakdown(result, tmp_path).read_text()
     assert "## The p-frontier" in text and "frontier.png" in text and "| median |" in text
@@ -416,12 +505,21 @@ def ladder_runner(log):
             weight = {"sign_flip": 1.0, "ipm": 1.6}.get(s.attack, 0.0)
             robust = {"mean": 0.0, "median": 0.3, "trimmed_mean": 0.2}[s.aggregator]
             strength = s.attack_strength or 1.0
-            damage = 0.0 if not byzantine_ever_sampled(s) else \
-                max(0.0, s.byzantine_fraction - robust) * weight * min(strength, 12.0) ** 0.5
+            damage = (
+                0.0
+                if not byzantine_ever_sampled(s)
+                else max(0.0, s.byzantine_fraction - robust) * weight * min(strength, 12.0) ** 0.5
+            )
             accuracy = 0.9 - damage if damage < 0.45 else 0.1
-            out.append(RunSummary.from_dict({"final_accuracy": accuracy,
-                                             "collapsed": accuracy <= 0.105,
-                                             "run_dir": f"runs/{s.to_json().__hash__()}"}))
+            out.append(
+                RunSummary.from_dict(
+                    {
+                        "final_accuracy": accuracy,
+                        "collapsed": accuracy <= 0.105,
+                        "run_dir": f"runs/{s.to_json().__hash__()}",
+                    }
+                )
+            )
         return out
 
     return run
@@ -429,11 +527,19 @@ def ladder_runner(log):
 
 def _map(share: bool, staged: bool):
     log: list = []
-    cells = [Cell.of(20, aggregator=a, attack=t, participation=p)
-             for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")
-             for p in (0.1, 1.0)]
-    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1},
-                              ladder_runner(log), seeds=[1, 2], share=share, staged=staged)
+    cells = [
+        Cell.of(20, aggregator=a, attack=t, participation=p)
+        for a in ("mean", "median", "trimmed_mean")
+        for t in ("sign_flip", "ipm")
+        for p in (0.1, 1.0)
+    ]
+    evaluate = spec_evaluator(
+        {"dataset": "synthetic", "clients": 20, "rounds": 1},
+        ladder_runner(log),
+        seeds=[1, 2],
+        share=share,
+        staged=staged,
+    )
     return bisect_breakdown(cells, evaluate), log
 
 
@@ -449,8 +555,9 @@ def test_the_savings_change_no_answer():
         assert saved.to_frame()[answer_columns].equals(plain.to_frame()[answer_columns])
         assert saved.points_frame()[point_columns].equals(plain.points_frame()[point_columns])
         assert saved.grid_trials == plain.grid_trials
-        assert saved.trials_used == sum(len({s.to_json() for s in b}) if share else len(b)
-                                        for b in log)
+        assert saved.trials_used == sum(
+            len({s.to_json() for s in b}) if share else len(b) for b in log
+        )
         assert saved.trials_used < plain.trials_used
     assert plain.trials_used == sum(len(b) for b in plain_log)
     # the full lattice: per cell 2 clean runs + 10 points x 4 strengths x 2 seeds
@@ -474,13 +581,17 @@ def test_cells_bisected_each_on_its_own_give_the_lock_step_map():
 
     from robusttune.experiments.breakdown import bisect_concurrently
 
-    cells = [Cell.of(20, aggregator=a, attack=t, participation=p)
-             for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")
-             for p in (0.1, 1.0)]
+    cells = [
+        Cell.of(20, aggregator=a, attack=t, participation=p)
+        for a in ("mean", "median", "trimmed_mean")
+        for t in ("sign_flip", "ipm")
+        for p in (0.1, 1.0)
+    ]
     base = {"dataset": "synthetic", "clients": 20, "rounds": 1}
     lock_step_log: list = []
-    lock_step = bisect_breakdown(cells, spec_evaluator(base, ladder_runner(lock_step_log),
-                                                       seeds=[1, 2]))
+    lock_step = bisect_breakdown(
+        cells, spec_evaluator(base, ladder_runner(lock_step_log), seeds=[1, 2])
+    )
     inner_log: list = []
     inner = ladder_runner(inner_log)
     delays = random.Random(45)
@@ -504,8 +615,11 @@ def test_cells_bisected_each_on_its_own_give_the_lock_step_map():
     streamed = bisect_concurrently(cells, counted, on_cell_done=lambda c: done.append(c.cell))
     frame, expected = streamed.to_frame(), lock_step.to_frame()
     assert frame.drop(columns="trials").equals(expected.drop(columns="trials"))
-    assert streamed.points_frame().drop(columns=["trials", "detail"]).equals(
-        lock_step.points_frame().drop(columns=["trials", "detail"]))
+    assert (
+        streamed.points_frame()
+        .drop(columns=["trials", "detail"])
+        .equals(lock_step.points_frame().drop(columns=["trials", "detail"]))
+    )
     made = [s.to_json() for batch in inner_log for s in batch]
     assert sorted(made) == sorted(s.to_json() for batch in lock_step_log for s in batch)
     assert streamed.trials_used == lock_step.trials_used == len(made)
@@ -518,8 +632,10 @@ def test_the_staged_ladder_stops_at_the_first_collapse():
     """At k = 10 of 20 the mean collapses at the weakest sign-flip strength: the point runs one
     variant, not four, and names it."""
     log: list = []
-    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1,
-                               "participation": 1.0}, ladder_runner(log))
+    evaluate = spec_evaluator(
+        {"dataset": "synthetic", "clients": 20, "rounds": 1, "participation": 1.0},
+        ladder_runner(log),
+    )
     cell = Cell.of(20, aggregator="mean", attack="sign_flip")
     outcome = evaluate([Point(cell, 10)])[0]
     assert outcome.collapsed and outcome.trials == 1 and outcome.runs == 4
@@ -537,15 +653,23 @@ def test_a_run_without_byzantine_clients_ignores_its_attack():
     strength and its scope change nothing, bit for bit (a data-side attack included)."""
     import torch
 
-    from robusttune.experiments.breakdown import canonical_spec
     from robusttune.core.runspec import RunSpec
     from robusttune.engine.simulation import Simulation
+    from robusttune.experiments.breakdown import canonical_spec
 
-    base = {"dataset": "synthetic", "clients": 6, "rounds": 2, "participation": 0.5,
-            "byzantine_fraction": 0.0, "local_epochs": 1, "checkpoint_every": 0}
+    base = {
+        "dataset": "synthetic",
+        "clients": 6,
+        "rounds": 2,
+        "participation": 0.5,
+        "byzantine_fraction": 0.0,
+        "local_epochs": 1,
+        "checkpoint_every": 0,
+    }
     for attack in ("ipm", "label_flip", "gaussian"):
-        spec = RunSpec.from_dict({**base, "attack": attack, "attack_strength": 7.0,
-                                  "attack_scope": "sample"})
+        spec = RunSpec.from_dict(
+            {**base, "attack": attack, "attack_strength": 7.0, "attack_scope": "sample"}
+        )
         assert spec.n_byzantine == 0
         canonical = canonical_spec(spec)
         assert canonical.attack == "none" and canonical.attack_strength is None
@@ -563,8 +687,11 @@ def _comparable(record: dict) -> dict:
     NaN aggregation error, and NaN != NaN would fail an equality of identical runs)."""
     import math
 
-    return {k: ("nan" if isinstance(v, float) and math.isnan(v) else v)
-            for k, v in record.items() if "seconds" not in k}
+    return {
+        k: ("nan" if isinstance(v, float) and math.isnan(v) else v)
+        for k, v in record.items()
+        if "seconds" not in k
+    }
 
 
 def _same_run(a, b) -> list:
@@ -581,20 +708,37 @@ def _same_run(a, b) -> list:
     return records[0]
 
 
-@pytest.mark.parametrize("mode, seed, method", [("fixed", 43, "median"), ("bernoulli", 42, "krum"),
-                                                ("fixed", 45, "swb_dm"), ("bernoulli", 45, "demoa")])
+@pytest.mark.parametrize(
+    ("mode", "seed", "method"),
+    [
+        ("fixed", 43, "median"),
+        ("bernoulli", 42, "krum"),
+        ("fixed", 45, "swb_dm"),
+        ("bernoulli", 45, "demoa"),
+    ],
+)
 def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, seed, method):
     """With Byzantine clients that the sampling stream never draws, the attack changes nothing
     either (a cache and a momentum method included): `byzantine_ever_sampled` replays the
     run's samples, and the run with attack none is the same bit for bit; beta stays."""
-    from robusttune.experiments.breakdown import canonical_spec
     from robusttune.core.runspec import RunSpec
     from robusttune.engine.simulation import byzantine_ever_sampled
+    from robusttune.experiments.breakdown import canonical_spec
 
-    values = {"dataset": "synthetic", "clients": 10, "participation": 0.2, "rounds": 3,
-              "participation_mode": mode, "byzantine_fraction": 0.1, "seed": seed,
-              "method": method, "local_epochs": 1, "checkpoint_every": 0,
-              "synthetic_shape": "16", "synthetic_samples": 240}
+    values = {
+        "dataset": "synthetic",
+        "clients": 10,
+        "participation": 0.2,
+        "rounds": 3,
+        "participation_mode": mode,
+        "byzantine_fraction": 0.1,
+        "seed": seed,
+        "method": method,
+        "local_epochs": 1,
+        "checkpoint_every": 0,
+        "synthetic_shape": "16",
+        "synthetic_samples": 240,
+    }
     for attack, strength in (("ipm", 1000.0), ("label_flip", None), ("sign_flip", 3.0)):
         spec = RunSpec.from_dict({**values, "attack": attack, "attack_strength": strength})
         assert not byzantine_ever_sampled(spec)
@@ -619,10 +763,17 @@ def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
 
     def make(survival):
         log: list = []
-        cells = [Cell.of(20, aggregator=a, attack=t, participation=1.0)
-                 for a in ("mean", "median", "trimmed_mean") for t in ("sign_flip", "ipm")]
-        evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1},
-                                  ladder_runner(log), seeds=[1], survival=survival)
+        cells = [
+            Cell.of(20, aggregator=a, attack=t, participation=1.0)
+            for a in ("mean", "median", "trimmed_mean")
+            for t in ("sign_flip", "ipm")
+        ]
+        evaluate = spec_evaluator(
+            {"dataset": "synthetic", "clients": 20, "rounds": 1},
+            ladder_runner(log),
+            seeds=[1],
+            survival=survival,
+        )
         return bisect_breakdown(cells, evaluate, relative_threshold=0.9), log
 
     plain, _ = make(None)
@@ -632,15 +783,19 @@ def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
     assert stopped.points_frame()["survived"].equals(plain.points_frame()["survived"])
     assert stopped.trials_used < plain.trials_used
     assert stopped.trials_used == sum(len(b) for b in log)
-    bar = 0.9 * 0.9   # every clean run scores 0.9
+    bar = 0.9 * 0.9  # every clean run scores 0.9
     weight = {"sign_flip": 1.0, "ipm": 1.6}
     robust = {"mean": 0.0, "median": 0.3, "trimmed_mean": 0.2}
     for _, point in stopped.points_frame().iterrows():
         if point["survived"]:
             continue
         ladder = ATTACKS[point["attack"]].strength_ladder
-        damage = [max(0.0, point["byzantine_fraction"] - robust[point["aggregator"]])
-                  * weight[point["attack"]] * min(s, 12.0) ** 0.5 for s in ladder]
+        damage = [
+            max(0.0, point["byzantine_fraction"] - robust[point["aggregator"]])
+            * weight[point["attack"]]
+            * min(s, 12.0) ** 0.5
+            for s in ladder
+        ]
         accuracy = [0.9 - d if d < 0.45 else 0.1 for d in damage]
         first = next(i for i, a in enumerate(accuracy) if a < bar)
         assert point["adversary"] == f"attack_strength={ladder[first]}"
@@ -654,39 +809,55 @@ def test_under_tuning_the_ladder_stops_only_at_a_collapse():
     from robusttune.experiments.sweep.space import Domain
 
     log: list = []
-    evaluate = spec_evaluator({"dataset": "synthetic", "clients": 20, "rounds": 1,
-                               "participation": 1.0}, ladder_runner(log), budget=1,
-                              tune={"trim_ratio": Domain("uniform", low=0.0, high=0.1)},
-                              survival=(0.85, 0.5))
+    evaluate = spec_evaluator(
+        {"dataset": "synthetic", "clients": 20, "rounds": 1, "participation": 1.0},
+        ladder_runner(log),
+        budget=1,
+        tune={"trim_ratio": Domain("uniform", low=0.0, high=0.1)},
+        survival=(0.85, 0.5),
+    )
     cell = Cell.of(20, aggregator="mean", attack="sign_flip")
-    outcome = evaluate([Point(cell, 1)])[0]   # 0.9 - 0.05 x sqrt(s): below 0.85 from s = 3 on
+    outcome = evaluate([Point(cell, 1)])[0]  # 0.9 - 0.05 x sqrt(s): below 0.85 from s = 3 on
     assert not outcome.collapsed and outcome.accuracy < 0.85 and outcome.trials == 4
 
 
-@pytest.mark.parametrize("participation, mode, sample_size, rounds, expected", [
-    (0.1, "fixed", None, 5, 25),       # n = 2 of 20: q = 0.1, ceil(2.5 / 0.1)
-    (0.1, "bernoulli", None, 5, 25),
-    (0.5, "fixed", None, 5, 5),        # ceil(2.5 / 0.5) = 5: already enough
-    (0.5, "bernoulli", None, 15, 15),
-    (0.3, "bernoulli", None, 5, 9),    # ceil(8.33)
-    (0.1, "fixed", 3, 5, 17),          # sample_size 3 of 20: q = 0.15, ceil(16.7)
-    (1.0, "fixed", None, 1, 3),
-])
-def test_min_client_rounds_gives_each_client_its_rounds(participation, mode, sample_size,
-                                                        rounds, expected):
-    from robusttune.experiments.breakdown.plan import rounds_for_participation
+@pytest.mark.parametrize(
+    ("participation", "mode", "sample_size", "rounds", "expected"),
+    [
+        (0.1, "fixed", None, 5, 25),  # n = 2 of 20: q = 0.1, ceil(2.5 / 0.1)
+        (0.1, "bernoulli", None, 5, 25),
+        (0.5, "fixed", None, 5, 5),  # ceil(2.5 / 0.5) = 5: already enough
+        (0.5, "bernoulli", None, 15, 15),
+        (0.3, "bernoulli", None, 5, 9),  # ceil(8.33)
+        (0.1, "fixed", 3, 5, 17),  # sample_size 3 of 20: q = 0.15, ceil(16.7)
+        (1.0, "fixed", None, 1, 3),
+    ],
+)
+def test_min_client_rounds_gives_each_client_its_rounds(
+    participation, mode, sample_size, rounds, expected
+):
     from robusttune.core.runspec import RunSpec
+    from robusttune.experiments.breakdown.plan import rounds_for_participation
 
-    spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 20, "rounds": rounds,
-                              "participation": participation, "participation_mode": mode,
-                              "sample_size": sample_size})
+    spec = RunSpec.from_dict(
+        {
+            "dataset": "synthetic",
+            "clients": 20,
+            "rounds": rounds,
+            "participation": participation,
+            "participation_mode": mode,
+            "sample_size": sample_size,
+        }
+    )
     assert rounds_for_participation(spec, 2.5) == expected
 
 
 def test_min_client_rounds_sets_each_cells_rounds_and_is_checked(tmp_path):
     space = tmp_path / "b.yaml"
-    body = ("run: {dataset: synthetic, clients: 20, rounds: 4}\n"
-            "space: {participation: {grid: [0.1, 1.0]}, attack: {grid: [ipm]}}\n")
+    body = (
+        "run: {dataset: synthetic, clients: 20, rounds: 4}\n"
+        "space: {participation: {grid: [0.1, 1.0]}, attack: {grid: [ipm]}}\n"
+    )
     space.write_text(body + "breakdown: {min_client_rounds: 2}\n")
     plan = load_plan(space)
     assert [c["rounds"] for c in plan.cells] == [20, 4]
@@ -703,17 +874,28 @@ def test_the_default_map_has_every_method_at_every_regime():
     case (the adversary's, run staged: the ladders first), and given at least
     min_client_rounds rounds per client."""
     from robusttune.core.runspec import RunSpec
-
     from robusttune.methods.attacks import ATTACKS
 
     plan = load_plan(Path(__file__).resolve().parent.parent / "search_spaces" / "breakdown.yaml")
     # a method is its rule behind its pre-aggregation: NNM in front of median, Krum and CCLIP
     methods = {(c["method"], c.as_dict().get("pre_aggregator", "none")) for c in plan.cells}
     attacks = plan.adversary["attack"]
-    regimes = {(0.1, "fixed"), (0.1, "bernoulli"), (0.5, "fixed"), (0.5, "bernoulli"),
-               (1.0, "fixed")}
-    found = {(c["method"], c.as_dict().get("pre_aggregator", "none"),
-              c["participation"], c["participation_mode"]) for c in plan.cells}
+    regimes = {
+        (0.1, "fixed"),
+        (0.1, "bernoulli"),
+        (0.5, "fixed"),
+        (0.5, "bernoulli"),
+        (1.0, "fixed"),
+    }
+    found = {
+        (
+            c["method"],
+            c.as_dict().get("pre_aggregator", "none"),
+            c["participation"],
+            c["participation_mode"],
+        )
+        for c in plan.cells
+    }
     assert found == {(*m, p, mode) for m in methods for p, mode in regimes}
     assert len(plan.cells) == len(found) == 100 and len(methods) == 20
     assert all("attack" not in c.as_dict() for c in plan.cells)
@@ -724,8 +906,11 @@ def test_the_default_map_has_every_method_at_every_regime():
     assert plan.min_client_rounds is not None
     for cell in plan.cells:
         spec = RunSpec.from_dict({**plan.base, **cell.as_dict()})
-        q = spec.expected_sample_size / spec.clients if spec.participation_mode == "fixed" \
+        q = (
+            spec.expected_sample_size / spec.clients
+            if spec.participation_mode == "fixed"
             else spec.participation
+        )
         assert spec.rounds * q >= plan.min_client_rounds - 1e-9
 
 
@@ -739,8 +924,9 @@ def window_runner(log):
         for s in specs:
             strength = s.attack_strength or 1.0
             hit = s.byzantine_fraction > 0 and 15.0 <= strength <= 60.0
-            out.append(RunSummary.from_dict({"final_accuracy": 0.3 if hit else 0.85,
-                                             "collapsed": False}))
+            out.append(
+                RunSummary.from_dict({"final_accuracy": 0.3 if hit else 0.85, "collapsed": False})
+            )
         return out
 
     return run
@@ -760,7 +946,7 @@ def test_the_adaptive_adversary_finds_a_strength_the_ladder_misses():
     adaptive = spec_evaluator(base, window_runner(log), survival=(None, 0.5), adaptive=6)
     outcome = adaptive([Point(cell, 0), Point(cell, 2)])[1]
     strengths = [s.attack_strength for batch in log for s in batch if s.byzantine_fraction > 0]
-    assert strengths[:4] == [1.0, 3.0, 10.0, 100.0]                # the ladder first: the floor
+    assert strengths[:4] == [1.0, 3.0, 10.0, 100.0]  # the ladder first: the floor
     searched = strengths[4:]
     assert 1 <= len(searched) <= 6 and all(1.0 <= s <= 100.0 for s in searched)
     assert 15.0 <= searched[-1] <= 60.0 and all(not 15.0 <= s <= 60.0 for s in searched[:-1])
@@ -782,7 +968,8 @@ def test_adaptive_is_a_breakdown_adversary_choice(tmp_path):
     plan = load_plan(space)
     assert plan.adaptive == 3 and plan.adversary == {}
     from robusttune.experiments.breakdown.plan import plan_costs
-    assert plan_costs(plan)[0].attacked_trials == 4 + 3            # IPM's ladder + the search
+
+    assert plan_costs(plan)[0].attacked_trials == 4 + 3  # IPM's ladder + the search
     space.write_text(body + "breakdown: {adaptive_budget: 3}\n")
     with pytest.raises(SpecError, match="adaptive_budget applies to adversary: adaptive"):
         load_plan(space)

@@ -11,16 +11,22 @@ import pytest
 from scipy import stats
 from typer.testing import CliRunner
 
-from robusttune.problem.byzantine_law import (Deployment, analyze, byzantine_law, p_any_round,
-                                              p_exceeds_trim_round, p_majority_round,
-                                              smallest_safe_trim)
 from robusttune.core.registry import SpecError
+from robusttune.problem.byzantine_law import (
+    Deployment,
+    analyze,
+    byzantine_law,
+    p_any_round,
+    p_exceeds_trim_round,
+    p_majority_round,
+    smallest_safe_trim,
+)
 
 CASES = [
     # the case: N=20, p=0.1, beta=0.2 (B=4), T=10; fixed draws n=2
-    dict(clients=20, participation=0.1, byzantine_fraction=0.2, rounds=10),
+    {"clients": 20, "participation": 0.1, "byzantine_fraction": 0.2, "rounds": 10},
     # a larger sample where the trim matters: N=30, p=0.4 (n=12), beta=0.3 (B=9), T=25
-    dict(clients=30, participation=0.4, byzantine_fraction=0.3, rounds=25),
+    {"clients": 30, "participation": 0.4, "byzantine_fraction": 0.3, "rounds": 25},
 ]
 
 
@@ -59,7 +65,7 @@ def test_matches_scipy_and_monte_carlo(case, mode):
     else:
         byz, hon = stats.binom(B, d.participation), stats.binom(N - B, d.participation)
         q = e = 0.0
-        for k in range(B + 1):          # plain double loop over the two independent binomials
+        for k in range(B + 1):  # plain double loop over the two independent binomials
             for h in range(N - B + 1):
                 w = byz.pmf(k) * hon.pmf(h)
                 q += w * (k >= 1 and 2 * k >= k + h)
@@ -107,12 +113,29 @@ def test_safe_trim_and_validation():
     assert smallest_safe_trim(d, risk=0.05) == pytest.approx(3 / 12)
     assert p_any_round(p_exceeds_trim_round(d, 2 / 12), 25) > 0.05
     assert smallest_safe_trim(d, cache=True) == pytest.approx(3 / 30)  # floor(30 r) >= 3
-    assert smallest_safe_trim(Deployment(clients=30, participation=0.4, byzantine_fraction=0.3,
-                                         rounds=25)) is None   # B=9 of n=12 beats any r < 0.5
-    for bad in (dict(participation=0.0), dict(byzantine_fraction=1.0), dict(rounds=0),
-                dict(sample_size=31), dict(mode="poisson")):
+    assert (
+        smallest_safe_trim(
+            Deployment(clients=30, participation=0.4, byzantine_fraction=0.3, rounds=25)
+        )
+        is None
+    )  # B=9 of n=12 beats any r < 0.5
+    for bad in (
+        {"participation": 0.0},
+        {"byzantine_fraction": 1.0},
+        {"rounds": 0},
+        {"sample_size": 31},
+        {"mode": "poisson"},
+    ):
         with pytest.raises(SpecError):
-            Deployment(**{**dict(clients=30, participation=0.4, byzantine_fraction=0.3, rounds=5), **bad})
+            Deployment(
+                **{
+                    "clients": 30,
+                    "participation": 0.4,
+                    "byzantine_fraction": 0.3,
+                    "rounds": 5,
+                    **bad,
+                }
+            )
     with pytest.raises(SpecError):
         p_exceeds_trim_round(d, 0.5)
 
@@ -124,20 +147,61 @@ def test_cli_calibrate_json_and_bad_input():
     from robusttune.commands.cli import app
 
     runner = CliRunner()
-    result = runner.invoke(app, ["calibrate", "--clients", "20", "--participation", "0.1",
-                                 "--byzantine", "0.2", "--rounds", "10", "--analytic-only", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--clients",
+            "20",
+            "--participation",
+            "0.1",
+            "--byzantine",
+            "0.2",
+            "--rounds",
+            "10",
+            "--analytic-only",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["p_majority_round_any"] == pytest.approx(1 - (120 / 190) ** 10)
     assert data["recommended_trim_ratio"] is None
     assert "p_exceeds_trim_any" in data and data["p_majority_round_any_cache"] == 0.0
-    result = runner.invoke(app, ["calibrate", "--clients", "20", "--participation", "1.5",
-                                 "--byzantine", "0.2", "--rounds", "10", "--analytic-only"])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--clients",
+            "20",
+            "--participation",
+            "1.5",
+            "--byzantine",
+            "0.2",
+            "--rounds",
+            "10",
+            "--analytic-only",
+        ],
+    )
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "participation" in result.stderr
-    result = runner.invoke(app, ["calibrate", "--clients", "20", "--participation", "0.5",
-                                 "--byzantine", "0.2", "--rounds", "10", "--trim", "0.7",
-                                 "--analytic-only"])
+    result = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--clients",
+            "20",
+            "--participation",
+            "0.5",
+            "--byzantine",
+            "0.2",
+            "--rounds",
+            "10",
+            "--trim",
+            "0.7",
+            "--analytic-only",
+        ],
+    )
     assert result.exit_code == 2 and "trim" in result.stderr
 
 
@@ -146,17 +210,42 @@ def test_trim_grid_is_the_distinct_trims():
 
     # n_in = 10: floor(10 r) changes only at multiples of 0.1; beta 0.2 + margin 0.1 + 0.1 -> 0.4
     assert default_trim_grid(0.2, 0.1, 10) == [0.0, 0.1, 0.2, 0.3, 0.4]
-    assert default_trim_grid(0.4, 0.1, 4) == [0.0, 0.25]        # r < 0.5 always
+    assert default_trim_grid(0.4, 0.1, 4) == [0.0, 0.25]  # r < 0.5 always
 
 
 def test_cli_calibrate_with_local_sweep(tmp_path):
     from robusttune.commands.cli import app
 
-    result = CliRunner().invoke(app, [
-        "calibrate", "--clients", "6", "--participation", "1.0", "--byzantine", "0.17",
-        "--rounds", "2", "--dataset", "synthetic", "--attack", "sign_flip", "--trim", "0.0",
-        "--trim", "0.34", "--local", "--json", "--out", str(tmp_path),
-        "--set", "synthetic_samples=240", "--set", "local_epochs=1"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--clients",
+            "6",
+            "--participation",
+            "1.0",
+            "--byzantine",
+            "0.17",
+            "--rounds",
+            "2",
+            "--dataset",
+            "synthetic",
+            "--attack",
+            "sign_flip",
+            "--trim",
+            "0.0",
+            "--trim",
+            "0.34",
+            "--local",
+            "--json",
+            "--out",
+            str(tmp_path),
+            "--set",
+            "synthetic_samples=240",
+            "--set",
+            "local_epochs=1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     rows = data["sweep"]["rows"]
@@ -164,7 +253,7 @@ def test_cli_calibrate_with_local_sweep(tmp_path):
     # default three seeds
     assert len(rows) == 4 and {r["trim_ratio"] for r in rows} == {0.0, 0.34}
     assert {r["byzantine_clients"] for r in rows} == {1} and {r["seeds"] for r in rows} == {3}
-    for row in rows:   # a trim survives only in every seed
+    for row in rows:  # a trim survives only in every seed
         assert row["survived"] == (row["seeds_survived"] == 3)
     assert data["recommended_trim_ratio"] in (None, 0.0, 0.34)
     # per seed each trim's clean run, then sign_flip's ladder (1, 3, 10, 100) at k = 1, staged:

@@ -35,8 +35,15 @@ import yaml
 from robusttune.experiments.sweep.trainable import cuda_memory_fraction, place_trial
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
-        "synthetic_samples": 240, "synthetic_shape": "16", "local_epochs": 1}
+TINY = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 4,
+    "participation": 1.0,
+    "synthetic_samples": 240,
+    "synthetic_shape": "16",
+    "local_epochs": 1,
+}
 SEEDS = [1, 2, 3, 4]
 ROUNDS = 10
 ROUND_DELAY_S = 0.4  # tiny rounds take milliseconds: slowed so the node is lost mid-trial
@@ -64,14 +71,21 @@ def test_aws_cluster_yaml_is_valid_and_scales_gpu_workers_from_zero():
     assert config["provider"]["type"] == "aws"
     head = config["available_node_types"][config["head_node_type"]]
     assert head["resources"].get("CPU") == 0 and head["resources"].get("GPU", 0) == 0  # no trials
-    workers = {name: t for name, t in config["available_node_types"].items()
-               if name != config["head_node_type"]}
+    workers = {
+        name: t
+        for name, t in config["available_node_types"].items()
+        if name != config["head_node_type"]
+    }
     gpu_workers = [t for t in workers.values() if t["resources"].get("GPU", 0) >= 1]
-    assert gpu_workers and all(t.get("min_workers", 0) == 0 and t["max_workers"] >= 1 for t in gpu_workers)
+    assert gpu_workers and all(
+        t.get("min_workers", 0) == 0 and t["max_workers"] >= 1 for t in gpu_workers
+    )
     commands = "\n".join(config["setup_commands"])
     assert "torch==2.14.1" in commands and "torchvision==0.29.1" in commands
     assert "ray[default,tune]==2.60.0" in commands
-    assert re.search(r"pip install .*-e ~/robusttune", commands)  # this package, copied by file_mounts
+    assert re.search(
+        r"pip install .*-e ~/robusttune", commands
+    )  # this package, copied by file_mounts
     assert config["file_mounts"] == {"~/robusttune": ".", **TOKEN_MOUNT}
     # Commands are merged by prepare_config: the head also gets the common setup.
     assert set(config["setup_commands"]) <= set(config["head_setup_commands"])
@@ -86,11 +100,19 @@ def assert_token_authentication(config: dict[str, Any]) -> None:
     """Every Ray process a cluster file starts runs with token authentication, every node gets
     the laptop's token, and interactive shells (`ray attach`, a job's driver) have the mode."""
     assert config["file_mounts"].get("~/.ray/auth_token") == "~/.ray/auth_token"
-    starts = [line for key in ("head_start_ray_commands", "worker_start_ray_commands")
-              for line in config[key] if "ray start" in line]
+    starts = [
+        line
+        for key in ("head_start_ray_commands", "worker_start_ray_commands")
+        for line in config[key]
+        if "ray start" in line
+    ]
     assert len(starts) == 2 and all("RAY_AUTH_MODE=token ray start" in line for line in starts)
-    assert not any("RAY_AUTH_MODE=disabled" in line for key, lines in config.items()
-                   if key.endswith("_commands") for line in lines)
+    assert not any(
+        "RAY_AUTH_MODE=disabled" in line
+        for key, lines in config.items()
+        if key.endswith("_commands")
+        for line in lines
+    )
     assert any("export RAY_AUTH_MODE=token" in line for line in config["setup_commands"])
 
 
@@ -115,7 +137,7 @@ def test_validation_catches_a_broken_file():
     config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
     worker = next(n for n in config["available_node_types"] if n != config["head_node_type"])
     config["available_node_types"][worker]["resources"] = {"GPU": 0.5}  # must be integers
-    with pytest.raises(Exception, match="0.5"):
+    with pytest.raises(Exception, match=r"0.5"):
         validate_config(prepare_config(config))
 
 
@@ -125,7 +147,11 @@ def test_a_trial_shape_fits_one_node_or_is_refused_naming_the_amount():
     node type holds and what is allowed (the live refusal is in tests/test_autoscaling.py)."""
     from robusttune.experiments.sweep.cluster import shape_problem
 
-    types = {"head": {"CPU": 0.0}, "gpu_worker": {"CPU": 4.0, "GPU": 1.0}, "cpu_worker": {"CPU": 16.0}}
+    types = {
+        "head": {"CPU": 0.0},
+        "gpu_worker": {"CPU": 4.0, "GPU": 1.0},
+        "cpu_worker": {"CPU": 16.0},
+    }
     assert shape_problem({"CPU": 1, "GPU": 0.25}, [], types) is None
     assert shape_problem({"CPU": 16}, [], types) is None
     assert shape_problem({"CPU": 4, "GPU": 1}, [], types) is None
@@ -135,7 +161,9 @@ def test_a_trial_shape_fits_one_node_or_is_refused_naming_the_amount():
     together = shape_problem({"CPU": 8, "GPU": 1}, [], types)
     assert together.startswith("resources cpu 8, gpu 1 per trial") and "together" in together
     no_gpu = shape_problem({"CPU": 1, "GPU": 0.5}, [], {"head": {"CPU": 0.0}, "w": {"CPU": 1.0}})
-    assert no_gpu.startswith("resources.gpu 0.5 per trial") and "gpu 0 (--gpus-per-trial 0)" in no_gpu
+    assert (
+        no_gpu.startswith("resources.gpu 0.5 per trial") and "gpu 0 (--gpus-per-trial 0)" in no_gpu
+    )
     # a node the cluster has now counts as much as a type it could add
     assert shape_problem({"CPU": 32}, [{"CPU": 64.0}], types) is None
     assert all("\n" not in line for line in (more_cpus, together, no_gpu))
@@ -155,15 +183,20 @@ def test_readme_per_trial_flags_fit_cluster_yamls_gpu_workers():
     worker = types[gpu_type]
     section = (ROOT / "docs" / "how-to" / "cluster.md").read_text()
     suggested = re.findall(r"--gpus-per-trial ([\d.]+)(?:\s+--cpus-per-trial ([\d.]+))?", section)
-    suggested += re.findall(r"--gpus-per-trial ([\d.]+)(?: and --cpus-per-trial ([\d.]+))?",
-                            (ROOT / "cluster.yaml").read_text())
+    suggested += re.findall(
+        r"--gpus-per-trial ([\d.]+)(?: and --cpus-per-trial ([\d.]+))?",
+        (ROOT / "cluster.yaml").read_text(),
+    )
     assert len(suggested) >= 3
     for gpu, cpu in suggested:
         wanted = {"CPU": float(cpu or 1), "GPU": float(gpu)}  # cpu: the sweep's default, 1
         assert shape_problem(wanted, [], types) is None, wanted
         assert holds(worker, wanted) and not holds(types[head], wanted)
-    claim = re.search(r"worker \((\d+) GPU, (\d+) CPUs\) holds (\d+)\s+trials with "
-                      r"`--gpus-per-trial ([\d.]+) --cpus-per-trial ([\d.]+)`", section)
+    claim = re.search(
+        r"worker \((\d+) GPU, (\d+) CPUs\) holds (\d+)\s+trials with "
+        r"`--gpus-per-trial ([\d.]+) --cpus-per-trial ([\d.]+)`",
+        section,
+    )
     assert claim, "the cluster guide no longer says how many trials a GPU worker holds"
     gpus, cpus, per_node, gpu, cpu = (float(x) for x in claim.groups())
     assert (gpus, cpus) == (worker["GPU"], worker["CPU"])
@@ -202,7 +235,9 @@ def test_trial_device_and_memory_cap_on_a_fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", cap)
 
-    assert place_trial("auto", {"CPU": 1, "GPU": 0.25}, ["3"]) == "cuda"  # Ray's id 3 is cuda:0 here
+    assert (
+        place_trial("auto", {"CPU": 1, "GPU": 0.25}, ["3"]) == "cuda"
+    )  # Ray's id 3 is cuda:0 here
     assert caps == [(0.25, 0)]
     assert place_trial("cuda:1", {"CPU": 1, "GPU": 0.5}, ["3"]) == "cuda"  # only one GPU visible
     assert caps[-1] == (0.5, 0)
@@ -224,11 +259,15 @@ def test_storage_paths_and_uris():
     from robusttune.experiments.sweep.storage import experiment_path, is_local
 
     assert is_local("/mnt/nfs/results") and is_local("file:///mnt/nfs/results")
-    assert experiment_path("file:///mnt/nfs/results", "q") == str(Path("/mnt/nfs/results/q").resolve())
+    assert experiment_path("file:///mnt/nfs/results", "q") == str(
+        Path("/mnt/nfs/results/q").resolve()
+    )
     assert not is_local("s3://bucket/results")
     assert experiment_path("s3://bucket/results/", "q") == "s3://bucket/results/q"
-    assert experiment_path("s3://bucket/results?region=us-west-2", "q") == \
-        "s3://bucket/results/q?region=us-west-2"
+    assert (
+        experiment_path("s3://bucket/results?region=us-west-2", "q")
+        == "s3://bucket/results/q?region=us-west-2"
+    )
     assert experiment_path("gs://bucket/r", "q") == "gs://bucket/r/q"
 
 
@@ -250,13 +289,17 @@ def test_a_trial_restored_elsewhere_gets_its_run_files_back(tmp_path):
     (stored / "events.out.tfevents.1.node-a.1.0").write_bytes(b"scalars")
     (stored / "result.json").write_text("{}\n")  # Tune's own file: not a run file
     (stored / "checkpoint_000001").mkdir()
-    storage = SimpleNamespace(storage_filesystem=pyarrow.fs.LocalFileSystem(),
-                              trial_fs_path=str(stored))
+    storage = SimpleNamespace(
+        storage_filesystem=pyarrow.fs.LocalFileSystem(), trial_fs_path=str(stored)
+    )
     context = SimpleNamespace(get_storage=lambda: storage)  # what tune.get_context() gives
     working = tmp_path / "node-b" / "working_dir"
     working.mkdir(parents=True)
     fetch_run_files(context, working)
-    assert sorted(p.name for p in working.iterdir()) == ["events.out.tfevents.1.node-a.1.0", "rounds.csv"]
+    assert sorted(p.name for p in working.iterdir()) == [
+        "events.out.tfevents.1.node-a.1.0",
+        "rounds.csv",
+    ]
     RunWriter(working, RunSpec(), tensorboard=False, resume_at=2).abort()
     assert [r["round"] for r in rows(working / "rounds.csv")] == ["1", "2"]
     # Shared or local storage: the run folder is the trial folder; nothing is copied.
@@ -276,17 +319,29 @@ def failover(tmp_path_factory):
     out = tmp_path_factory.mktemp("failover")
     # A short private Ray temp dir (unix socket paths are limited to 107 characters).
     ray_tmp = tempfile.mkdtemp(prefix="rtc-", dir="/tmp")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_TMPDIR": ray_tmp,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     env.pop("RAY_ADDRESS", None)
     try:
-        child = subprocess.run([sys.executable, __file__, str(out)], env=env, capture_output=True,
-                               text=True, timeout=240)
+        child = subprocess.run(
+            [sys.executable, __file__, str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if child.returncode != 0:
-        pytest.fail(f"cluster child failed ({child.returncode}):\n{child.stdout[-3000:]}\n"
-                    f"{child.stderr[-6000:]}")
+        pytest.fail(
+            f"cluster child failed ({child.returncode}):\n{child.stdout[-3000:]}\n"
+            f"{child.stderr[-6000:]}"
+        )
     return json.loads((out / "facts.json").read_text())
 
 
@@ -320,7 +375,7 @@ def test_sweep_survives_losing_a_worker_node(failover):
             continue
         # Started at round 1, then restored from a checkpoint, not from round 1.
         assert len(starts) == 2 and starts[0] == 0, starts
-        first, retry = reported[:starts[1]], reported[starts[1]:]
+        first, retry = reported[: starts[1]], reported[starts[1] :]
         assert [r["round"] for r in first] == list(range(1, len(first) + 1))
         resumed_at = retry[0]["round"]
         assert [r["round"] for r in retry] == list(range(resumed_at, ROUNDS + 1))
@@ -335,8 +390,9 @@ def test_sweep_survives_losing_a_worker_node(failover):
         for round_number, again in replayed.items():
             once = first[round_number - 1]
             # repr: NaN (a round not evaluated) equals itself
-            assert [repr(once[k]) for k in ("accuracy", "loss", "param_norm")] == \
-                [repr(again[k]) for k in ("accuracy", "loss", "param_norm")], round_number
+            assert [repr(once[k]) for k in ("accuracy", "loss", "param_norm")] == [
+                repr(again[k]) for k in ("accuracy", "loss", "param_norm")
+            ], round_number
 
     # The retried trial's run is the uninterrupted run, bit for bit (the checkpoint holds the
     # model, caches and RNG states), and its rounds.csv has each round once.
@@ -346,7 +402,9 @@ def test_sweep_survives_losing_a_worker_node(failover):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the trial
     try:
-        spec = RunSpec.from_dict({**TINY, "rounds": ROUNDS, "seed": failed[0]["seed"], "device": "cpu"})
+        spec = RunSpec.from_dict(
+            {**TINY, "rounds": ROUNDS, "seed": failed[0]["seed"], "device": "cpu"}
+        )
         reference = list(Simulation(spec))
     finally:
         torch.set_num_threads(threads)
@@ -371,7 +429,7 @@ def slowed_trainable(config: dict[str, Any], sweep: Any) -> None:
     if not getattr(Simulation, "_slowed_for_test", False):  # actors are reused: patch once
         step = Simulation.step
 
-        def slowed(self):  # noqa: ANN001, ANN202
+        def slowed(self):
             _time.sleep(ROUND_DELAY_S)
             return step(self)
 
@@ -390,27 +448,31 @@ def _remove_worker_callback(marker: Path) -> Any:
         def __init__(self) -> None:
             self.rounds: dict[str, int] = {}
 
-        def on_trial_result(self, iteration, trials, trial, result, **info):  # noqa: ANN001
+        def on_trial_result(self, iteration, trials, trial, result, **info):
             self.rounds[trial.trial_id] = int(result["round"])
             if marker.exists():
                 return
             running = [t for t in trials if t.status == "RUNNING"]
             mid_run = range(REMOVE_AFTER_ROUND, ROUNDS - REMOVE_BEFORE_END + 1)
-            if len(running) == 2 and all(self.rounds.get(t.trial_id, 0) in mid_run
-                                         for t in running):
+            if len(running) == 2 and all(
+                self.rounds.get(t.trial_id, 0) in mid_run for t in running
+            ):
                 # Looked up at call time: a pickled copy of this callback must not carry it.
                 cluster = sys.modules["__main__"]._CLUSTER
                 node = sorted(cluster.worker_nodes, key=lambda n: n.unique_id)[0]
                 at = {t.trial_id: self.rounds[t.trial_id] for t in running}
                 cluster.remove_node(node, allow_graceful=False)  # like a reclaimed spot node
-                marker.write_text(json.dumps({"node_id": node.node_id, "rounds_at_removal": at,
-                                              "time": time.time()}))
+                marker.write_text(
+                    json.dumps(
+                        {"node_id": node.node_id, "rounds_at_removal": at, "time": time.time()}
+                    )
+                )
 
     return RemoveWorkerMidTrial()
 
 
 def run_child(out: Path) -> None:
-    global _CLUSTER
+    global _CLUSTER  # noqa: PLW0603 - Tune pickles the callbacks, which find it in __main__
     import ray
     from ray.cluster_utils import Cluster
 
@@ -418,41 +480,67 @@ def run_child(out: Path) -> None:
     from robusttune.experiments.sweep.space import parse_sweep
 
     started = time.perf_counter()
-    _CLUSTER = Cluster(initialize_head=True,
-                       head_node_args={"num_cpus": 0, "include_dashboard": False})
+    _CLUSTER = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
     for _ in range(2):
         _CLUSTER.add_node(num_cpus=1)
     _CLUSTER.wait_for_nodes()
     print(f"cluster up in {time.perf_counter() - started:.1f} s", flush=True)
     marker = out / "removed.json"
-    spec = parse_sweep({"run": {**TINY, "rounds": ROUNDS, "checkpoint_every": 1},
-                        "space": {"seed": {"grid": SEEDS}}}, name="failover")
+    spec = parse_sweep(
+        {
+            "run": {**TINY, "rounds": ROUNDS, "checkpoint_every": 1},
+            "space": {"seed": {"grid": SEEDS}},
+        },
+        name="failover",
+    )
     try:
-        outcome = run_sweep(spec, storage=str(out / "results"), address=_CLUSTER.address,
-                            verbose=0, trainable=slowed_trainable,
-                            callbacks=[_remove_worker_callback(marker)])
+        outcome = run_sweep(
+            spec,
+            storage=str(out / "results"),
+            address=_CLUSTER.address,
+            verbose=0,
+            trainable=slowed_trainable,
+            callbacks=[_remove_worker_callback(marker)],
+        )
         print(f"sweep done in {time.perf_counter() - started:.1f} s", flush=True)
         trials = []
         for trial in outcome.result_grid._experiment_analysis.trials:
-            trials.append({"trial_id": trial.trial_id, "path": trial.path,
-                           "seed": trial.config["seed"], "status": trial.status,
-                           "num_failures": trial.run_metadata.num_failures})
+            trials.append(
+                {
+                    "trial_id": trial.trial_id,
+                    "path": trial.path,
+                    "seed": trial.config["seed"],
+                    "status": trial.status,
+                    "num_failures": trial.run_metadata.num_failures,
+                }
+            )
         # The cluster itself noticed the loss: the removed node is dead in the GCS.
         removed = json.loads(marker.read_text()) if marker.exists() else None
         ray.init(address=_CLUSTER.address, logging_level="WARNING")
         deadline = time.time() + 45
         while True:
             nodes = {node["NodeID"]: node["Alive"] for node in ray.nodes()}
-            if removed is None or not nodes.get(removed["node_id"], False) or time.time() > deadline:
+            if (
+                removed is None
+                or not nodes.get(removed["node_id"], False)
+                or time.time() > deadline
+            ):
                 break
             time.sleep(0.5)
         if removed is not None:
             removed["dead_after_s"] = time.time() - removed["time"]
         ray.shutdown()
-        facts = {"finished": outcome.finished, "errored": outcome.errored,
-                 "unfinished": outcome.unfinished, "trials": trials, "nodes": nodes,
-                 "removed": removed,
-                 "seconds": time.perf_counter() - started}
+        facts = {
+            "finished": outcome.finished,
+            "errored": outcome.errored,
+            "unfinished": outcome.unfinished,
+            "trials": trials,
+            "nodes": nodes,
+            "removed": removed,
+            "seconds": time.perf_counter() - started,
+        }
         (out / "facts.json").write_text(json.dumps(facts, indent=1))
     finally:
         _CLUSTER.shutdown()

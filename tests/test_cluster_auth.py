@@ -49,15 +49,27 @@ def token_head(tmp_path_factory):
     """(address, token, environment without any token) of a running head with token auth."""
     folder = tmp_path_factory.mktemp("auth")
     token = secrets.token_hex(32)
-    ray_tmp = tempfile.mkdtemp(prefix="rta-", dir="/tmp")   # short: unix socket paths
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
-    base.update({"RAY_TMPDIR": ray_tmp, "HOME": str(folder),   # no ~/.ray/auth_token of ours
-                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+    ray_tmp = tempfile.mkdtemp(prefix="rta-", dir="/tmp")  # short: unix socket paths
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    }
+    base.update(
+        {
+            "RAY_TMPDIR": ray_tmp,
+            "HOME": str(folder),  # no ~/.ray/auth_token of ours
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+    )
     address_file, stop_file = folder / "address", folder / "stop"
-    head = subprocess.Popen([sys.executable, "-c", HEAD, str(address_file), str(stop_file)],
-                            env={**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    head = subprocess.Popen(
+        [sys.executable, "-c", HEAD, str(address_file), str(stop_file)],
+        env={**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not address_file.exists():
@@ -78,29 +90,37 @@ def sweep(address: str, env: dict[str, str], storage: Path) -> subprocess.Comple
     space = storage.parent / "authed.yaml"
     space.write_text(SPACE)
     # a refused connection is retried for 60 s by default; 3 s is enough for a running head
-    return subprocess.run([str(ROBUSTTUNE), "sweep", str(space), "--address", address,
-                           "--storage", str(storage)],
-                          env={**env, "RAY_gcs_server_port_wait_time_s": "3"},
-                          capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [str(ROBUSTTUNE), "sweep", str(space), "--address", address, "--storage", str(storage)],
+        env={**env, "RAY_gcs_server_port_wait_time_s": "3"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def test_a_process_without_the_token_is_refused_in_one_line(token_head, tmp_path):
-    address, token, base = token_head
-    for env in ({**base, "RAY_AUTH_MODE": "disabled"},
-                {**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}):
+    address, _token, base = token_head
+    for env in (
+        {**base, "RAY_AUTH_MODE": "disabled"},
+        {**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)},
+    ):
         result = sweep(address, env, tmp_path / "refused")
         assert result.returncode == 2, result.stderr[-3000:]
         last = result.stderr.strip().splitlines()[-1]
-        assert last.startswith(f"error: --address {address}: the cluster refused this "
-                               f"process's token"), result.stderr[-3000:]
+        assert last.startswith(
+            f"error: --address {address}: the cluster refused this process's token"
+        ), result.stderr[-3000:]
         assert "RAY_AUTH_MODE=token" in last and "Traceback" not in result.stderr
         assert not (tmp_path / "refused" / "authed" / "trials.csv").exists()
 
 
 def test_a_sweep_with_the_token_finishes_on_the_cluster(token_head, tmp_path):
     address, token, base = token_head
-    result = sweep(address, {**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token},
-                   tmp_path / "store")
+    result = sweep(
+        address, {**base, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}, tmp_path / "store"
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     trials = (tmp_path / "store" / "authed" / "trials.csv").read_text().splitlines()
     assert len(trials) == 1 + 2
@@ -114,15 +134,23 @@ def test_a_commands_own_ray_keeps_token_authentication_the_environment_asks_for(
     home = tmp_path / "home"
     home.mkdir()
     ray_tmp = tempfile.mkdtemp(prefix="rtl-", dir="/tmp")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+    }
     env.update({"HOME": str(home), "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "token"})
     space = tmp_path / "authed.yaml"
     space.write_text(SPACE)
     try:
-        result = subprocess.run([str(ROBUSTTUNE), "sweep", str(space), "--storage",
-                                 str(tmp_path / "store")], env=env, capture_output=True,
-                                text=True, timeout=240)
+        result = subprocess.run(
+            [str(ROBUSTTUNE), "sweep", str(space), "--storage", str(tmp_path / "store")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 0, result.stderr[-3000:]

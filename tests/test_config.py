@@ -6,15 +6,51 @@ import json
 
 import pytest
 
+from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RUNSPEC_KEYS, RunSpec
 from robusttune.core.yaml_input import parse_assignment
-from robusttune.core.registry import SpecError
 
-DESIGN_KEYS = """dataset data_root model clients rounds participation participation_mode sample_size
-byzantine_fraction assumed_byzantine_fraction attack attack_strength method algorithm aggregator
-trim_ratio krum_m cclip_tau cclip_iters gm_iters bucket_size swb_chunk swb_views swb_rotation
-guarded median_even local_epochs batch_size lr momentum trainer demoa_alpha server_lr
-dirichlet_alpha partition_seed seed device eval_every cache_dtype""".split()
+DESIGN_KEYS = [
+    "dataset",
+    "data_root",
+    "model",
+    "clients",
+    "rounds",
+    "participation",
+    "participation_mode",
+    "sample_size",
+    "byzantine_fraction",
+    "assumed_byzantine_fraction",
+    "attack",
+    "attack_strength",
+    "method",
+    "algorithm",
+    "aggregator",
+    "trim_ratio",
+    "krum_m",
+    "cclip_tau",
+    "cclip_iters",
+    "gm_iters",
+    "bucket_size",
+    "swb_chunk",
+    "swb_views",
+    "swb_rotation",
+    "guarded",
+    "median_even",
+    "local_epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "trainer",
+    "demoa_alpha",
+    "server_lr",
+    "dirichlet_alpha",
+    "partition_seed",
+    "seed",
+    "device",
+    "eval_every",
+    "cache_dtype",
+]
 
 
 def test_every_design_key_exists():
@@ -47,24 +83,41 @@ def test_updated_re_resolves_dataset_defaults():
 
 
 def test_method_presets_set_algorithm_and_aggregator():
-    assert (RunSpec(method="swb_dm").algorithm, RunSpec(method="swb_dm").aggregator) == ("state_cache", "swb")
+    assert (RunSpec(method="swb_dm").algorithm, RunSpec(method="swb_dm").aggregator) == (
+        "state_cache",
+        "swb",
+    )
     assert RunSpec(method="delayed_momentum").aggregator == "median"
-    assert (RunSpec(method="demoa").algorithm, RunSpec(method="demoa").aggregator) == ("demoa", "cclip")
+    assert (RunSpec(method="demoa").algorithm, RunSpec(method="demoa").aggregator) == (
+        "demoa",
+        "cclip",
+    )
     assert RunSpec(method="demoa", aggregator="krum").aggregator == "krum"
     assert RunSpec(method="krum").algorithm == "fedavg"
     assert RunSpec(algorithm="state_cache", aggregator="median").method == "delayed_momentum"
     # DeMoA's comparison (its experiments): FedAvg as one gradient, FedCM two ways, Byz-VR-MARINA-PP
-    assert (RunSpec(method="fedsgd").algorithm, RunSpec(method="fedsgd").aggregator) == ("fedsgd", "mean")
+    assert (RunSpec(method="fedsgd").algorithm, RunSpec(method="fedsgd").aggregator) == (
+        "fedsgd",
+        "mean",
+    )
     assert RunSpec(method="fedcm_xu").algorithm == "fedcm_xu"
-    assert (RunSpec(method="byz_vr_marina_pp").algorithm,
-            RunSpec(method="byz_vr_marina_pp").aggregator) == ("byz_vr_marina_pp", "cclip")
+    assert (
+        RunSpec(method="byz_vr_marina_pp").algorithm,
+        RunSpec(method="byz_vr_marina_pp").aggregator,
+    ) == ("byz_vr_marina_pp", "cclip")
     assert RunSpec(method="byz_vr_marina_pp", aggregator="krum").method == "byz_vr_marina_pp+krum"
 
 
 def test_swb_trim_ratio_is_calibrated_to_assumed_corruption():
-    assert RunSpec(method="swb", byzantine_fraction=0.2, attack="ipm").trim_ratio == pytest.approx(0.25)
-    assert RunSpec(method="swb", byzantine_fraction=0.45, attack="ipm").trim_ratio == pytest.approx(0.45)
-    spec = RunSpec(method="swb", byzantine_fraction=0.2, assumed_byzantine_fraction=0.3, attack="ipm")
+    assert RunSpec(method="swb", byzantine_fraction=0.2, attack="ipm").trim_ratio == pytest.approx(
+        0.25
+    )
+    assert RunSpec(method="swb", byzantine_fraction=0.45, attack="ipm").trim_ratio == pytest.approx(
+        0.45
+    )
+    spec = RunSpec(
+        method="swb", byzantine_fraction=0.2, assumed_byzantine_fraction=0.3, attack="ipm"
+    )
     assert spec.trim_ratio == pytest.approx(0.35)
     assert RunSpec(method="swb", trim_ratio=0.1).trim_ratio == 0.1
 
@@ -77,7 +130,7 @@ def test_derived_counts():
 
 
 @pytest.mark.parametrize(
-    "values, key",
+    ("values", "key"),
     [
         ({"participation": 0}, "participation"),
         ({"participation": 1.5}, "participation"),
@@ -133,9 +186,11 @@ def test_a_combination_no_preset_names_round_trips():
 
 def test_a_method_with_a_conflicting_rule_or_algorithm_is_one_line():
     """method krum with aggregator median would run the median and record it as krum."""
-    for values, words in (({"method": "krum", "aggregator": "median"}, "method 'krum' runs aggregator"),
-                          ({"method": "swb_dm", "aggregator": "median"}, "runs aggregator 'swb'"),
-                          ({"method": "demoa", "algorithm": "fedcm"}, "runs algorithm 'demoa'")):
+    for values, words in (
+        ({"method": "krum", "aggregator": "median"}, "method 'krum' runs aggregator"),
+        ({"method": "swb_dm", "aggregator": "median"}, "runs aggregator 'swb'"),
+        ({"method": "demoa", "algorithm": "fedcm"}, "runs algorithm 'demoa'"),
+    ):
         with pytest.raises(SpecError, match=words) as error:
             RunSpec(**values)
         assert "\n" not in str(error.value)
@@ -149,15 +204,18 @@ def test_a_method_that_takes_any_rule_is_labelled_by_what_ran():
     assert RunSpec.from_dict(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize("values, words", [
-    ({"device": "cuda:x"}, "device must be one of auto, cpu, cuda, cuda:N; got 'cuda:x'"),
-    ({"clients": True}, "clients must be a number, not true/false; got True"),
-    ({"rounds": 2.7}, "rounds must be an integer; got 2.7"),
-    ({"seed": -1}, "seed must be an integer >= 0; got -1"),
-    ({"momentum": 1}, "momentum must be a number in [0, 1); got 1"),
-    ({"synthetic_shape": "3x"}, "synthetic_shape must look like 3x32x32 or 20; got '3x'"),
-    ({"sample_size": 30}, "sample_size must be in [1, clients=20]; got 30"),
-])
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ({"device": "cuda:x"}, "device must be one of auto, cpu, cuda, cuda:N; got 'cuda:x'"),
+        ({"clients": True}, "clients must be a number, not true/false; got True"),
+        ({"rounds": 2.7}, "rounds must be an integer; got 2.7"),
+        ({"seed": -1}, "seed must be an integer >= 0; got -1"),
+        ({"momentum": 1}, "momentum must be a number in [0, 1); got 1"),
+        ({"synthetic_shape": "3x"}, "synthetic_shape must look like 3x32x32 or 20; got '3x'"),
+        ({"sample_size": 30}, "sample_size must be in [1, clients=20]; got 30"),
+    ],
+)
 def test_schema_errors_name_the_key_the_rule_and_the_value(values, words):
     with pytest.raises(SpecError) as error:
         RunSpec(**values)
@@ -171,9 +229,14 @@ def test_name_keyed_defaults_live_on_the_registry_entries():
 
     assert DATASETS["digits"].defaults == {"lr": 0.05, "batch_size": 16, "local_epochs": 5}
     assert RunSpec(method="demoa").server_lr == ALGORITHMS["demoa"].default_server_lr == 0.1
-    assert RunSpec(method="swb", byzantine_fraction=0.3, attack="ipm").trim_ratio == \
-        AGGREGATORS["swb"].calibrated_trim_ratio(0.3) == pytest.approx(0.35)
-    assert RunSpec(method="swb_dm").aggregates_cache and not RunSpec(method="fedcm").aggregates_cache
+    assert (
+        RunSpec(method="swb", byzantine_fraction=0.3, attack="ipm").trim_ratio
+        == AGGREGATORS["swb"].calibrated_trim_ratio(0.3)
+        == pytest.approx(0.35)
+    )
+    assert (
+        RunSpec(method="swb_dm").aggregates_cache and not RunSpec(method="fedcm").aggregates_cache
+    )
 
 
 def _imported_modules(tree) -> set[str]:
@@ -199,13 +262,26 @@ def test_no_module_imports_the_resolver_from_below():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "robusttune"
-    below = ["core/registry.py", "core/registries.py", "core/schema.py", "core/validation.py",
-             "core/records.py",
-             "problem/sampling.py", "methods/algorithms/caches.py", "problem/models.py",
-             "problem/training.py"] + \
-        [str(p.relative_to(root)) for folder in ("methods/aggregators", "methods/algorithms",
-                                                 "methods/attacks", "problem/data")
-         for p in (root / folder).glob("*.py")]
+    below = [
+        "core/registry.py",
+        "core/registries.py",
+        "core/schema.py",
+        "core/validation.py",
+        "core/records.py",
+        "problem/sampling.py",
+        "methods/algorithms/caches.py",
+        "problem/models.py",
+        "problem/training.py",
+    ] + [
+        str(p.relative_to(root))
+        for folder in (
+            "methods/aggregators",
+            "methods/algorithms",
+            "methods/attacks",
+            "problem/data",
+        )
+        for p in (root / folder).glob("*.py")
+    ]
     assert len(below) > 30
     for name in below:
         imported = _imported_modules(ast.parse((root / name).read_text()))
@@ -218,9 +294,9 @@ def test_the_registries_type_a_spec_against_the_schema_that_the_resolver_extends
     algorithms and loaders take a resolved RunSpec without knowing the resolver."""
     import inspect
 
+    from robusttune.core.schema import RunSchema
     from robusttune.methods.algorithms import make_algorithm
     from robusttune.problem.data import load_federated
-    from robusttune.core.schema import RunSchema
 
     for function in (make_algorithm, load_federated):
         assert inspect.signature(function).parameters["spec"].annotation == "RunSchema"

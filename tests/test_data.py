@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.data import (
     DATASETS,
@@ -24,12 +25,11 @@ from robusttune.problem.data import (
     RawDataset,
     clear_dataset_cache,
     dirichlet_partition,
+    installed,
     load_federated,
     root_set,
 )
-from robusttune.problem.data import installed
 from robusttune.problem.data.torchvision_files import _TORCHVISION_SOURCES
-from robusttune.core.registry import SpecError
 
 
 def _labels(n_per_class: int = 100, classes: int = 10) -> np.ndarray:
@@ -39,7 +39,10 @@ def _labels(n_per_class: int = 100, classes: int = 10) -> np.ndarray:
 def _label_tv(labels: np.ndarray, parts: list[np.ndarray], classes: int) -> float:
     """Mean total-variation distance between each client's label mix and the global one."""
     overall = np.bincount(labels, minlength=classes) / labels.size
-    tvs = [0.5 * np.abs(np.bincount(labels[p], minlength=classes) / p.size - overall).sum() for p in parts]
+    tvs = [
+        0.5 * np.abs(np.bincount(labels[p], minlength=classes) / p.size - overall).sum()
+        for p in parts
+    ]
     return float(np.mean(tvs))
 
 
@@ -142,13 +145,16 @@ def test_digits_are_sklearns_split_bit_for_bit(monkeypatch):
     from robusttune.problem.data import embedded
 
     x, y = sk_load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(x / 16.0, y, test_size=360, stratify=y,
-                                                        random_state=0)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x / 16.0, y, test_size=360, stratify=y, random_state=0
+    )
     mean, std = x_train.mean(), x_train.std()
-    expected = [torch.as_tensor((x_train - mean) / std, dtype=torch.float32).reshape(-1, 1, 8, 8),
-                torch.as_tensor(y_train), torch.as_tensor((x_test - mean) / std,
-                                                          dtype=torch.float32).reshape(-1, 1, 8, 8),
-                torch.as_tensor(y_test)]
+    expected = [
+        torch.as_tensor((x_train - mean) / std, dtype=torch.float32).reshape(-1, 1, 8, 8),
+        torch.as_tensor(y_train),
+        torch.as_tensor((x_test - mean) / std, dtype=torch.float32).reshape(-1, 1, 8, 8),
+        torch.as_tensor(y_test),
+    ]
     for lookup in ("the package's file", "sklearn's loader"):
         clear_dataset_cache()
         if lookup == "sklearn's loader":  # its data file not found: sklearn reads it
@@ -160,18 +166,23 @@ def test_digits_are_sklearns_split_bit_for_bit(monkeypatch):
 
 
 def test_digits_load_without_importing_sklearn():
-    code = ("import sys; from robusttune.core.runspec import RunSpec; "
-            "from robusttune.problem.data import DATASETS; "
-            "raw = DATASETS['digits'](RunSpec(dataset='digits')); "
-            "print(len(raw.train_y), 'sklearn' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys; from robusttune.core.runspec import RunSpec; "
+        "from robusttune.problem.data import DATASETS; "
+        "raw = DATASETS['digits'](RunSpec(dataset='digits')); "
+        "print(len(raw.train_y), 'sklearn' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert out.stdout.split() == ["1437", "False"], out.stderr[-2000:]
 
 
-@pytest.mark.parametrize("shape, classes", [("1x8x8", 10), ("20", 3), ("3x4x5", 7)])
+@pytest.mark.parametrize(("shape", "classes"), [("1x8x8", 10), ("20", 3), ("3x4x5", 7)])
 def test_synthetic_follows_its_keys_and_is_deterministic(shape, classes):
-    spec = RunSpec(dataset="synthetic", synthetic_shape=shape, synthetic_classes=classes,
-                   synthetic_samples=500)
+    spec = RunSpec(
+        dataset="synthetic", synthetic_shape=shape, synthetic_classes=classes, synthetic_samples=500
+    )
     raw = DATASETS["synthetic"](spec)
     dims = tuple(int(s) for s in shape.split("x"))
     assert raw.train_x.shape == (500, *dims) and raw.test_x.shape == (100, *dims)
@@ -231,39 +242,52 @@ def _write_pickle(path: Path, obj: dict) -> None:
         pickle.dump(obj, f, protocol=2)
 
 
-def _mnist_like(root: Path, folder: str, names: dict[str, str], classes: int,
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _mnist_like(
+    root: Path, folder: str, names: dict[str, str], classes: int, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     arrays = {
-        "train_x": rng.integers(0, 256, (20, 28, 28)), "train_y": np.arange(20) % classes,
-        "test_x": rng.integers(0, 256, (6, 28, 28)), "test_y": np.arange(6) % classes,
+        "train_x": rng.integers(0, 256, (20, 28, 28)),
+        "train_y": np.arange(20) % classes,
+        "test_x": rng.integers(0, 256, (6, 28, 28)),
+        "test_y": np.arange(6) % classes,
     }
     for key, name in names.items():
         _write_idx(root / folder / "raw" / name, arrays[key])
     return arrays
 
 
-MNIST_NAMES = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
-               "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
-EMNIST_NAMES = {"train_x": "emnist-byclass-train-images-idx3-ubyte",
-                "train_y": "emnist-byclass-train-labels-idx1-ubyte",
-                "test_x": "emnist-byclass-test-images-idx3-ubyte",
-                "test_y": "emnist-byclass-test-labels-idx1-ubyte"}
+MNIST_NAMES = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+EMNIST_NAMES = {
+    "train_x": "emnist-byclass-train-images-idx3-ubyte",
+    "train_y": "emnist-byclass-train-labels-idx1-ubyte",
+    "test_x": "emnist-byclass-test-images-idx3-ubyte",
+    "test_y": "emnist-byclass-test-labels-idx1-ubyte",
+}
 
 
 def _write_dataset(name: str, root: Path) -> dict[str, np.ndarray]:
     """Tiny files for ``name``; returns the uint8 arrays as [N, C, H, W] and the labels."""
     rng = np.random.default_rng(0)
     if name in ("mnist", "fashion_mnist", "emnist"):
-        folder, names, classes = {"mnist": ("MNIST", MNIST_NAMES, 10),
-                                  "fashion_mnist": ("FashionMNIST", MNIST_NAMES, 10),
-                                  "emnist": ("EMNIST", EMNIST_NAMES, 62)}[name]
+        folder, names, classes = {
+            "mnist": ("MNIST", MNIST_NAMES, 10),
+            "fashion_mnist": ("FashionMNIST", MNIST_NAMES, 10),
+            "emnist": ("EMNIST", EMNIST_NAMES, 62),
+        }[name]
         arrays = _mnist_like(root, folder, names, classes, rng)
         arrays["train_x"] = arrays["train_x"][:, None]
         arrays["test_x"] = arrays["test_x"][:, None]
         return arrays
     # CIFAR rows: 3,072 bytes = the 1,024 red, then green, then blue values of a 32x32 image.
-    rows = {"train": rng.integers(0, 256, (15, 3072), dtype=np.uint8),
-            "test": rng.integers(0, 256, (4, 3072), dtype=np.uint8)}
+    rows = {
+        "train": rng.integers(0, 256, (15, 3072), dtype=np.uint8),
+        "test": rng.integers(0, 256, (4, 3072), dtype=np.uint8),
+    }
     classes = 10 if name == "cifar10" else 100
     labels = {"train": list(range(15)), "test": [3, 1, 4, 1]}
     labels = {k: [v % classes for v in vals] for k, vals in labels.items()}
@@ -271,22 +295,39 @@ def _write_dataset(name: str, root: Path) -> dict[str, np.ndarray]:
         folder = root / "cifar-10-batches-py"
         for b in range(5):  # torchvision concatenates data_batch_1..5 in this order
             sl = slice(3 * b, 3 * b + 3)
-            _write_pickle(folder / f"data_batch_{b + 1}",
-                          {"data": rows["train"][sl], "labels": labels["train"][sl]})
+            _write_pickle(
+                folder / f"data_batch_{b + 1}",
+                {"data": rows["train"][sl], "labels": labels["train"][sl]},
+            )
         _write_pickle(folder / "test_batch", {"data": rows["test"], "labels": labels["test"]})
         _write_pickle(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
     else:
         folder = root / "cifar-100-python"
         for split in ("train", "test"):
-            _write_pickle(folder / split, {"data": rows[split], "fine_labels": labels[split],
-                                           "coarse_labels": [v % 20 for v in labels[split]]})
+            _write_pickle(
+                folder / split,
+                {
+                    "data": rows[split],
+                    "fine_labels": labels[split],
+                    "coarse_labels": [v % 20 for v in labels[split]],
+                },
+            )
         _write_pickle(folder / "meta", {"fine_label_names": [f"c{i}" for i in range(100)]})
-    return {"train_x": rows["train"].reshape(-1, 3, 32, 32), "train_y": np.array(labels["train"]),
-            "test_x": rows["test"].reshape(-1, 3, 32, 32), "test_y": np.array(labels["test"])}
+    return {
+        "train_x": rows["train"].reshape(-1, 3, 32, 32),
+        "train_y": np.array(labels["train"]),
+        "test_x": rows["test"].reshape(-1, 3, 32, 32),
+        "test_y": np.array(labels["test"]),
+    }
 
 
-TORCHVISION = {"mnist": (1, 10), "fashion_mnist": (1, 10), "emnist": (1, 62),
-               "cifar10": (3, 10), "cifar100": (3, 100)}
+TORCHVISION = {
+    "mnist": (1, 10),
+    "fashion_mnist": (1, 10),
+    "emnist": (1, 62),
+    "cifar10": (3, 10),
+    "cifar100": (3, 100),
+}
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION))
@@ -311,10 +352,16 @@ def test_torchvision_dataset_reads_its_on_disk_format(name, tmp_path):
     assert data.input_shape == expected["train_x"].shape[1:]
 
 
-@pytest.mark.parametrize("name, folder", [
-    ("mnist", "MNIST/raw"), ("fashion_mnist", "FashionMNIST/raw"), ("emnist", "EMNIST/raw"),
-    ("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python"),
-])
+@pytest.mark.parametrize(
+    ("name", "folder"),
+    [
+        ("mnist", "MNIST/raw"),
+        ("fashion_mnist", "FashionMNIST/raw"),
+        ("emnist", "EMNIST/raw"),
+        ("cifar10", "cifar-10-batches-py"),
+        ("cifar100", "cifar-100-python"),
+    ],
+)
 def test_missing_dataset_is_one_clear_line(name, folder, tmp_path, monkeypatch):
     # fashion_mnist falls back to Debian's package, installed by `make data`: here it is not
     monkeypatch.setattr(installed, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
@@ -348,15 +395,17 @@ def test_validation_split_is_stratified_seeded_and_disjoint(fraction):
     assert validation.size == {0.2: 8, 0.5: 20}[fraction]
     per_class = np.bincount(labels[validation], minlength=4)
     sizes = np.array([10, 7, 1, 22])
-    assert np.all((per_class >= np.floor(fraction * sizes)) & (per_class <= np.ceil(fraction * sizes)))
+    assert np.all(
+        (per_class >= np.floor(fraction * sizes)) & (per_class <= np.ceil(fraction * sizes))
+    )
     again, _ = validation_split(labels, fraction, seed=3)
     other, _ = validation_split(labels, fraction, seed=4)
     assert np.array_equal(validation, again) and not np.array_equal(validation, other)
     none, everything = validation_split(labels, 0.0, seed=3)
     assert none.size == 0 and everything.size == labels.size
-    with pytest.raises(SpecError, match="validation_fraction 0.01 leaves no validation sample"):
+    with pytest.raises(SpecError, match=r"validation_fraction 0.01 leaves no validation sample"):
         validation_split(labels, 0.01, seed=3)
-    with pytest.raises(SpecError, match="validation_fraction 0.99 leaves no test sample"):
+    with pytest.raises(SpecError, match=r"validation_fraction 0.99 leaves no test sample"):
         validation_split(labels, 0.99, seed=3)
 
 
@@ -370,7 +419,10 @@ def test_the_validation_part_leaves_training_untouched_and_is_held_out():
     # every held-out image is in exactly one part, none in a client's data
     held_out = torch.cat([split.test_x, split.validation_x]).flatten(1)
     assert held_out.shape[0] == 360
-    assert torch.unique(held_out, dim=0).shape[0] == torch.unique(whole.test_x.flatten(1), dim=0).shape[0]
+    assert (
+        torch.unique(held_out, dim=0).shape[0]
+        == torch.unique(whole.test_x.flatten(1), dim=0).shape[0]
+    )
     bad = pytest.raises(SpecError, match="validation_fraction")
     with bad:
         RunSpec(dataset="digits", validation_fraction=1.0)
@@ -395,7 +447,10 @@ def test_training_subset_is_stratified_seeded_nested_and_bounded():
     # a larger subset holds a smaller one (the same keys, more of them taken)
     assert np.isin(subset, training_subset(labels, 60, seed=3)).all()
     assert np.array_equal(training_subset(labels, 100, seed=3), np.arange(100))
-    with pytest.raises(SpecError, match=r"train_samples must be in \[1, 100\] \(toy has 100 training samples\); got 101"):
+    with pytest.raises(
+        SpecError,
+        match=r"train_samples must be in \[1, 100\] \(toy has 100 training samples\); got 101",
+    ):
         training_subset(labels, 101, seed=3, dataset="toy")
 
 
@@ -408,6 +463,8 @@ def test_train_samples_shrinks_every_clients_data_and_the_root_set_to_the_subset
     pool = torch.cat(small.client_x).flatten(1)
     # the root set is drawn from the subset; the held-out parts are untouched
     assert all((pool == row).all(dim=1).any() for row in small.root_x.flatten(1))
-    assert torch.equal(small.test_x, whole.test_x) and torch.equal(small.validation_y, whole.validation_y)
+    assert torch.equal(small.test_x, whole.test_x) and torch.equal(
+        small.validation_y, whole.validation_y
+    )
     with pytest.raises(SpecError, match="train_samples must be in"):
         load_federated(spec.updated(train_samples=5000), "cpu")

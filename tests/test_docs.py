@@ -18,8 +18,7 @@ from robusttune.core.records import ROUND_COLUMNS, RunSummary
 from robusttune.core.registries import AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS, MODELS
 from robusttune.core.runspec import method_presets
 from robusttune.core.schema import RUNSPEC_KEYS
-from robusttune.experiments.breakdown.report import (BREAKDOWN_COLUMNS, POINTS_COLUMNS,
-                                                     SEEDS_COLUMNS)
+from robusttune.experiments.breakdown.report import BREAKDOWN_COLUMNS, POINTS_COLUMNS, SEEDS_COLUMNS
 from robusttune.reports.tuning import RESULT_COLUMN_DOCS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,9 +27,25 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-b", "html",
-                           "-d", str(out / "doctrees"), str(ROOT / "docs"), str(out / "html")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-b",
+            "html",
+            "-d",
+            str(out / "doctrees"),
+            str(ROOT / "docs"),
+            str(out / "html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out / "html"
 
@@ -41,10 +56,19 @@ def text_of(page: Path) -> str:
 
 def test_the_reference_names_every_registered_entry(site):
     generated = site / "reference" / "generated"
-    for registry, page in ((AGGREGATORS, "aggregators"), (ATTACKS, "attacks"),
-                           (ALGORITHMS, "algorithms"), (DATASETS, "datasets"), (MODELS, "models")):
-        shown = set(re.findall(r'<h2>.*?<code[^>]*><span class="pre">([^<]+)</span>',
-                               (generated / f"{page}.html").read_text()))
+    for registry, page in (
+        (AGGREGATORS, "aggregators"),
+        (ATTACKS, "attacks"),
+        (ALGORITHMS, "algorithms"),
+        (DATASETS, "datasets"),
+        (MODELS, "models"),
+    ):
+        shown = set(
+            re.findall(
+                r'<h2>.*?<code[^>]*><span class="pre">([^<]+)</span>',
+                (generated / f"{page}.html").read_text(),
+            )
+        )
         assert shown == set(registry.names()), page
     methods = text_of(generated / "methods.html")
     assert all(f" {m} " in methods for m in method_presets())
@@ -70,8 +94,14 @@ def test_the_reference_names_every_command_option_and_output_column(site):
             for flag in param.opts:
                 assert flag in page or param.name.upper() in page, (name, flag)
     outputs = text_of(site / "reference" / "generated" / "outputs.html")
-    for columns in (ROUND_COLUMNS, RunSummary.KEYS, BREAKDOWN_COLUMNS, SEEDS_COLUMNS,
-                    POINTS_COLUMNS, RESULT_COLUMN_DOCS):
+    for columns in (
+        ROUND_COLUMNS,
+        RunSummary.KEYS,
+        BREAKDOWN_COLUMNS,
+        SEEDS_COLUMNS,
+        POINTS_COLUMNS,
+        RESULT_COLUMN_DOCS,
+    ):
         assert all(f" {column} " in outputs for column in columns)
 
 
@@ -85,11 +115,18 @@ def test_the_reference_shows_every_function_of_the_python_api(site):
 
 
 def test_every_page_is_reachable_from_the_index(site):
-    pages = {p.relative_to(ROOT / "docs").with_suffix("").as_posix()
-             for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts}
+    pages = {
+        p.relative_to(ROOT / "docs").with_suffix("").as_posix()
+        for p in (ROOT / "docs").rglob("*.md")
+        if "_build" not in p.parts
+    }
     built = {p.relative_to(site).with_suffix("").as_posix() for p in site.rglob("*.html")}
     assert pages <= built
     index = (site / "index.html").read_text()
-    for section in ("tutorials/first-run", "how-to/cluster", "explanations/concepts",
-                    "reference/index"):
+    for section in (
+        "tutorials/first-run",
+        "how-to/cluster",
+        "explanations/concepts",
+        "reference/index",
+    ):
         assert f'href="{section}.html"' in index

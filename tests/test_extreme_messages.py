@@ -71,8 +71,7 @@ def aggregate(agg: Aggregator, x: torch.Tensor, honest: torch.Tensor) -> torch.T
     # FLTrust: the server's own update is the honest mean (its clean root set); CCLIP moves from
     # a point near the honest messages, as the previous aggregate is in a healthy run.
     previous = centre + 0.1 if agg.name == "cclip" else None
-    return agg(x, reference=centre, previous=previous,
-               generator=torch.Generator().manual_seed(1))
+    return agg(x, reference=centre, previous=previous, generator=torch.Generator().manual_seed(1))
 
 
 def check_close_to_honest(name: str, out: torch.Tensor, honest: torch.Tensor, label: str) -> None:
@@ -88,8 +87,9 @@ def check_close_to_honest(name: str, out: torch.Tensor, honest: torch.Tensor, la
         assert bool(((out >= low) & (out <= high)).all()), f"{label}: outside the honest range"
 
 
-def run_placements(name: str, dtype: torch.dtype, kind: str, d: int,
-                   placements: list[tuple[int, ...]]) -> None:
+def run_placements(
+    name: str, dtype: torch.dtype, kind: str, d: int, placements: list[tuple[int, ...]]
+) -> None:
     agg = build(name)
     x = messages(d, dtype)
     for positions in placements:
@@ -152,8 +152,9 @@ def test_krum_next_to_rows_of_1e7_picks_in_float32_what_it_picks_in_float64(seed
 
 @pytest.mark.parametrize("bad", [{6: "+inf"}, {2: "nan", 6: "mix"}], ids=["inf", "nan+mix"])
 @pytest.mark.parametrize("d", [SMALL_D, LARGE_D])
-@pytest.mark.parametrize("name", ["krum", "multi_krum", "bulyan", "geometric_median", "swb",
-                                  "bucketing"])
+@pytest.mark.parametrize(
+    "name", ["krum", "multi_krum", "bulyan", "geometric_median", "swb", "bucketing"]
+)
 def test_non_finite_rows_do_not_make_the_output_depend_on_client_order(name, d, bad):
     # The tie-breaking keys of rows holding inf or NaN are themselves NaN or inf, so their order
     # among themselves may follow the input; the output must not.
@@ -182,7 +183,7 @@ def test_one_float32_row_of_1e20_among_50_is_never_chosen(name):
     for position in (0, 7, 49):
         bad = x.clone()
         bad[position] = 1e20
-        honest = torch.cat([x[:position], x[position + 1:]])
+        honest = torch.cat([x[:position], x[position + 1 :]])
         out = agg(bad)
         assert torch.isfinite(out).all() and out.abs().max() < 100, position
         if name == "krum":
@@ -203,7 +204,9 @@ def test_gram_path_matches_explicit_differences_in_float64(outliers):
     expected = torch.stack([((x - row) ** 2).sum(dim=1) for row in x])
     dist = pairwise_sq_distances(x)
     honest = [i for i in range(N) if i not in bad]
-    torch.testing.assert_close(dist[honest][:, honest], expected[honest][:, honest], rtol=1e-9, atol=0)
+    torch.testing.assert_close(
+        dist[honest][:, honest], expected[honest][:, honest], rtol=1e-9, atol=0
+    )
     size = ((x - x[0]) ** 2).sum(dim=1)
     assert ((dist - expected).abs() <= 1e-12 * (size[:, None] + size[None, :])).all()
 
@@ -236,11 +239,13 @@ def test_cclip_clips_an_overflowing_row_to_tau_along_its_direction():
     out = agg(torch.tensor([[math.inf, -math.inf], [0.0, 1.0]]))
     torch.testing.assert_close(out, torch.tensor([s / 2, (1 - s) / 2]))
     # (inf, 5): only the inf coordinate has a limit direction: 2 (1, 0) -> ((2 + 0)/2, 1/2).
-    torch.testing.assert_close(agg(torch.tensor([[math.inf, 5.0], [0.0, 1.0]])),
-                               torch.tensor([1.0, 0.5]))
+    torch.testing.assert_close(
+        agg(torch.tensor([[math.inf, 5.0], [0.0, 1.0]])), torch.tensor([1.0, 0.5])
+    )
     # A NaN row has no direction: it contributes 0, as a message at v does.
-    torch.testing.assert_close(agg(torch.tensor([[math.nan, 0.0], [0.0, 1.0]])),
-                               torch.tensor([0.0, 0.5]))
+    torch.testing.assert_close(
+        agg(torch.tensor([[math.nan, 0.0], [0.0, 1.0]])), torch.tensor([0.0, 0.5])
+    )
 
 
 def test_fltrust_enters_huge_rows_by_their_direction_and_gives_nan_rows_no_trust():

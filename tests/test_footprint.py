@@ -16,9 +16,16 @@ import torch
 from robusttune.core.registries import DATASETS
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.data.base import DataShape
-from robusttune.problem.footprint import (ACTIVATION_COPIES, CACHED_COPIES, CUDA_CONTEXT_BYTES,
-                                          SAMPLED_COPIES, data_shape, model_profile,
-                                          round_clients, run_footprint)
+from robusttune.problem.footprint import (
+    ACTIVATION_COPIES,
+    CACHED_COPIES,
+    CUDA_CONTEXT_BYTES,
+    SAMPLED_COPIES,
+    data_shape,
+    model_profile,
+    round_clients,
+    run_footprint,
+)
 from robusttune.problem.models import make_model
 from robusttune.problem.training import EVALUATION_CHUNK
 
@@ -26,18 +33,27 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_RECORD = ROOT / "bench" / "results" / "gpu_h200_2026-12-04.txt"
 
 
-@pytest.mark.parametrize("values", [{"dataset": "digits"},
-                                    {"dataset": "synthetic", "synthetic_shape": "3x5x4",
-                                     "synthetic_classes": 7, "synthetic_samples": 90},
-                                    {"dataset": "synthetic", "synthetic_shape": "20",
-                                     "synthetic_samples": 12},
-                                    {"dataset": "mnist_10k"}])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"dataset": "digits"},
+        {
+            "dataset": "synthetic",
+            "synthetic_shape": "3x5x4",
+            "synthetic_classes": 7,
+            "synthetic_samples": 90,
+        },
+        {"dataset": "synthetic", "synthetic_shape": "20", "synthetic_samples": 12},
+        {"dataset": "mnist_10k"},
+    ],
+)
 def test_a_declared_shape_is_what_the_dataset_loads(values):
     spec = RunSpec.from_dict(values)
     raw = DATASETS[spec.dataset](spec)
     declared = data_shape(spec)
-    assert declared == DataShape(tuple(raw.train_x.shape[1:]), raw.num_classes,
-                                 len(raw.train_y) + len(raw.test_y))
+    assert declared == DataShape(
+        tuple(raw.train_x.shape[1:]), raw.num_classes, len(raw.train_y) + len(raw.test_y)
+    )
 
 
 def test_every_built_in_dataset_declares_its_shape():
@@ -53,8 +69,11 @@ def test_the_meta_profile_is_the_real_models(name):
     d, total, largest = model_profile(name, shape, 10)
     model = make_model(name, shape, 10, seed=0)
     sizes = []
-    hooks = [m.register_forward_hook(lambda m, i, o: sizes.append(o.numel()))
-             for m in model.modules() if not list(m.children())]
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: sizes.append(o.numel()))
+        for m in model.modules()
+        if not list(m.children())
+    ]
     with torch.no_grad():
         model(torch.zeros(1, *shape))
     for hook in hooks:
@@ -83,8 +102,16 @@ def test_the_clients_a_round_trains():
 
 
 def test_the_footprint_of_a_digits_run_by_hand():
-    spec = RunSpec.from_dict({"dataset": "digits", "model": "mlp", "clients": 20, "batch_size": 16,
-                              "participation": 0.5, "fltrust_root_size": 100})
+    spec = RunSpec.from_dict(
+        {
+            "dataset": "digits",
+            "model": "mlp",
+            "clients": 20,
+            "batch_size": 16,
+            "participation": 0.5,
+            "fltrust_root_size": 100,
+        }
+    )
     d = 65 * 200 + 201 * 200 + 201 * 10
     per_input, largest = 4 * 200 + 10, 200
     footprint = run_footprint(spec)
@@ -94,8 +121,12 @@ def test_the_footprint_of_a_digits_run_by_hand():
     assert footprint.state == 4 * (SAMPLED_COPIES * 10 + CACHED_COPIES * 20) * d
     assert footprint.training == 4 * ACTIVATION_COPIES * 10 * 16 * per_input
     assert footprint.evaluation == 4 * 2 * EVALUATION_CHUNK * largest
-    assert footprint.total == (CUDA_CONTEXT_BYTES + footprint.data + footprint.state
-                               + max(footprint.training, footprint.evaluation))
+    assert footprint.total == (
+        CUDA_CONTEXT_BYTES
+        + footprint.data
+        + footprint.state
+        + max(footprint.training, footprint.evaluation)
+    )
 
 
 def test_no_declared_shape_is_no_estimate(monkeypatch):
@@ -117,10 +148,18 @@ def test_the_estimate_covers_the_training_peak_measured_on_a_gpu(clients):
     parts cover it, by less than 2x (an estimate that large would waste most of a GPU)."""
     measured = _measured_peak_mib(f"train_batched_cnn2_{clients}_clients_peak_mib") * 2**20
     images = 600 * clients
-    spec = RunSpec.from_dict({"dataset": "synthetic", "synthetic_shape": "3x32x32",
-                              "synthetic_samples": round(images / 1.2), "model": "cnn2",
-                              "clients": clients, "participation": 1.0, "batch_size": 32,
-                              "fltrust_root_size": 1})
+    spec = RunSpec.from_dict(
+        {
+            "dataset": "synthetic",
+            "synthetic_shape": "3x32x32",
+            "synthetic_samples": round(images / 1.2),
+            "model": "cnn2",
+            "clients": clients,
+            "participation": 1.0,
+            "batch_size": 32,
+            "fltrust_root_size": 1,
+        }
+    )
     footprint = run_footprint(spec)
     estimate = footprint.data + footprint.state + footprint.training
     assert measured <= estimate <= 2 * measured, (estimate / 2**20, measured / 2**20)
@@ -134,8 +173,12 @@ def test_a_plugin_dataset_declares_its_shape_from_its_own_knob(tmp_path):
     import sys
 
     arrays = tmp_path / "arrays.npz"
-    subprocess.run([sys.executable, str(ROOT / "examples" / "make_arrays.py"), str(arrays)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "make_arrays.py"), str(arrays)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     script = (
         "import json, sys\n"
         "from robusttune.core.plugins import load_plugins\n"
@@ -146,10 +189,22 @@ def test_a_plugin_dataset_declares_its_shape_from_its_own_knob(tmp_path):
         "shape = data_shape(spec(sys.argv[2]))\n"
         "print(json.dumps([list(shape.input_shape), shape.num_classes, shape.samples,\n"
         "                  run_footprint(spec(sys.argv[2])).data,\n"
-        "                  run_footprint(spec(sys.argv[3])) is None]))\n")
-    child = subprocess.run([sys.executable, "-c", script, str(ROOT / "examples" / "my_defence"),
-                            str(arrays), str(tmp_path / "absent.npz")],
-                           capture_output=True, text=True, timeout=120)
+        "                  run_footprint(spec(sys.argv[3])) is None]))\n"
+    )
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            str(ROOT / "examples" / "my_defence"),
+            str(arrays),
+            str(tmp_path / "absent.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert child.returncode == 0, child.stderr[-3000:]
     features, classes, samples, data, absent = json.loads(child.stdout.splitlines()[-1])
     with np.load(arrays) as loaded:

@@ -20,7 +20,9 @@ def grid():
         yield module
 
 
-@pytest.mark.parametrize("start,end,shards", [(0, None, 1), (0, None, 3), (2, 7, 2), (5, 100, 4)])
+@pytest.mark.parametrize(
+    ("start", "end", "shards"), [(0, None, 1), (0, None, 3), (2, 7, 2), (5, 100, 4)]
+)
 def test_shards_split_the_index_range_without_overlap(grid, start, end, shards):
     total = 9
     parts = [grid.shard_indices(total, start, end, k, shards) for k in range(shards)]
@@ -39,11 +41,13 @@ def test_bad_shard_is_one_line(grid, capsys):
 
 def test_shards_run_the_sweeps_trials_and_a_rerun_keeps_finished_ones(grid, tmp_path, capsys):
     space = tmp_path / "space.yaml"
-    space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 2,\n"
-                     "      local_epochs: 1, synthetic_samples: 200, trainer: sequential,\n"
-                     "      attack: sign_flip, byzantine_fraction: 0.25}\n"
-                     "space: {aggregator: {grid: [mean, median]}, seed: {grid: [1, 2]}}\n"
-                     "search: {algorithm: grid}\n")
+    space.write_text(
+        "run: {dataset: synthetic, model: mlp, clients: 4, rounds: 2,\n"
+        "      local_epochs: 1, synthetic_samples: 200, trainer: sequential,\n"
+        "      attack: sign_flip, byzantine_fraction: 0.25}\n"
+        "space: {aggregator: {grid: [mean, median]}, seed: {grid: [1, 2]}}\n"
+        "search: {algorithm: grid}\n"
+    )
     out = tmp_path / "out"
     sweep = load_sweep(space)
     points = sweep.expand().points

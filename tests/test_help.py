@@ -22,15 +22,21 @@ def test_every_command_has_examples():
 def test_help_paragraphs_follow_the_terminal_width(command):
     info = next(i for i in app.registered_commands if (i.name or i.callback.__name__) == command)
     doc = inspect.getdoc(info.callback)
-    wide = CliRunner().invoke(app, [command, "--help"], terminal_width=2000,
-                              env={"COLUMNS": "2000"}).output
+    wide = (
+        CliRunner()
+        .invoke(app, [command, "--help"], terminal_width=2000, env={"COLUMNS": "2000"})
+        .output
+    )
     # at 2000 columns every prose paragraph is one line: the docstring's breaks are gone
     for paragraph in doc.split("\n\n"):
         assert " ".join(paragraph.split()) in wide, paragraph
     for example in EXAMPLES[command]:
         assert f"$ {example}" in wide
-    narrow = CliRunner().invoke(app, [command, "--help"], terminal_width=60,
-                                env={"COLUMNS": "60"}).output
+    narrow = (
+        CliRunner()
+        .invoke(app, [command, "--help"], terminal_width=60, env={"COLUMNS": "60"})
+        .output
+    )
     assert max(len(line) for line in narrow.splitlines()) <= 60
 
 

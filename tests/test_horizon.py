@@ -14,9 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from robusttune.commands.cli import app
 from robusttune.experiments.breakdown.horizon import plateau_round
 from robusttune.experiments.breakdown.plan import load_plan
-from robusttune.commands.cli import app
 from tests.scripts import loaded_script
 
 
@@ -38,7 +38,9 @@ def test_a_saturating_curve_plateaus_where_it_comes_within_the_tolerance():
     # e^{-r/15} <= 0.02350, r >= 15 ln(1 / 0.02350) = 56.3: the first evaluation after is 60
     assert plateau.round == 60 and plateau.reached
     assert plateau.level == pytest.approx(curve[-1])
-    assert (plateau.round, plateau.level) == pytest.approx(independent_plateau(rounds, curve, 1, 0.02))
+    assert (plateau.round, plateau.level) == pytest.approx(
+        independent_plateau(rounds, curve, 1, 0.02)
+    )
 
 
 def test_smoothing_ignores_one_lucky_evaluation_and_a_climbing_curve_is_not_reached():
@@ -55,7 +57,9 @@ def test_smoothing_ignores_one_lucky_evaluation_and_a_climbing_curve_is_not_reac
     for _ in range(20):
         noisy = list(rng.random(12))
         got = plateau_round(list(range(1, 13)), noisy, window=3, tolerance=0.05)
-        assert (got.round, got.level) == pytest.approx(independent_plateau(range(1, 13), noisy, 3, 0.05))
+        assert (got.round, got.level) == pytest.approx(
+            independent_plateau(range(1, 13), noisy, 3, 0.05)
+        )
 
 
 def test_a_diverged_curve_has_no_plateau_and_a_non_finite_evaluation_counts_as_zero():
@@ -64,17 +68,25 @@ def test_a_diverged_curve_has_no_plateau_and_a_non_finite_evaluation_counts_as_z
     # (trailing means 0.5, 0.65, 0.4, 0.4; skipped, the NaN would give 0.5, 0.65, 0.8, 0.8)
     got = plateau_round([1, 2, 3, 4], [0.5, 0.8, math.nan, 0.8], window=2, tolerance=0.05)
     assert got.round == 2 and got.level == pytest.approx(0.65)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one accuracy per evaluated round"):
         plateau_round([1, 2], [0.5])
 
 
 MAP = {
     "name": "tiny",
-    "run": {"dataset": "synthetic", "synthetic_samples": 300, "synthetic_shape": "16",
-            "model": "mlp", "clients": 6, "local_epochs": 1, "lr": 0.05},
-    "space": {"setting": {"grid": [{"method": "fedavg", "rounds": 3},
-                                   {"method": "median", "rounds": 4}]},
-              "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"}]}},
+    "run": {
+        "dataset": "synthetic",
+        "synthetic_samples": 300,
+        "synthetic_shape": "16",
+        "model": "mlp",
+        "clients": 6,
+        "local_epochs": 1,
+        "lr": 0.05,
+    },
+    "space": {
+        "setting": {"grid": [{"method": "fedavg", "rounds": 3}, {"method": "median", "rounds": 4}]},
+        "regime": {"grid": [{"participation": 0.5, "participation_mode": "fixed"}]},
+    },
     "breakdown": {"seeds": [3], "adversary": {"attack": ["sign_flip"]}},
 }
 
@@ -83,8 +95,17 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
     space = tmp_path / "tiny.yaml"
     space.write_text(yaml.safe_dump(MAP))
     runner = CliRunner()
-    args = ["horizon", str(space), "--storage", str(tmp_path / "out"), "--local",
-            "--max-rounds", "16", "--eval-every", "2"]
+    args = [
+        "horizon",
+        str(space),
+        "--storage",
+        str(tmp_path / "out"),
+        "--local",
+        "--max-rounds",
+        "16",
+        "--eval-every",
+        "2",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     folder = tmp_path / "out" / "tiny_horizon"
@@ -98,22 +119,36 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
         curve = list(csv.DictReader((Path(run["summary"]["run_dir"]) / "rounds.csv").open()))
         evaluated = [r for r in curve if r["validation_accuracy"] not in ("", "nan")]
         assert [int(r["round"]) for r in evaluated] == list(range(2, 17, 2))
-        expected, level = independent_plateau([int(r["round"]) for r in evaluated],
-                                              [float(r["validation_accuracy"]) for r in evaluated], 3, 0.02)
+        expected, level = independent_plateau(
+            [int(r["round"]) for r in evaluated],
+            [float(r["validation_accuracy"]) for r in evaluated],
+            3,
+            0.02,
+        )
         assert int(row["plateau_round"]) == expected
         assert float(row["plateau_level"]) == pytest.approx(level)
         # curves.csv keeps exactly the points the plateau was read from
         mine = [c for c in kept_curves if (c["cell"], c["seed"]) == (row["cell"], row["seed"])]
-        assert [(int(c["round"]), float(c["selection_accuracy"])) for c in mine] == \
-            [(int(r["round"]), float(r["validation_accuracy"])) for r in evaluated]
+        assert [(int(c["round"]), float(c["selection_accuracy"])) for c in mine] == [
+            (int(r["round"]), float(r["validation_accuracy"])) for r in evaluated
+        ]
     assert len(kept_curves) == 2 * 8
     # the map again, each cell at its horizon: a plan breakdown loads, same cells otherwise
     plan = load_plan(folder / "at_plateau.yaml")
     assert [c.as_dict() for c in plan.cells] == [
-        {"method": "fedavg", "rounds": int(rows[0]["plateau_round"]), "participation": 0.5,
-         "participation_mode": "fixed"},
-        {"method": "median", "rounds": int(rows[1]["plateau_round"]), "participation": 0.5,
-         "participation_mode": "fixed"}]
+        {
+            "method": "fedavg",
+            "rounds": int(rows[0]["plateau_round"]),
+            "participation": 0.5,
+            "participation_mode": "fixed",
+        },
+        {
+            "method": "median",
+            "rounds": int(rows[1]["plateau_round"]),
+            "participation": 0.5,
+            "participation_mode": "fixed",
+        },
+    ]
     assert plan.seeds == [3] and plan.adversary == {"attack": ["sign_flip"]}
     assert plan.name == "tiny_at_plateau"
     assert "| horizon |" in (folder / "horizon.md").read_text()
@@ -125,9 +160,14 @@ def test_horizon_writes_each_cells_plateau_and_a_map_at_it_that_resumes(tmp_path
     assert "horizon.eval_every: 2 there, 4 now" in changed.output
 
 
-@pytest.mark.parametrize("name, expected", [("tiny_horizon", "tiny_at_plateau"),
-                                             ("tiny_fashion_horizon", "tiny_fashion_at_plateau"),
-                                             ("my_measurement", "my_measurement_at_plateau")])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("tiny_horizon", "tiny_at_plateau"),
+        ("tiny_fashion_horizon", "tiny_fashion_at_plateau"),
+        ("my_measurement", "my_measurement_at_plateau"),
+    ],
+)
 def test_the_map_at_the_plateau_is_named_after_the_measurement(tmp_path, name, expected):
     """Two measurements of one map (say --set dataset=...) give maps that can share a storage."""
     from robusttune.experiments.breakdown.horizon import HorizonPlan, at_plateau
@@ -140,16 +180,20 @@ def test_the_map_at_the_plateau_is_named_after_the_measurement(tmp_path, name, e
     assert [entry["rounds"] for entry in mapping["space"]["cell"]["grid"]] == [6, 8]
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--eval-every", "0", "--eval-every must be an integer >= 1; got 0"),
-    ("--eval-every", "500", "--eval-every 500 exceeds --max-rounds 200"),
-    ("--tolerance", "1.5", "--tolerance must be a number in [0, 1); got 1.5"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--eval-every", "0", "--eval-every must be an integer >= 1; got 0"),
+        ("--eval-every", "500", "--eval-every 500 exceeds --max-rounds 200"),
+        ("--tolerance", "1.5", "--tolerance must be a number in [0, 1); got 1.5"),
+    ],
+)
 def test_bad_horizon_settings_are_one_line_and_start_nothing(tmp_path, flag, value, message):
     space = tmp_path / "tiny.yaml"
     space.write_text(yaml.safe_dump(MAP))
-    result = CliRunner().invoke(app, ["horizon", str(space), "--storage", str(tmp_path / "out"),
-                                      "--local", flag, value])
+    result = CliRunner().invoke(
+        app, ["horizon", str(space), "--storage", str(tmp_path / "out"), "--local", flag, value]
+    )
     assert result.exit_code == 2 and message in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
@@ -161,9 +205,11 @@ KEPT = Path(__file__).resolve().parents[1] / "analysis" / "findings" / "horizon_
 def kept_curves(folder: Path) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     """A kept measurement's curves.csv.gz: (cell, seed) -> (evaluated rounds, accuracies)."""
     points: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    for point in csv.DictReader(gzip.open(folder / "curves.csv.gz", "rt")):
-        points.setdefault((point["cell"], point["seed"]), []).append(
-            (int(point["round"]), float(point["selection_accuracy"])))
+    with gzip.open(folder / "curves.csv.gz", "rt") as rows:
+        for point in csv.DictReader(rows):
+            points.setdefault((point["cell"], point["seed"]), []).append(
+                (int(point["round"]), float(point["selection_accuracy"]))
+            )
     return {key: tuple(map(np.asarray, zip(*curve))) for key, curve in points.items()}
 
 
@@ -173,7 +219,9 @@ def default_map():
 
 
 @pytest.mark.parametrize("kept", sorted(p.name for p in KEPT.glob("*_horizon")))
-def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_plateau(kept, default_map):
+def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_plateau(
+    kept, default_map
+):
     """analysis/findings/horizon_maps/*_horizon: at_plateau.yaml holds breakdown.yaml's cells, in
     its order, each at the plateau round horizon.csv measured for it, everything else as
     breakdown.yaml (with the measurement's --set keys in its run)."""
@@ -188,9 +236,10 @@ def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_pla
         assert int(row["cell_rounds"]) == original.as_dict()["rounds"]
     # kept at breakdown.yaml's first seed (measured before maps ran several; a longer seeds
     # list on --resume adds the others' replicates)
-    assert whole.seeds[:len(plan.seeds)] == plan.seeds and plan.adversary == whole.adversary
-    assert {k: v for k, v in plan.base.items() if k not in ("dataset", "train_samples")} == \
-        {k: v for k, v in whole.base.items() if k not in ("dataset", "train_samples")}
+    assert whole.seeds[: len(plan.seeds)] == plan.seeds and plan.adversary == whole.adversary
+    assert {k: v for k, v in plan.base.items() if k not in ("dataset", "train_samples")} == {
+        k: v for k, v in whole.base.items() if k not in ("dataset", "train_samples")
+    }
 
 
 @pytest.mark.parametrize("kept", sorted(p.name for p in KEPT.glob("*_horizon")))
@@ -205,11 +254,16 @@ def test_a_kept_horizon_is_the_plateau_rule_applied_to_its_kept_curves(kept):
     for row in rows:
         rounds, accuracies = curves[row["cell"], row["seed"]]
         # every 5 rounds to 400, or to the round a diverged run stopped at
-        assert list(rounds[:-1]) == list(range(5, 5 * len(rounds), 5)) and rounds[-2] < rounds[-1] <= 400
+        assert (
+            list(rounds[:-1]) == list(range(5, 5 * len(rounds), 5))
+            and rounds[-2] < rounds[-1] <= 400
+        )
         first, level = independent_plateau(rounds, accuracies, 3, 0.02)
         assert int(row["plateau_round"]) == first, row["cell"]
         assert float(row["plateau_level"]) == pytest.approx(level)
-        assert float(row["accuracy_at_plateau"]) == pytest.approx(dict(zip(rounds, accuracies))[first])
+        assert float(row["accuracy_at_plateau"]) == pytest.approx(
+            dict(zip(rounds, accuracies))[first]
+        )
         assert float(row["accuracy_at_max_rounds"]) == pytest.approx(accuracies[-1])
 
 
@@ -220,8 +274,11 @@ def test_fashions_unreached_horizons_at_p_one_tenth_are_curves_still_climbing():
     folder = KEPT / "fashion_horizon"
     rows = list(csv.DictReader((folder / "horizon.csv").open()))
     curves = kept_curves(folder)
-    unreached = [row for row in rows
-                 if row["plateau_reached"] == "False" and float(row["participation"]) == 0.1]
+    unreached = [
+        row
+        for row in rows
+        if row["plateau_reached"] == "False" and float(row["participation"]) == 0.1
+    ]
     assert len(unreached) == 26
     for row in unreached:
         rounds, accuracies = curves[row["cell"], row["seed"]]
@@ -236,16 +293,22 @@ SHORT_MAPS = ROOT / "analysis" / "findings" / "claim10_fashion"
 # (the finished map at the horizon, the plan it ran, the same cells at the map's rounds)
 KEPT_HORIZON_MAPS = {
     "digits": ("breakdown_at_plateau", "digits_horizon/at_plateau.yaml", "breakdown_digits"),
-    "fashion_mnist": ("breakdown_fashion_at_plateau", "fashion_at_plateau_1200.yaml",
-                      "breakdown_fashion"),
+    "fashion_mnist": (
+        "breakdown_fashion_at_plateau",
+        "fashion_at_plateau_1200.yaml",
+        "breakdown_fashion",
+    ),
 }
 
 
 def _map_summary(folder: Path, other: Path):
     """claim10_map's per-method summary of map ``folder`` against map ``other``, cell by cell."""
-    with loaded_script(ROOT / "analysis" / "findings" / "claim10_map.py", "claim10_map_horizon") as tool:
-        return tool.dataset_summary(tool.read_map_csv(folder / "breakdown.csv"),
-                                    tool.read_map_csv(other / "breakdown.csv"))
+    with loaded_script(
+        ROOT / "analysis" / "findings" / "claim10_map.py", "claim10_map_horizon"
+    ) as tool:
+        return tool.dataset_summary(
+            tool.read_map_csv(folder / "breakdown.csv"), tool.read_map_csv(other / "breakdown.csv")
+        )
 
 
 def _horizon_md() -> str:
@@ -255,8 +318,12 @@ def _horizon_md() -> str:
 def _cell_key(cell: dict) -> tuple:
     """A map cell's identity without its rounds, from a plan's cell or a breakdown.csv row (where
     a cell without a pre-aggregator has it blank)."""
-    return (cell["method"], float(cell["participation"]), cell["participation_mode"],
-            cell.get("pre_aggregator") or "none")
+    return (
+        cell["method"],
+        float(cell["participation"]),
+        cell["participation_mode"],
+        cell.get("pre_aggregator") or "none",
+    )
 
 
 @pytest.mark.parametrize("dataset", list(KEPT_HORIZON_MAPS))
@@ -270,8 +337,8 @@ def test_a_kept_map_at_the_horizon_is_the_plan_it_ran_and_its_moves_are_horizon_
     plan = load_plan(KEPT / horizon)
     cells = list(csv.DictReader((folder / "breakdown.csv").open()))
     assert len(cells) == len(plan.cells) == 100
-    planned = sorted(_cell_key(c.as_dict()) + (int(c.as_dict()["rounds"]),) for c in plan.cells)
-    kept = sorted(_cell_key(c) + (int(c["rounds"]),) for c in cells)
+    planned = sorted((*_cell_key(c.as_dict()), int(c.as_dict()["rounds"])) for c in plan.cells)
+    kept = sorted((*_cell_key(c), int(c["rounds"])) for c in cells)
     assert kept == planned
     with gzip.open(folder / "runs.jsonl.gz", "rt") as lines:
         runs = sum(1 for _ in lines)
@@ -291,10 +358,14 @@ def test_fashion_mnist_against_digits_at_the_horizon_is_what_horizon_md_states()
     fashion, digits = KEPT / "breakdown_fashion_at_plateau", KEPT / "breakdown_at_plateau"
     summary = _map_summary(fashion, digits)
     up, down = int(summary["higher"].sum()), int(summary["lower"].sum())
-    assert (f"{up + down} of the 100 answers differ with the data at the horizon: {up} higher on "
-            f"Fashion-MNIST, {down} lower") in _horizon_md()
+    assert (
+        f"{up + down} of the 100 answers differ with the data at the horizon: {up} higher on "
+        f"Fashion-MNIST, {down} lower"
+    ) in _horizon_md()
     short = _map_summary(SHORT_MAPS / "breakdown_fashion", SHORT_MAPS / "breakdown_digits")
-    assert up < int(short["higher"].sum()) and up + down < int((short["higher"] + short["lower"]).sum())
+    assert up < int(short["higher"].sum()) and up + down < int(
+        (short["higher"] + short["lower"]).sum()
+    )
 
 
 def test_fashions_slow_cells_at_1200_rounds_repeat_the_400_round_curves_and_plateau():
@@ -304,9 +375,11 @@ def test_fashions_slow_cells_at_1200_rounds_repeat_the_400_round_curves_and_plat
     reaches it; fashion_p01_at_plateau.yaml re-runs exactly the cells whose plateau moved, at it."""
     slow = KEPT / "fashion_p01_at_1200"
     rows = list(csv.DictReader((slow / "horizon.csv").open()))
-    earlier = {(r["method"], r["pre_aggregator"], r["participation_mode"]): r
-               for r in csv.DictReader((KEPT / "fashion_horizon" / "horizon.csv").open())
-               if float(r["participation"]) == 0.1}
+    earlier = {
+        (r["method"], r["pre_aggregator"], r["participation_mode"]): r
+        for r in csv.DictReader((KEPT / "fashion_horizon" / "horizon.csv").open())
+        if float(r["participation"]) == 0.1
+    }
     long_curves, short_curves = kept_curves(slow), kept_curves(KEPT / "fashion_horizon")
     assert len(rows) == 26
     moved = {}
@@ -315,16 +388,21 @@ def test_fashions_slow_cells_at_1200_rounds_repeat_the_400_round_curves_and_plat
         assert before["plateau_reached"] == "False"
         rounds, accuracies = long_curves[row["cell"], row["seed"]]
         short_rounds, short_accuracies = short_curves[before["cell"], before["seed"]]
-        assert list(rounds[:len(short_rounds)]) == list(short_rounds)
-        assert list(accuracies[:len(short_rounds)]) == list(short_accuracies)
+        assert list(rounds[: len(short_rounds)]) == list(short_rounds)
+        assert list(accuracies[: len(short_rounds)]) == list(short_accuracies)
         first, _ = independent_plateau(rounds, accuracies, 3, 0.02)
         assert int(row["plateau_round"]) == first and row["plateau_reached"] == "True"
         if first != int(before["plateau_round"]):
             moved[row["method"], row["pre_aggregator"] or "none", row["participation_mode"]] = first
     rerun = load_plan(KEPT / "fashion_p01_at_plateau.yaml")
-    assert {(c.as_dict()["method"], c.as_dict().get("pre_aggregator", "none"),
-             c.as_dict()["participation_mode"]): int(c.as_dict()["rounds"])
-            for c in rerun.cells} == moved
+    assert {
+        (
+            c.as_dict()["method"],
+            c.as_dict().get("pre_aggregator", "none"),
+            c.as_dict()["participation_mode"],
+        ): int(c.as_dict()["rounds"])
+        for c in rerun.cells
+    } == moved
     assert len(moved) == 15
 
 
@@ -334,8 +412,9 @@ def test_fashions_map_at_the_horizon_takes_the_slow_cells_at_their_1200_round_pl
     round. Its start (fashion_at_plateau_1200_start.csv) is the map at the map's rounds, row for
     row, but for those 15 cells' answers (the map at the 400-round plateau they were re-run from):
     each cell starts where its kept runs were searched from, so the joined runs are the map."""
-    cells = lambda name: {_cell_key(c.as_dict()): int(c.as_dict()["rounds"])
-                          for c in load_plan(KEPT / name).cells}
+    cells = lambda name: {
+        _cell_key(c.as_dict()): int(c.as_dict()["rounds"]) for c in load_plan(KEPT / name).cells
+    }
     at_400, final = cells("fashion_horizon/at_plateau.yaml"), cells("fashion_at_plateau_1200.yaml")
     slow = cells("fashion_p01_at_plateau.yaml")
     assert len(final) == len(at_400) == 100 and len(slow) == 15
@@ -348,10 +427,15 @@ def test_fashions_map_at_the_horizon_takes_the_slow_cells_at_their_1200_round_pl
     answers = ("status", "breakdown_fraction")
     moved = set()
     for mapped, started in zip(short, start):
-        assert {k: v for k, v in mapped.items() if k not in answers} == \
-            {k: v for k, v in started.items() if k not in answers}
-        if any(float(mapped[k]) != float(started[k]) if k == "breakdown_fraction"
-               else mapped[k] != started[k] for k in answers):
+        assert {k: v for k, v in mapped.items() if k not in answers} == {
+            k: v for k, v in started.items() if k not in answers
+        }
+        if any(
+            float(mapped[k]) != float(started[k])
+            if k == "breakdown_fraction"
+            else mapped[k] != started[k]
+            for k in answers
+        ):
             moved.add(_cell_key(started))
     assert moved and moved <= set(slow)
     plan = load_plan(KEPT / "breakdown_fashion_at_plateau" / "plan.yaml")

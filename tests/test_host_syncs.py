@@ -18,23 +18,35 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from robusttune.methods.aggregators import AGGREGATORS, make_aggregator
-from robusttune.methods.aggregators import base
+from robusttune.methods.aggregators import AGGREGATORS, base, make_aggregator
 
 # Rules that still read back on the device path, with the reason. Empty: every rule is sync-free.
 ALLOWED_READBACKS: dict[str, str] = {}
 
 READBACK_METHODS: set[Callable[..., Any]] = {
-    torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__int__,
-    torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.nonzero, torch.nonzero,
-    torch.argwhere, torch.Tensor.argwhere, torch.masked_select, torch.Tensor.masked_select,
-    torch.Tensor.numpy, torch.Tensor.cpu, torch.unique, torch.Tensor.unique,
+    torch.Tensor.__bool__,
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+    torch.Tensor.nonzero,
+    torch.nonzero,
+    torch.argwhere,
+    torch.Tensor.argwhere,
+    torch.masked_select,
+    torch.Tensor.masked_select,
+    torch.Tensor.numpy,
+    torch.Tensor.cpu,
+    torch.unique,
+    torch.Tensor.unique,
     torch.Tensor.__complex__,
 }
 INDEXING = {torch.Tensor.__getitem__, torch.Tensor.__setitem__}
@@ -45,9 +57,10 @@ def _syncing_index(index: Any) -> bool:
     reads it back with item() to select)."""
     parts = index if isinstance(index, tuple) else (index,)
     for part in parts:
-        if isinstance(part, torch.Tensor):
-            if part.dtype == torch.bool or (part.dim() == 0 and not part.dtype.is_floating_point):
-                return True
+        if isinstance(part, torch.Tensor) and (
+            part.dtype == torch.bool or (part.dim() == 0 and not part.dtype.is_floating_point)
+        ):
+            return True
     return False
 
 
@@ -86,8 +99,12 @@ N, F = 11, 2
 def cases() -> list[tuple[str, dict[str, Any]]]:
     out = [(name, RULE_PARAMS.get(name, {})) for name in AGGREGATORS.names() if name != "bucketing"]
     for inner in INNER_OF_BUCKETING:
-        out.append(("bucketing", {**RULE_PARAMS["bucketing"], "inner": inner,
-                                  **RULE_PARAMS.get(inner, {})}))
+        out.append(
+            (
+                "bucketing",
+                {**RULE_PARAMS["bucketing"], "inner": inner, **RULE_PARAMS.get(inner, {})},
+            )
+        )
     return out
 
 
@@ -99,19 +116,26 @@ def messages(d: int, corrupt: str | None, weighted: bool) -> dict[str, Any]:
     elif corrupt == "inf":
         x[4, :3] = math.inf
         x[7] = 1e300
-    context: dict[str, Any] = {"previous": torch.full((d,), 2.5, dtype=torch.float64),
-                               "reference": x[5:].mean(0) + 0.1}
+    context: dict[str, Any] = {
+        "previous": torch.full((d,), 2.5, dtype=torch.float64),
+        "reference": x[5:].mean(0) + 0.1,
+    }
     if weighted:
         context["weights"] = torch.arange(1.0, N + 1, dtype=torch.float64)
     return {"updates": x, **context}
 
 
 # d = 37: explicit distances; d = 40,000: the blocked Gram path of pairwise_sq_distances.
-@pytest.mark.parametrize("name,params", cases(), ids=lambda v: v if isinstance(v, str) else
-                         "-".join(f"{k}={v}" for k, v in v.items()))
+@pytest.mark.parametrize(
+    ("name", "params"),
+    cases(),
+    ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={v}" for k, v in v.items()),
+)
 @pytest.mark.parametrize("corrupt", [None, "nan", "inf"])
-@pytest.mark.parametrize("d,weighted", [(37, False), (37, True), (40_000, False)])
-def test_rules_do_not_read_back_on_the_device_path(device_paths, name, params, corrupt, d, weighted):
+@pytest.mark.parametrize(("d", "weighted"), [(37, False), (37, True), (40_000, False)])
+def test_rules_do_not_read_back_on_the_device_path(
+    device_paths, name, params, corrupt, d, weighted
+):
     agg = make_aggregator(name, f=F, **params)
     context = messages(d, corrupt, weighted)
     updates = context.pop("updates")
@@ -128,20 +152,32 @@ def test_rules_do_not_read_back_on_the_device_path(device_paths, name, params, c
         assert torch.isfinite(out).all(), label
 
 
-@pytest.mark.parametrize("name,params", [
-    ("krum", {}), ("multi_krum", {}), ("bulyan", {}), ("geometric_median", {}), ("cclip", {}),
-    ("fltrust", {}), ("swb", RULE_PARAMS["swb"]), ("bucketing", {"bucket_size": 3, "inner": "mean"}),
-], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("krum", {}),
+        ("multi_krum", {}),
+        ("bulyan", {}),
+        ("geometric_median", {}),
+        ("cclip", {}),
+        ("fltrust", {}),
+        ("swb", RULE_PARAMS["swb"]),
+        ("bucketing", {"bucket_size": 3, "inner": "mean"}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 @pytest.mark.parametrize("corrupt", [None, "nan", "inf"])
 def test_device_path_equals_the_host_path(monkeypatch, name, params, corrupt):
     """The branch-free path computes the same aggregate as the host one (up to rounding)."""
     context = messages(40_000, corrupt, False)
     updates = context.pop("updates")
-    host = make_aggregator(name, f=F, **params)(updates, f=F, **context,
-                                                generator=torch.Generator().manual_seed(0))
+    host = make_aggregator(name, f=F, **params)(
+        updates, f=F, **context, generator=torch.Generator().manual_seed(0)
+    )
     monkeypatch.setattr(base, "HOST_DEVICE_TYPES", frozenset())
-    device = make_aggregator(name, f=F, **params)(updates, f=F, **context,
-                                                  generator=torch.Generator().manual_seed(0))
+    device = make_aggregator(name, f=F, **params)(
+        updates, f=F, **context, generator=torch.Generator().manual_seed(0)
+    )
     torch.testing.assert_close(device, host, rtol=1e-9, atol=1e-9, equal_nan=True)
 
 

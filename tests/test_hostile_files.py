@@ -49,9 +49,14 @@ def walked(value) -> int:
 def test_expanded_size_counts_what_the_aliases_stand_for():
     import yaml
 
-    for text in ("[1, [2, 3], {a: 4}]", "a: &x [1, 2]\nb: *x\n", nested_aliases(3, 4),
-                 nested_aliases(2, 7), "base: &b {x: 1}\nother: [*b, *b, {c: *b}]\n"):
-        assert expanded_size(yaml.compose(text), 10 ** 6) == walked(yaml.safe_load(text)), text
+    for text in (
+        "[1, [2, 3], {a: 4}]",
+        "a: &x [1, 2]\nb: *x\n",
+        nested_aliases(3, 4),
+        nested_aliases(2, 7),
+        "base: &b {x: 1}\nother: [*b, *b, {c: *b}]\n",
+    ):
+        assert expanded_size(yaml.compose(text), 10**6) == walked(yaml.safe_load(text)), text
     assert expanded_size(yaml.compose("[1, [2, 3], {a: 4}]"), 100) == 1 + 1 + 3 + 3
     # 9 ** 8 = 43 million leaves in 11 lines: refused by counting, nothing expanded
     with pytest.raises(yaml.YAMLError, match="more than 1,000"):
@@ -69,8 +74,10 @@ def test_nested_aliases_are_refused_at_once(tmp_path, command):
 
 
 def test_aliases_within_bounds_and_merge_keys_still_load():
-    assert parse_yaml("base: &b {x: 1, y: [1, 2]}\nother: {<<: *b, y: 3}\n", "f") == \
-        {"base": {"x": 1, "y": [1, 2]}, "other": {"x": 1, "y": 3}}
+    assert parse_yaml("base: &b {x: 1, y: [1, 2]}\nother: {<<: *b, y: 3}\n", "f") == {
+        "base": {"x": 1, "y": [1, 2]},
+        "other": {"x": 1, "y": 3},
+    }
     small = parse_yaml(nested_aliases(2, 3), "f")
     assert small["space"]["lr"]["grid"] == [[[1, 1, 1]] * 3] * 3
 
@@ -93,8 +100,9 @@ def test_bytes_that_are_not_utf8_are_named_with_their_offset(tmp_path, command):
     assert f"0xe9 at offset {offset}" in line
 
 
-@pytest.mark.parametrize("document", ["run: true\n", "space: [1, 2]\n", "run: {}\nspace: 3\n",
-                                      "resources: yes\n"])
+@pytest.mark.parametrize(
+    "document", ["run: true\n", "space: [1, 2]\n", "run: {}\nspace: 3\n", "resources: yes\n"]
+)
 @pytest.mark.parametrize("command", ["sweep", "breakdown", "tune"])
 def test_a_section_of_the_wrong_type_is_one_line(tmp_path, command, document):
     space = tmp_path / "typed.yaml"
@@ -180,19 +188,26 @@ print("checked")
 def test_an_npz_is_checked_from_its_headers_before_anything_is_decompressed(tmp_path):
     import subprocess
 
-    result = subprocess.run([sys.executable, "-c", NPZ_CHECKS, str(ROOT / "examples"),
-                             str(tmp_path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", NPZ_CHECKS, str(ROOT / "examples"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0 and result.stdout.strip() == "checked", result.stderr[-3000:]
 
 
 def test_a_start_from_csv_that_is_not_one_is_one_line(tmp_path):
     from robusttune.experiments.breakdown import read_prior
 
-    for name, data in (("latin.csv", b"status,breakdown_fraction\nok,0.1 caf\xe9\n"),
-                       ("ragged.csv", b'status,breakdown_fraction\n"ok\n'),
-                       ("other.csv", b"a,b\n1,2\n")):
+    for name, data in (
+        ("latin.csv", b"status,breakdown_fraction\nok,0.1 caf\xe9\n"),
+        ("ragged.csv", b'status,breakdown_fraction\n"ok\n'),
+        ("other.csv", b"a,b\n1,2\n"),
+    ):
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(SpecError, match="breakdown.start_from") as caught:
+        with pytest.raises(SpecError, match=r"breakdown.start_from") as caught:
             read_prior(tmp_path / name)
         assert "\n" not in str(caught.value)
     (tmp_path / "fine.csv").write_bytes(b"status,breakdown_fraction\nok,0.1\nok,x\n")

@@ -14,13 +14,21 @@ import pytest
 import torch
 
 from robusttune.core.runspec import RunSpec
-from robusttune.engine.recording import run_to_folder
 from robusttune.engine.input_statistics import aggregation_error, honest_input_spread
+from robusttune.engine.recording import run_to_folder
 from robusttune.engine.simulation import Simulation
 from tests.test_host_syncs import CountReadbacks
 
-FULL = dict(dataset="synthetic", model="mlp", clients=6, participation=1.0, rounds=3,
-            local_epochs=1, synthetic_samples=300, aggregate_weights="uniform")
+FULL = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 6,
+    "participation": 1.0,
+    "rounds": 3,
+    "local_epochs": 1,
+    "synthetic_samples": 300,
+    "aggregate_weights": "uniform",
+}
 
 
 def test_hand_case_plain_and_weighted():
@@ -45,8 +53,10 @@ def test_no_read_back_beyond_the_host_mask_like_the_aggregation_error():
     rows = torch.randn(7, 50, generator=generator)
     byzantine = torch.tensor([True, False, False, True, False, False, False])
     weights = torch.rand(7, generator=generator)
-    for measure in (lambda: honest_input_spread(rows, byzantine, weights),
-                    lambda: aggregation_error(rows[0], rows, byzantine, weights)):
+    for measure in (
+        lambda: honest_input_spread(rows, byzantine, weights),
+        lambda: aggregation_error(rows[0], rows, byzantine, weights),
+    ):
         with CountReadbacks() as counter:
             measure()
         assert dict(counter.calls) == {"nonzero": 1}  # the host mask's, on the CPU by contract
@@ -77,13 +87,23 @@ def _spread(rows: np.ndarray, byzantine: np.ndarray) -> float:
     return float(np.mean(np.sum((honest - honest.mean(axis=0)) ** 2, axis=1)))
 
 
-@pytest.mark.parametrize("method, extra", [
-    ("median", {}),
-    # Bernoulli p = 0.5 over a cache: the rule sees all 6 momenta, fresh and decayed
-    ("demoa", {"participation_mode": "bernoulli", "participation": 0.5, "rounds": 5}),
-    ("demoa", {"participation_mode": "bernoulli", "participation": 0.5, "rounds": 5,
-               "demoa_ablation": "coefficient_swap"}),
-])
+@pytest.mark.parametrize(
+    ("method", "extra"),
+    [
+        ("median", {}),
+        # Bernoulli p = 0.5 over a cache: the rule sees all 6 momenta, fresh and decayed
+        ("demoa", {"participation_mode": "bernoulli", "participation": 0.5, "rounds": 5}),
+        (
+            "demoa",
+            {
+                "participation_mode": "bernoulli",
+                "participation": 0.5,
+                "rounds": 5,
+                "demoa_ablation": "coefficient_swap",
+            },
+        ),
+    ],
+)
 def test_the_record_is_the_spread_of_the_rules_honest_inputs(method, extra):
     spec = RunSpec(**{**FULL, **extra}, method=method, attack="alie", byzantine_fraction=2 / 6)
     simulation = Simulation(spec)
@@ -96,14 +116,20 @@ def test_the_record_is_the_spread_of_the_rules_honest_inputs(method, extra):
     measured = [r.honest_input_spread for r in records]
     assert measured == pytest.approx(expected, rel=1e-5)
     assert any(v > 0 for v in measured)
-    assert simulation.summary(0.0).mean_honest_input_spread == pytest.approx(np.mean(expected),
-                                                                            rel=1e-5)
+    assert simulation.summary(0.0).mean_honest_input_spread == pytest.approx(
+        np.mean(expected), rel=1e-5
+    )
 
 
 def test_a_refused_round_still_has_its_spread():
     """Guarded Krum at n = 4, f = 1 never aggregates; its inputs were there all the same."""
-    spec = RunSpec(**{**FULL, "clients": 4}, method="krum", attack="alie", byzantine_fraction=0.25,
-                   guarded=True)
+    spec = RunSpec(
+        **{**FULL, "clients": 4},
+        method="krum",
+        attack="alie",
+        byzantine_fraction=0.25,
+        guarded=True,
+    )
     records = list(Simulation(spec))
     assert not any(r.aggregated for r in records)
     assert all(math.isfinite(r.honest_input_spread) and r.honest_input_spread > 0 for r in records)
@@ -117,9 +143,13 @@ def test_the_report_tabulates_the_spread_per_cell_and_counts_a_repeated_run_once
     from robusttune.reports.results import report
 
     for ablation in ("none", "coefficient_swap"):
-        spec = RunSpec(**{**FULL, "rounds": 2, "participation_mode": "bernoulli",
-                          "participation": 0.5}, method="demoa", demoa_ablation=ablation,
-                       attack="alie", byzantine_fraction=2 / 6)
+        spec = RunSpec(
+            **{**FULL, "rounds": 2, "participation_mode": "bernoulli", "participation": 0.5},
+            method="demoa",
+            demoa_ablation=ablation,
+            attack="alie",
+            byzantine_fraction=2 / 6,
+        )
         run_to_folder(spec, tmp_path / "runs" / ablation, tensorboard=False)
         if ablation == "none":  # a second sweep ran the same configuration
             run_to_folder(spec, tmp_path / "runs" / "again" / ablation, tensorboard=False)

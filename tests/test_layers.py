@@ -13,15 +13,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robusttune"
 
 # bottom to top: a module may import from its own layer and the layers before it
 LAYERS = (
-    "core",         # registry, the RunSpec schema, records, numerics, file and YAML input
-    "display",      # terminal, markdown tables, matplotlib figures: formats, no content
-    "problem",      # the learning problem: datasets and their split, models, local training,
-                    # who takes part in a round, the law of the Byzantine share of a sample
-    "methods",      # aggregation rules, attacks, server algorithms, the adversary made of them
-    "engine",       # one federated run: the round loop, its run folder, the runners
+    "core",  # registry, the RunSpec schema, records, numerics, file and YAML input
+    "display",  # terminal, markdown tables, matplotlib figures: formats, no content
+    "problem",  # the learning problem: datasets and their split, models, local training,
+    # who takes part in a round, the law of the Byzantine share of a sample
+    "methods",  # aggregation rules, attacks, server algorithms, the adversary made of them
+    "engine",  # one federated run: the round loop, its run folder, the runners
     "experiments",  # many runs: sweeps on Ray Tune, breakdown maps, calibration, tuning
-    "reports",      # robusttune report: the tables and figures of a results folder
-    "commands",     # the command line: the typer app and one module per command
+    "reports",  # robusttune report: the tables and figures of a results folder
+    "commands",  # the command line: the typer app and one module per command
 )
 
 
@@ -57,13 +57,19 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             base = node.module or ""
             if node.level:
                 here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+                base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
             if base.startswith("robusttune"):
-                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else known_prefix(base)
-                          for a in node.names}
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" \
-                and node.args and isinstance(node.args[0], ast.Constant) \
-                and str(node.args[0].value).startswith("robusttune"):
+                found |= {
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in known else known_prefix(base)
+                    for a in node.names
+                }
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value).startswith("robusttune")
+        ):
             # an import by name is a dependency all the same
             found.add(known_prefix(str(node.args[0].value)))
     return {m for m in found if m and m != name}
@@ -118,13 +124,20 @@ def test_every_module_belongs_to_a_layer_and_few_stand_at_the_top():
     names = modules()
     loose = sorted(n for n in names if n not in TOP and layer_of(n) is None)
     assert loose == [], f"modules outside every layer: {loose}; LAYERS lists {LAYERS}"
-    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "plugin.py"]
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == [
+        "__init__.py",
+        "__main__.py",
+        "plugin.py",
+    ]
 
 
 def test_imports_point_down_the_layers():
-    upward = [f"{a} -> {b}" for a, targets in sorted(graph().items()) for b in sorted(targets)
-              if a not in TOP and (b in TOP or (layer_of(b) is not None
-                                                and layer_of(b) > layer_of(a)))]
+    upward = [
+        f"{a} -> {b}"
+        for a, targets in sorted(graph().items())
+        for b in sorted(targets)
+        if a not in TOP and (b in TOP or (layer_of(b) is not None and layer_of(b) > layer_of(a)))
+    ]
     assert upward == [], "imports from a lower layer into a higher one:\n" + "\n".join(upward)
 
 
@@ -145,8 +158,10 @@ def test_the_checks_see_an_upward_arrow_and_a_circle():
 def test_an_import_by_name_is_seen(tmp_path):
     # an import by name is a dependency (the registries <-> plugins circle hid behind one)
     module = tmp_path / "by_name.py"
-    module.write_text("import importlib\n\ndef late():\n"
-                      "    return importlib.import_module('robusttune.core.registries')\n")
+    module.write_text(
+        "import importlib\n\ndef late():\n"
+        "    return importlib.import_module('robusttune.core.registries')\n"
+    )
     assert imports("robusttune.core.by_name", module, modules()) == {"robusttune.core.registries"}
 
 
@@ -157,9 +172,8 @@ def test_a_registry_fills_itself_from_its_builtins_at_the_first_lookup(tmp_path,
     from robusttune.core.registry import Registry
 
     (tmp_path / "made_up_rules.py").write_text(
-        "from test_layers_registry import RULES\n"
-        "@RULES.register('mine')\n"
-        "class Mine: pass\n")
+        "from test_layers_registry import RULES\n@RULES.register('mine')\nclass Mine: pass\n"
+    )
     registry = Registry("rule", builtins="made_up_rules")
     module = type(sys)("test_layers_registry")
     module.RULES = registry

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import yaml
 
 from robusttune.commands.breakdown import prepare_plan
@@ -40,14 +39,16 @@ def test_the_parts_of_the_map_hold_its_cells_each_once(map_part, tmp_path):
 
 
 def test_the_parts_of_a_map_at_the_horizon_hold_its_cells_each_once_balanced_by_rounds(
-        map_part, tmp_path):
+    map_part, tmp_path
+):
     whole_space = ROOT / "search_spaces" / "breakdown.yaml"
     plan = prepare_plan(whole_space)
     # made-up horizons, one per cell: 25 to 400 rounds, uneven across the cells
     horizons = {i: 25 + (i * 37) % 376 for i in range(len(plan.cells))}
     at_horizon = tmp_path / "at_plateau.yaml"
-    at_horizon.write_text(yaml.safe_dump(at_plateau(HorizonPlan(plan, max_rounds=400), horizons),
-                                         sort_keys=False))
+    at_horizon.write_text(
+        yaml.safe_dump(at_plateau(HorizonPlan(plan, max_rounds=400), horizons), sort_keys=False)
+    )
     whole = prepare_plan(at_horizon)
     cells, totals = [], []
     for part in range(2):

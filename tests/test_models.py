@@ -8,9 +8,16 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from robusttune.problem.models import (MODELS, bound_copy, flat_params, load_flat_params, make_model,
-                                       param_layout, param_views)
 from robusttune.core.registry import SpecError
+from robusttune.problem.models import (
+    MODELS,
+    bound_copy,
+    flat_params,
+    load_flat_params,
+    make_model,
+    param_layout,
+    param_views,
+)
 
 SHAPES = [(1, 8, 8), (3, 32, 32), (1, 28, 28)]
 
@@ -32,7 +39,9 @@ def test_cnn2_flatten_follows_the_input():
     assert make_model("cnn2", (1, 28, 28), 10).fc1.in_features == 64 * 7 * 7
 
 
-@pytest.mark.parametrize("shape,features", [((1, 1, 1), 64), ((1, 3, 3), 64), ((2, 5, 1), 64 * 5)])
+@pytest.mark.parametrize(
+    ("shape", "features"), [((1, 1, 1), 64), ((1, 3, 3), 64), ((2, 5, 1), 64 * 5)]
+)
 def test_cnn2_skips_pools_a_tiny_input_cannot_take(shape, features):
     model = make_model("cnn2", shape, 4)
     assert model.fc1.in_features == features
@@ -42,7 +51,16 @@ def test_cnn2_skips_pools_a_tiny_input_cannot_take(shape, features):
 def test_convnet_is_pytorchs_mnist_network_without_dropout():
     # 28 -> 26 -> 24 -> pool 12: 320 + 18,496 + (64 * 12 * 12 * 128 + 128) + 1,290
     model = make_model("convnet", (1, 28, 28), 10, seed=0)
-    assert [p.numel() for p in model.parameters()] == [288, 32, 18_432, 64, 1_179_648, 128, 1_280, 10]
+    assert [p.numel() for p in model.parameters()] == [
+        288,
+        32,
+        18_432,
+        64,
+        1_179_648,
+        128,
+        1_280,
+        10,
+    ]
     assert n_params(model) == 1_199_882
     assert not any(isinstance(m, nn.Dropout) for m in model.modules())
     assert make_model("convnet", (3, 32, 32), 10).fc1.in_features == 64 * 14 * 14
@@ -116,7 +134,9 @@ def test_flat_roundtrip_and_views():
     views = param_views(model, new)
     assert list(views) == [n for n, _ in model.named_parameters()]
     # views, not copies: every tensor lives inside `new`'s storage
-    assert all(v.untyped_storage().data_ptr() == new.untyped_storage().data_ptr() for v in views.values())
+    assert all(
+        v.untyped_storage().data_ptr() == new.untyped_storage().data_ptr() for v in views.values()
+    )
     x = torch.randn(4, 1, 8, 8)
     assert torch.allclose(functional_call(model, views, (x,)), model(x))
 
@@ -126,7 +146,7 @@ def test_views_of_a_stack_keep_the_leading_dimension():
     layout = param_layout(model)
     stack = torch.randn(3, layout.numel)
     views = layout.views(stack)
-    for (name, p), v in zip(model.named_parameters(), views.values()):
+    for (_name, p), v in zip(model.named_parameters(), views.values()):
         assert v.shape == (3, *p.shape)
     assert torch.equal(layout.views(stack[1])["net.0.weight"], views["net.0.weight"][1])
 
@@ -137,7 +157,7 @@ def test_load_flat_params_checks_the_size():
         load_flat_params(model, torch.zeros(3))
 
 
-@pytest.mark.parametrize("name,shape", [("mlp", (64,)), ("cnn2", (1, 8, 8))])
+@pytest.mark.parametrize(("name", "shape"), [("mlp", (64,)), ("cnn2", (1, 8, 8))])
 def test_bound_copy_computes_what_functional_call_computes_and_writes_its_vector(name, shape):
     model = make_model(name, shape, 10, seed=0)
     original = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -36,16 +36,39 @@ from robusttune.core.schema import NUMERICS_ENV, default_numerics
 GOLDEN_RUNS = {
     "fedavg mlp": {"model": "mlp", "rounds": 2, "local_epochs": 2},
     "fedavg cnn2": {"model": "cnn2", "rounds": 1, "local_epochs": 1},
-    "median mlp, ipm": {"model": "mlp", "method": "median", "attack": "ipm",
-                        "byzantine_fraction": 0.2, "rounds": 2, "local_epochs": 1},
-    "demoa+cclip mlp, alie": {"model": "mlp", "method": "demoa", "attack": "alie",
-                              "byzantine_fraction": 0.2, "rounds": 25},
+    "median mlp, ipm": {
+        "model": "mlp",
+        "method": "median",
+        "attack": "ipm",
+        "byzantine_fraction": 0.2,
+        "rounds": 2,
+        "local_epochs": 1,
+    },
+    "demoa+cclip mlp, alie": {
+        "model": "mlp",
+        "method": "demoa",
+        "attack": "alie",
+        "byzantine_fraction": 0.2,
+        "rounds": 25,
+    },
     # ALIE with z != 0 (5 sampled of 10, 2 Byzantine): sigma's last bits reach the model (issue 44)
-    "median mlp, alie": {"model": "mlp", "method": "median", "attack": "alie",
-                         "byzantine_fraction": 0.2, "rounds": 3, "local_epochs": 1},
+    "median mlp, alie": {
+        "model": "mlp",
+        "method": "median",
+        "attack": "alie",
+        "byzantine_fraction": 0.2,
+        "rounds": 3,
+        "local_epochs": 1,
+    },
 }
-BASE = {"dataset": "digits", "clients": 10, "participation": 0.5, "seed": 42,
-        "checkpoint_every": 0, "device": "cpu"}
+BASE = {
+    "dataset": "digits",
+    "clients": 10,
+    "participation": 0.5,
+    "seed": 42,
+    "checkpoint_every": 0,
+    "device": "cpu",
+}
 
 # final (loss, parameter norm) per run in portable numerics, written down once (see above); the
 # norms re-recorded when the parameter norm began to accumulate in float64 (issue 27: a float32 norm
@@ -65,11 +88,20 @@ GOLDEN = {
 FOREIGN_PATHS = {
     "another capability": {"ATEN_CPU_CAPABILITY": "default"},
     "MKL's per-CPU branch, oneDNN at AVX2, two threads": {
-        "MKL_CBWR": "AUTO", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "2",
-        "MKL_NUM_THREADS": "2"},
+        "MKL_CBWR": "AUTO",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+    },
 }
-PINNED_KEYS = ("MKL_CBWR", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS",
-               "MKL_NUM_THREADS", NUMERICS_ENV)
+PINNED_KEYS = (
+    "MKL_CBWR",
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    NUMERICS_ENV,
+)
 
 
 def golden_runs(mode: str) -> dict[str, list[float]]:
@@ -91,13 +123,21 @@ def _clean_environment(**extra: str) -> dict[str, str]:
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def _golden_in_fresh_process(mode: str, env: dict[str, str]) -> dict[str, tuple[float, float]]:
-    code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-            f"import test_numerics as t; print(json.dumps(t.golden_runs({mode!r})))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        f"import test_numerics as t; print(json.dumps(t.golden_runs({mode!r})))"
+    )
     done = _python(code, env)
     assert done.returncode == 0, done.stderr[-2000:]
     return {k: tuple(v) for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
@@ -130,8 +170,14 @@ def test_the_golden_runs_see_the_float_path(portable_here):
     # bits (on x86-64; elsewhere `default` is what the machine runs anyway)
     native = _golden_in_fresh_process("native", _clean_environment(ATEN_CPU_CAPABILITY="default"))
     assert native.keys() == GOLDEN.keys()
-    assert (native != GOLDEN) if X86_64 else (native == _golden_in_fresh_process(
-        "native", _clean_environment(ATEN_CPU_CAPABILITY="default")))
+    assert (
+        (native != GOLDEN)
+        if X86_64
+        else (
+            native
+            == _golden_in_fresh_process("native", _clean_environment(ATEN_CPU_CAPABILITY="default"))
+        )
+    )
 
 
 def test_the_alie_golden_run_sees_sigmas_last_bit(monkeypatch):
@@ -139,8 +185,11 @@ def test_the_alie_golden_run_sees_sigmas_last_bit(monkeypatch):
     import robusttune.methods.attacks.base as attack_base
 
     keys = {**BASE, **GOLDEN_RUNS["median mlp, alie"], "numerics": pinned_mode()}
-    monkeypatch.setattr(attack_base, "sqrt", lambda t: torch.nextafter(
-        numerics.sqrt(t), torch.tensor(math.inf, dtype=t.dtype)))
+    monkeypatch.setattr(
+        attack_base,
+        "sqrt",
+        lambda t: torch.nextafter(numerics.sqrt(t), torch.tensor(math.inf, dtype=t.dtype)),
+    )
     from robusttune.core.runspec import RunSpec
     from robusttune.engine.simulation import simulate
 
@@ -156,10 +205,12 @@ def _float32(value: float) -> float:
 def _correctly_rounded_sqrt(x: torch.Tensor) -> torch.Tensor:
     """Python's math.sqrt (IEEE double, correctly rounded); for float32 rounded once more, which is
     exact for sqrt (53 >= 2 * 24 + 2 bits: double rounding is innocuous, Figueroa 1995)."""
+
     def root(v: float) -> float:
         if math.isnan(v) or v < 0:
             return math.nan
         return math.sqrt(v)
+
     values = [root(v) for v in x.tolist()]
     if x.dtype == torch.float32:
         values = [_float32(v) for v in values]
@@ -176,11 +227,14 @@ def test_portable_sqrt_is_correctly_rounded_on_random_and_tie_heavy_inputs(dtype
     assert pinned_mode() == "portable"  # the suite's mode (tests/conftest.py)
     g = torch.Generator().manual_seed(44)
     wide = torch.rand(20_000, generator=g, dtype=dtype) * torch.pow(
-        10.0, torch.randint(-30, 30, (20_000,), generator=g)).to(dtype)
+        10.0, torch.randint(-30, 30, (20_000,), generator=g)
+    ).to(dtype)
     exact_squares = torch.arange(1, 2_000, dtype=dtype).square()
     info = torch.finfo(dtype)
-    specials = torch.tensor([0.0, -0.0, info.tiny, info.tiny / 4, info.max, math.inf, -1.0,
-                             math.nan, 2.0, 0.5], dtype=dtype)
+    specials = torch.tensor(
+        [0.0, -0.0, info.tiny, info.tiny / 4, info.max, math.inf, -1.0, math.nan, 2.0, 0.5],
+        dtype=dtype,
+    )
     for x in (wide, exact_squares, specials, wide.view(100, 200).t()):  # the last non-contiguous
         assert _same_bits(numerics.sqrt(x).flatten(), _correctly_rounded_sqrt(x.flatten()))
     # ALIE's statistics over rows many of which are identical (sign-flipped or cached copies):
@@ -201,15 +255,37 @@ def test_portable_sqrt_keeps_gradients_shapes_and_cuda():
     assert root.shape == x.shape and root.dtype == x.dtype
     root.sum().backward()
     assert torch.allclose(x.grad, 0.5 / root.detach())
-    assert torch.equal(numerics.sqrt(torch.tensor([4.0], dtype=torch.float16)),
-                       torch.tensor([2.0], dtype=torch.float16))
+    assert torch.equal(
+        numerics.sqrt(torch.tensor([4.0], dtype=torch.float16)),
+        torch.tensor([2.0], dtype=torch.float16),
+    )
 
 
 # Calls that would reach an approximate MKL kernel (numerics.MKL_APPROXIMATE_OPERATIONS); `log`
 # is approximate for float64 only, but no package code may guess a tensor's dtype.
-_APPROXIMATE_CALLS = {"sqrt", "sqrt_", "acos", "acos_", "arccos", "asin", "asin_", "arcsin", "atan",
-                      "atan_", "arctan", "tan", "tan_", "log", "log_", "log10", "log10_", "log2",
-                      "log2_", "logsumexp", "cdist"}
+_APPROXIMATE_CALLS = {
+    "sqrt",
+    "sqrt_",
+    "acos",
+    "acos_",
+    "arccos",
+    "asin",
+    "asin_",
+    "arcsin",
+    "atan",
+    "atan_",
+    "arctan",
+    "tan",
+    "tan_",
+    "log",
+    "log_",
+    "log10",
+    "log10_",
+    "log2",
+    "log2_",
+    "logsumexp",
+    "cdist",
+}
 _SCALAR_MODULES = {"math", "np", "numpy", "cmath"}
 
 
@@ -225,21 +301,36 @@ def test_the_package_calls_no_approximate_mkl_operation_but_through_numerics():
             base = node.func.value
             if isinstance(base, ast.Name) and base.id in _SCALAR_MODULES:
                 continue
-            power_half = (node.func.attr in ("pow", "pow_") and node.args
-                          and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0.5)
+            power_half = (
+                node.func.attr in ("pow", "pow_")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == 0.5
+            )
             if node.func.attr in _APPROXIMATE_CALLS or power_half:
                 offenders.append(f"{path.relative_to(package)}:{node.lineno} .{node.func.attr}(")
-    assert offenders == [], "use robusttune.core.numerics.sqrt (MKL's kernel is CPU-dependent): " + \
-        ", ".join(offenders)
+    assert offenders == [], (
+        "use robusttune.core.numerics.sqrt (MKL's kernel is CPU-dependent): " + ", ".join(offenders)
+    )
 
 
 def test_the_vml_audit_finds_what_numerics_states(tmp_path):
     # analysis/vml_audit.py under gdb and objdump (make tools): which operations reach VML, which
     # kernels are approximate, and that a portable ALIE run reaches none of those
     findings = tmp_path / "audit.json"
-    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "analysis" / "vml_audit.py"),
-                           "--quick", "--json", str(findings)], capture_output=True, text=True,
-                          timeout=280)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).parents[1] / "analysis" / "vml_audit.py"),
+            "--quick",
+            "--json",
+            str(findings),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "approximate_vml_kernels_reached_by_runs: 0"
     audit = json.loads(findings.read_text())
@@ -273,8 +364,10 @@ def test_this_process_runs_the_float_path_it_was_pinned_to():
 
 
 def test_a_process_that_computed_first_is_refused_portable_in_one_line():
-    code = ("import torch; torch.ones(64, 64) @ torch.ones(64, 64); "
-            "from robusttune.core.numerics import pin; pin('portable')")
+    code = (
+        "import torch; torch.ones(64, 64) @ torch.ones(64, 64); "
+        "from robusttune.core.numerics import pin; pin('portable')"
+    )
     done = _python(code, _clean_environment())
     if torch.backends.mkl.is_available():  # MKL's branch was fixed at the matmul: detectable
         assert done.returncode != 0
@@ -285,13 +378,15 @@ def test_a_process_that_computed_first_is_refused_portable_in_one_line():
 
 
 def _summary_via_in_process_runner(first: str) -> list:
-    code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); {first}; "
-            "import test_numerics as t; from robusttune.core.runspec import RunSpec; "
-            "from robusttune.core.numerics import pinned_mode; "
-            "from robusttune.engine.runners import InProcessRunner; "
-            "spec = RunSpec.from_dict({**t.BASE, **t.GOLDEN_RUNS['median mlp, alie'], "
-            "'numerics': 'portable'}); s = InProcessRunner()([spec])[0]; "
-            "print(json.dumps([s.final_loss, s.final_accuracy, s.error, pinned_mode()]))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); {first}; "
+        "import test_numerics as t; from robusttune.core.runspec import RunSpec; "
+        "from robusttune.core.numerics import pinned_mode; "
+        "from robusttune.engine.runners import InProcessRunner; "
+        "spec = RunSpec.from_dict({**t.BASE, **t.GOLDEN_RUNS['median mlp, alie'], "
+        "'numerics': 'portable'}); s = InProcessRunner()([spec])[0]; "
+        "print(json.dumps([s.final_loss, s.final_accuracy, s.error, pinned_mode()]))"
+    )
     done = _python(code, _clean_environment())
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -302,7 +397,8 @@ def test_a_process_that_computed_first_still_gets_portable_runs_from_the_runner(
     # an AVX-512 Xeon): the in-process runner trains in a fresh worker process, same bits
     fresh = _summary_via_in_process_runner("pass")
     computed_first = _summary_via_in_process_runner(
-        "import torch; torch.ones(64, 64) @ torch.ones(64, 64)")
+        "import torch; torch.ones(64, 64) @ torch.ones(64, 64)"
+    )
     assert fresh[-1] == "portable" and fresh[2] is None
     if torch.backends.mkl.is_available():  # the matmul fixed MKL's branch: the run went elsewhere
         assert computed_first[-1] is None
@@ -310,12 +406,15 @@ def test_a_process_that_computed_first_still_gets_portable_runs_from_the_runner(
 
 
 def test_a_process_keeps_its_mode():
-    code = ("from robusttune.core.numerics import pin; pin('portable'); pin('portable'); "
-            "pin('native')")
+    code = (
+        "from robusttune.core.numerics import pin; pin('portable'); pin('portable'); pin('native')"
+    )
     done = _python(code, _clean_environment())
     assert done.returncode != 0
-    assert ("numerics native: this process already trains in portable numerics"
-            in done.stderr.strip().splitlines()[-1])
+    assert (
+        "numerics native: this process already trains in portable numerics"
+        in done.stderr.strip().splitlines()[-1]
+    )
     with pytest.raises(SpecError, match="numerics must be one of"):
         pin("fast")
 
@@ -327,7 +426,9 @@ def test_the_default_mode_comes_from_the_environment_and_is_checked(monkeypatch)
     spec = RunSpec(dataset="digits")
     assert spec.numerics == "native" and "numerics" in spec.explicit  # carried to every worker
     monkeypatch.setenv(NUMERICS_ENV, "fast")
-    with pytest.raises(SpecError, match=f"{NUMERICS_ENV} must be one of native, portable; got 'fast'"):
+    with pytest.raises(
+        SpecError, match=f"{NUMERICS_ENV} must be one of native, portable; got 'fast'"
+    ):
         RunSpec(dataset="digits")
     monkeypatch.delenv(NUMERICS_ENV)
     assert RunSpec(dataset="digits").numerics == "portable"
@@ -343,9 +444,13 @@ def test_a_sweep_stores_its_mode_and_takes_one(monkeypatch):
     spec = parse_sweep(space)
     # written into the stored sweep: a resume, or a node with another default, keeps it
     assert spec.run["numerics"] == "native" and spec.raw["run"]["numerics"] == "native"
-    assert parse_sweep({**space, "run": {"dataset": "digits", "numerics": "portable"}}).run[
-        "numerics"] == "portable"
-    with pytest.raises(SpecError, match="space.numerics is an axis over numerics, which takes one value per sweep"):
+    assert (
+        parse_sweep({**space, "run": {"dataset": "digits", "numerics": "portable"}}).run["numerics"]
+        == "portable"
+    )
+    with pytest.raises(
+        SpecError, match=r"space.numerics is an axis over numerics, which takes one value per sweep"
+    ):
         parse_sweep({**space, "space": {"numerics": {"grid": ["native", "portable"]}}})
 
 
@@ -355,9 +460,25 @@ def test_summary_records_the_mode_and_the_float_path(tmp_path):
     from robusttune.commands.cli import app
 
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["run", "--set", "dataset=synthetic", "--set", "model=mlp",
-                                      "--set", "rounds=1", "--set", "clients=4",
-                                      "--set", "synthetic_samples=100", "--out", str(out), "--quiet"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--set",
+            "dataset=synthetic",
+            "--set",
+            "model=mlp",
+            "--set",
+            "rounds=1",
+            "--set",
+            "clients=4",
+            "--set",
+            "synthetic_samples=100",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["spec"]["numerics"] == default_numerics()

@@ -22,14 +22,18 @@ ALLOWED = {"robusttune", "robusttune.plugin"}
 
 def test_every_name_is_the_packages_own_object():
     homes = {
-        "AGGREGATORS": "robusttune.core.registries", "ATTACKS": "robusttune.core.registries",
-        "ALGORITHMS": "robusttune.core.registries", "DATASETS": "robusttune.core.registries",
-        "MODELS": "robusttune.core.registries", "SpecError": "robusttune.core.registry",
+        "AGGREGATORS": "robusttune.core.registries",
+        "ATTACKS": "robusttune.core.registries",
+        "ALGORITHMS": "robusttune.core.registries",
+        "DATASETS": "robusttune.core.registries",
+        "MODELS": "robusttune.core.registries",
+        "SpecError": "robusttune.core.registry",
         "Aggregator": "robusttune.methods.aggregators.base",
         "Attack": "robusttune.methods.attacks.base",
         "AttackRound": "robusttune.methods.attacks.base",
         "ServerAlgorithm": "robusttune.methods.algorithms.base",
-        "RawDataset": "robusttune.problem.data.base", "DataShape": "robusttune.problem.data.base",
+        "RawDataset": "robusttune.problem.data.base",
+        "DataShape": "robusttune.problem.data.base",
     }
     assert sorted(plugin.__all__) == sorted(homes)
     for name, home in homes.items():
@@ -40,11 +44,14 @@ def test_every_name_is_the_packages_own_object():
 
 
 def test_importing_the_plugin_api_costs_no_torch():
-    code = ("import sys; import robusttune.plugin as p; assert 'torch' not in sys.modules; "
-            "from robusttune.plugin import AGGREGATORS, MODELS, SpecError; "
-            "assert 'torch' not in sys.modules, 'the registries pulled torch'; print('light')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+    code = (
+        "import sys; import robusttune.plugin as p; assert 'torch' not in sys.modules; "
+        "from robusttune.plugin import AGGREGATORS, MODELS, SpecError; "
+        "assert 'torch' not in sys.modules, 'the registries pulled torch'; print('light')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0 and result.stdout.strip() == "light", result.stderr[-2000:]
 
 
@@ -57,8 +64,12 @@ def imported(source: str) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" \
-                and node.args and isinstance(node.args[0], ast.Constant):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             names.add(str(node.args[0].value))
     return {n for n in names if n == "robusttune" or n.startswith("robusttune.")}
 
@@ -71,9 +82,15 @@ def plugin_sources() -> dict[str, str]:
     """What plugin authors read and copy: the example plugin's code, and every Python block of
     the README, the examples' walk-through and the documentation pages."""
     sources = {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "examples").rglob("*.py")}
-    pages = [ROOT / "README.md", ROOT / "examples" / "README.md",
-             *(p for p in (ROOT / "docs").rglob("*.md")
-               if "_build" not in p.parts and "generated" not in p.parts)]
+    pages = [
+        ROOT / "README.md",
+        ROOT / "examples" / "README.md",
+        *(
+            p
+            for p in (ROOT / "docs").rglob("*.md")
+            if "_build" not in p.parts and "generated" not in p.parts
+        ),
+    ]
     for page in pages:
         for number, block in enumerate(code_blocks(page.read_text())):
             sources[f"{page.relative_to(ROOT)} block {number}"] = block
@@ -87,7 +104,7 @@ def test_examples_and_documentation_import_only_the_plugin_api():
     for where, text in sources.items():
         try:
             names = imported(text)
-        except SyntaxError:   # a block of shell or an elided sketch, not code to run
+        except SyntaxError:  # a block of shell or an elided sketch, not code to run
             continue
         if names - ALLOWED:
             strays[where] = sorted(names - ALLOWED)
@@ -96,9 +113,12 @@ def test_examples_and_documentation_import_only_the_plugin_api():
 
 def test_the_contract_check_sees_imports_by_name_too():
     # the check must be able to fail: internals imported by statement or by name are caught
-    assert imported("from robusttune.core.registries import AGGREGATORS") == {"robusttune.core.registries"}
-    assert imported("import importlib\nimportlib.import_module('robusttune.methods.aggregators')") \
-        == {"robusttune.methods.aggregators"}
+    assert imported("from robusttune.core.registries import AGGREGATORS") == {
+        "robusttune.core.registries"
+    }
+    assert imported(
+        "import importlib\nimportlib.import_module('robusttune.methods.aggregators')"
+    ) == {"robusttune.methods.aggregators"}
     assert imported("from robusttune.plugin import Aggregator\nimport robusttune") == ALLOWED
 
 
@@ -106,7 +126,8 @@ def test_the_contract_check_sees_imports_by_name_too():
 IMPORT_IN_TEXT = re.compile(
     r"^\s*(?:from\s+(robusttune[\w.]*)\s+import\b|import\s+(robusttune[\w.]*))"
     r"|import_module\(\s*['\"](robusttune[\w.]*)['\"]|['\"]-m['\"],\s*['\"](robusttune[\w.]*)['\"]",
-    flags=re.M)
+    flags=re.M,
+)
 
 
 def imported_anywhere(text: str) -> set[str]:
@@ -125,12 +146,18 @@ def test_the_plugin_tests_import_only_the_plugin_api():
 
 
 def test_the_text_check_sees_imports_inside_strings():
-    snippet = ('code = """\n    from robusttune.core.registries import AGGREGATORS\n'
-               '    import robusttune.methods\n"""\n'
-               'CLI = [sys.executable, "-m", "robusttune.commands.cli"]\n'
-               'importlib.import_module("robusttune.engine")\n')
-    assert imported_anywhere(snippet) == {"robusttune.core.registries", "robusttune.methods",
-                                          "robusttune.commands.cli", "robusttune.engine"}
+    snippet = (
+        'code = """\n    from robusttune.core.registries import AGGREGATORS\n'
+        '    import robusttune.methods\n"""\n'
+        'CLI = [sys.executable, "-m", "robusttune.commands.cli"]\n'
+        'importlib.import_module("robusttune.engine")\n'
+    )
+    assert imported_anywhere(snippet) == {
+        "robusttune.core.registries",
+        "robusttune.methods",
+        "robusttune.commands.cli",
+        "robusttune.engine",
+    }
 
 
 def test_a_registry_base_class_is_named_as_the_plugin_api_gives_it():

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from test_plugins import RULE, python
 
 
@@ -25,16 +24,16 @@ def test_a_node_without_the_plugin_file_loads_the_copy_shipped_with_the_job(tmp_
     # the driver ships its file plugins in a package (Ray's py_modules on --address); a worker
     # where the driver's path does not exist imports that copy, and without one ends the trial
     # on one line
-    out = python(f'''
+    out = python(f"""
         import json, pickle
         from robusttune.core.plugins import load_plugins, shipping_folder
         (plugin,) = load_plugins([{str(rule_file)!r}])
         folder = shipping_folder([plugin])
         print(json.dumps([str(folder), pickle.dumps(plugin).hex()]))
-    ''')
+    """)
     folder, record = json.loads(out.stdout.strip().splitlines()[-1])
-    rule_file.unlink()                               # this "node" lacks the driver's file
-    worker = f'''
+    rule_file.unlink()  # this "node" lacks the driver's file
+    worker = f"""
         import json, pickle
         from robusttune.core.plugins import load_plugins
         from robusttune.core.registries import AGGREGATORS
@@ -44,7 +43,7 @@ def test_a_node_without_the_plugin_file_loads_the_copy_shipped_with_the_job(tmp_
             print(json.dumps(["loaded", AGGREGATORS.source("shrunk_median")]))
         except SpecError as error:
             print(json.dumps(["error", str(error)]))
-    '''
+    """
     shipped = python(worker, cwd=tmp_path, env={"PYTHONPATH": str(Path(folder).parent)})
     assert json.loads(shipped.stdout.strip().splitlines()[-1]) == ["loaded", str(rule_file)]
     missing = python(worker, cwd=tmp_path)
@@ -52,14 +51,13 @@ def test_a_node_without_the_plugin_file_loads_the_copy_shipped_with_the_job(tmp_
     assert status == "error" and message.startswith(f"plugin {str(rule_file)!r}: no such file")
 
 
-
-
 def test_a_joined_cluster_gets_the_plugin_files_with_the_job(tmp_path, rule_file):
     # --address: the driver's plugin files travel with the job (Ray's py_modules); here the
     # driver's file is gone once the job has started, so the workers can only use the copy
     (tmp_path / "pkg").mkdir()
     rule_file.replace(tmp_path / "pkg" / "joined_rule.py")
-    out = python('''
+    out = python(
+        """
         import contextlib, json, os
         from ray.cluster_utils import Cluster
         import robusttune
@@ -89,9 +87,10 @@ def test_a_joined_cluster_gets_the_plugin_files_with_the_job(tmp_path, rule_file
         runs = [json.loads(line) for line in open("results/joined/runs.jsonl")]
         print(json.dumps([[r["summary"]["spec"]["method"], r["summary"].get("error")]
                           for r in runs]))
-    ''', cwd=tmp_path, timeout=300)
+    """,
+        cwd=tmp_path,
+        timeout=300,
+    )
     runs = json.loads(out.stdout.strip().splitlines()[-1])
     assert runs and all(method == "shrunk_median" and not error for method, error in runs)
     assert not (tmp_path / "pkg").exists()
-
-

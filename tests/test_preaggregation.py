@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from robusttune.methods.aggregators import make_aggregator, make_rule
-from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.engine.simulation import Simulation, simulate
+from robusttune.methods.aggregators import make_aggregator, make_rule
 
 
 def t(rows) -> torch.Tensor:
@@ -41,9 +41,10 @@ def test_arc_hand_case_clips_the_k_largest_to_the_next_norm():
     torch.testing.assert_close(arc.premap(x + centre, 1, centre), out + centre)
 
 
-@pytest.mark.parametrize("n, f, seed", [(10, 2, 0), (13, 4, 1), (7, 3, 2)])
+@pytest.mark.parametrize(("n", "f", "seed"), [(10, 2, 0), (13, 4, 1), (7, 3, 2)])
 def test_pre_aggregations_agree_with_byzfl(n, f, seed):
     from byzfl import ARC, NNM  # here, not at the top: importing ByzFL costs each collection 3 s
+
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 17, generator=gen, dtype=torch.float64) * torch.linspace(0.5, 3, n)[:, None]
     nnm = make_aggregator("nnm").premap(x, f, None)
@@ -73,13 +74,26 @@ def test_pre_aggregator_key_builds_the_wrapper_and_bad_values_are_one_line():
         make_aggregator("arc", inner="nnm")
 
 
-FAST = dict(dataset="synthetic", model="mlp", clients=8, rounds=3, participation=0.5,
-            local_epochs=1, synthetic_samples=400)
+FAST = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 8,
+    "rounds": 3,
+    "participation": 0.5,
+    "local_epochs": 1,
+    "synthetic_samples": 400,
+}
 
 
 def test_the_round_loop_hands_a_rule_aware_attack_the_deployed_rule_and_its_f():
-    spec = RunSpec(**FAST, method="demoa", aggregator="median", attack="optimal_alie",
-                   byzantine_fraction=0.25, pre_aggregator="arc")
+    spec = RunSpec(
+        **FAST,
+        method="demoa",
+        aggregator="median",
+        attack="optimal_alie",
+        byzantine_fraction=0.25,
+        pre_aggregator="arc",
+    )
     sim = Simulation(spec)
     seen = []
     craft = sim.attack.craft
@@ -89,11 +103,15 @@ def test_the_round_loop_hands_a_rule_aware_attack_the_deployed_rule_and_its_f():
     assert seen, "no Byzantine client sampled in any round"
     rnd = seen[0]
     assert rnd.rule is sim.aggregator and rnd.rule.name == "arc"
-    assert rnd.n_total == spec.clients               # the cache: all N rows are the rule's input
+    assert rnd.n_total == spec.clients  # the cache: all N rows are the rule's input
     assert rnd.rule_f == spec.assumed_f(spec.clients)
 
 
 def test_the_mean_under_optimal_ipm_collapses():
-    records = [r.to_dict() for r in simulate(RunSpec(**FAST, aggregator="mean",
-                                                     attack="optimal_ipm", byzantine_fraction=0.25))]
+    records = [
+        r.to_dict()
+        for r in simulate(
+            RunSpec(**FAST, aggregator="mean", attack="optimal_ipm", byzantine_fraction=0.25)
+        )
+    ]
     assert records[-1]["collapsed"] or records[-1]["accuracy"] <= 0.15  # chance is 0.1

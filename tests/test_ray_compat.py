@@ -47,10 +47,15 @@ def test_autoscaler_node_types_sources_are_where_the_adapter_looks(ray_session, 
     assert ray_compat.autoscaling_node_types() is None
     assert ray_compat._monitor_config_path("127.0.0.1:1") is None
     config = tmp_path / "autoscaling.json"
-    config.write_text('{"head_node_type": "h", "available_node_types": {"h": {"resources": {"CPU": 0}},'
-                      ' "w": {"resources": {"CPU": 2, "GPU": 1}, "max_workers": 3},'
-                      ' "off": {"resources": {"CPU": 8}, "max_workers": 0}}}')
-    assert ray_compat.config_node_types(config) == {"h": {"CPU": 0.0}, "w": {"CPU": 2.0, "GPU": 1.0}}
+    config.write_text(
+        '{"head_node_type": "h", "available_node_types": {"h": {"resources": {"CPU": 0}},'
+        ' "w": {"resources": {"CPU": 2, "GPU": 1}, "max_workers": 3},'
+        ' "off": {"resources": {"CPU": 8}, "max_workers": 0}}}'
+    )
+    assert ray_compat.config_node_types(config) == {
+        "h": {"CPU": 0.0},
+        "w": {"CPU": 2.0, "GPU": 1.0},
+    }
     config.write_text('{"head_node_type": "h", "available_node_types": {"h": {"resources": {}}}}')
     assert ray_compat.config_node_types(config) is None  # left for the provider to fill in
 
@@ -66,9 +71,11 @@ def test_tuner_and_result_grid_internals(ray_session, tmp_path):
         assert isinstance(filesystem, pyarrow.fs.LocalFileSystem)
         tune.report({"x": config["x"], "folder": path})
 
-    tuner = tune.Tuner(trainable, param_space={"x": tune.grid_search([1, 2])},
-                       run_config=tune.RunConfig(name="compat", storage_path=str(tmp_path),
-                                                 verbose=0))
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"x": tune.grid_search([1, 2])},
+        run_config=tune.RunConfig(name="compat", storage_path=str(tmp_path), verbose=0),
+    )
     grid = tuner.fit()
     trials = ray_compat.grid_trials(grid)
     assert sorted(t.config["x"] for t in trials) == [1, 2]
@@ -89,8 +96,13 @@ def test_no_other_module_reaches_into_ray_privates():
         if path.name == "ray_compat.py":
             continue
         text = path.read_text()
-        for private in ("ray._private", "_local_tuner", "_experiment_analysis", "get_storage()",
-                        "_get_file_writer"):
+        for private in (
+            "ray._private",
+            "_local_tuner",
+            "_experiment_analysis",
+            "get_storage()",
+            "_get_file_writer",
+        ):
             assert private not in text, f"{path} uses {private}"
 
 
@@ -135,7 +147,9 @@ def test_the_sweep_silences_ray_output_through_environment_variables_tune_reads(
     import ray.tune.execution.tune_controller as controller
     import ray.tune.experimental.output as output
 
-    assert 'os.environ.get("RAY_AIR_NEW_OUTPUT", "1") == "0"' in inspect.getsource(output.get_air_verbosity)
+    assert 'os.environ.get("RAY_AIR_NEW_OUTPUT", "1") == "0"' in inspect.getsource(
+        output.get_air_verbosity
+    )
     assert "TUNE_PRINT_ALL_TRIAL_ERRORS" in inspect.getsource(controller.TuneController.__init__)
 
 

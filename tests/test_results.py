@@ -14,23 +14,47 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from robusttune.core.records import RoundRecord, RunSummary
 from robusttune.core.runspec import RunSpec
 from robusttune.engine.recording import RunWriter
-from robusttune.reports.results import (accuracy_table, collapse_table, gain_table, load_rounds, load_runs,
-                                markdown_table, report)
-from robusttune.core.records import RoundRecord, RunSummary
+from robusttune.reports.results import (
+    accuracy_table,
+    collapse_table,
+    gain_table,
+    load_rounds,
+    load_runs,
+    markdown_table,
+    report,
+)
 
-METHODS = {"fedavg": dict(method="fedavg"), "fedcm": dict(method="fedcm"),
-           "state_cache+mean": dict(algorithm="state_cache", aggregator="mean")}
+METHODS = {
+    "fedavg": {"method": "fedavg"},
+    "fedcm": {"method": "fedcm"},
+    "state_cache+mean": {"algorithm": "state_cache", "aggregator": "mean"},
+}
 
 
 def record(round_index: int, accuracy: float, norm: float) -> RoundRecord:
-    return RoundRecord(round=round_index, accuracy=accuracy, loss=1.0, param_norm=norm,
-                       nonfinite_params=0, max_class_share=0.2, sampled=5, byzantine_sampled=1,
-                       nonfinite_messages=0,
-                       byzantine_input_share=0.2, byzantine_majority=False, f_assumed=1,
-                       precondition_held_assumed=True, precondition_held_actual=True,
-                       aggregated=True, collapsed=False, train_seconds=0.01, aggregate_seconds=0.001)
+    return RoundRecord(
+        round=round_index,
+        accuracy=accuracy,
+        loss=1.0,
+        param_norm=norm,
+        nonfinite_params=0,
+        max_class_share=0.2,
+        sampled=5,
+        byzantine_sampled=1,
+        nonfinite_messages=0,
+        byzantine_input_share=0.2,
+        byzantine_majority=False,
+        f_assumed=1,
+        precondition_held_assumed=True,
+        precondition_held_actual=True,
+        aggregated=True,
+        collapsed=False,
+        train_seconds=0.01,
+        aggregate_seconds=0.001,
+    )
 
 
 def accuracy_of(method: str, beta: float, p: float, seed: int, attack: str) -> float:
@@ -38,7 +62,7 @@ def accuracy_of(method: str, beta: float, p: float, seed: int, attack: str) -> f
     base = {"fedavg": 0.80, "fedcm": 0.70, "state_cache+mean": 0.60}[method]
     value = base - beta * (1.0 if attack == "ipm" else 0.5) - 0.1 * (p == 0.1) + 0.01 * (seed == 7)
     if method == "fedavg" and attack == "ipm" and beta == 0.3:
-        value = 0.104                    # collapsed: <= chance (0.1) + 0.5 points
+        value = 0.104  # collapsed: <= chance (0.1) + 0.5 points
     return round(value, 6)
 
 
@@ -51,20 +75,46 @@ def write_fake_results(root: Path, rounds: int = 3, eval_every: int = 1) -> list
         for attack, beta in conditions:
             for p in (0.5, 0.1):
                 for seed in (42, 7):
-                    spec = RunSpec(dataset="synthetic", clients=10, rounds=rounds, participation=p,
-                                   byzantine_fraction=beta, attack=attack, seed=seed, **keys)
+                    spec = RunSpec(
+                        dataset="synthetic",
+                        clients=10,
+                        rounds=rounds,
+                        participation=p,
+                        byzantine_fraction=beta,
+                        attack=attack,
+                        seed=seed,
+                        **keys,
+                    )
                     final = accuracy_of(method, beta, p, seed, attack)
                     folder = root / "sweep" / f"{method}-{attack}-b{beta}-p{p}-s{seed}"
                     writer = RunWriter(folder, spec, tensorboard=False)
                     for r in range(1, rounds + 1):
                         evaluated = r % eval_every == 0 or r == rounds
-                        writer.write(record(r, final * r / rounds if evaluated else math.nan, 10.0 + r))
-                    writer.close(RunSummary(final_accuracy=final, final_loss=1.0,
-                                            collapsed=final <= 0.105, rounds_run=rounds,
-                                            byzantine_majority_rounds=0, seconds=0.1,
-                                            num_classes=10, spec=spec.to_dict()))
-                    written.append({"method": spec.method, "attack": attack, "beta": beta, "p": p,
-                                    "seed": seed, "final": final})
+                        writer.write(
+                            record(r, final * r / rounds if evaluated else math.nan, 10.0 + r)
+                        )
+                    writer.close(
+                        RunSummary(
+                            final_accuracy=final,
+                            final_loss=1.0,
+                            collapsed=final <= 0.105,
+                            rounds_run=rounds,
+                            byzantine_majority_rounds=0,
+                            seconds=0.1,
+                            num_classes=10,
+                            spec=spec.to_dict(),
+                        )
+                    )
+                    written.append(
+                        {
+                            "method": spec.method,
+                            "attack": attack,
+                            "beta": beta,
+                            "p": p,
+                            "seed": seed,
+                            "final": final,
+                        }
+                    )
     return written
 
 
@@ -103,7 +153,7 @@ def test_runs_stopped_early_are_left_out_of_the_tables(results, tmp_path):
 def test_table_one_is_mean_accuracy_by_beta_and_p(results):
     root, written = results
     table = accuracy_table(load_runs(root))
-    assert list(table.index) == ["fedavg", "fedcm", "state_cache+mean"]   # the paper's order first
+    assert list(table.index) == ["fedavg", "fedcm", "state_cache+mean"]  # the paper's order first
     frame = pd.DataFrame(written)
     for (method, p, beta), group in frame.groupby(["method", "p", "beta"]):
         assert table.loc[method, (p, beta)] == pytest.approx(100 * group["final"].mean())
@@ -112,15 +162,15 @@ def test_table_one_is_mean_accuracy_by_beta_and_p(results):
 
 
 def test_table_two_counts_collapses(results):
-    root, written = results
+    root, _written = results
     table = collapse_table(load_runs(root))
-    assert table.loc["fedavg", "collapsed"] == 4          # ipm, beta 0.3, two p, two seeds
+    assert table.loc["fedavg", "collapsed"] == 4  # ipm, beta 0.3, two p, two seeds
     assert table.loc["fedcm", "collapsed"] == 0
     assert (table["runs"] == 20).all()
 
 
 def test_table_four_gain_from_rounds(tmp_path):
-    write_fake_results(tmp_path, rounds=25, eval_every=4)   # rounds 10 and 25: 8 and 25 evaluated
+    write_fake_results(tmp_path, rounds=25, eval_every=4)  # rounds 10 and 25: 8 and 25 evaluated
     runs = load_runs(tmp_path)
     rounds = load_rounds(tmp_path, runs)
     table = gain_table(runs, rounds, 10, 25)
@@ -133,13 +183,19 @@ def test_table_four_gain_from_rounds(tmp_path):
 
 
 def test_report_writes_tables_and_figures(results, tmp_path):
-    root, written = results
+    root, _written = results
     path = report(root, out=tmp_path / "report")
     text = path.read_text()
     assert "Table I" in text and "Table II" in text and "Table IV" in text
     assert "| fedavg |" in text
-    for name in ("runs.csv", "table1_accuracy.csv", "table2_collapses.csv", "curves_00.png",
-                 "test_error_vs_corruption.png", "report.html"):
+    for name in (
+        "runs.csv",
+        "table1_accuracy.csv",
+        "table2_collapses.csv",
+        "curves_00.png",
+        "test_error_vs_corruption.png",
+        "report.html",
+    ):
         assert (tmp_path / "report" / name).stat().st_size > 0, name
     table = pd.read_csv(tmp_path / "report" / "table2_collapses.csv", index_col=0)
     assert table.loc["fedavg", "collapsed"] == 4
@@ -157,7 +213,7 @@ def test_like_for_like_curve_groups_and_short_runs_gain(results):
     runs, rounds = load_runs(root), load_rounds(root, load_runs(root))
     groups = dict(curve_groups(runs))
     assert set(groups) == {"clean, p=0.1", "alie at β=0.3, p=0.1", "ipm at β=0.3, p=0.1"}
-    for title, ids in groups.items():
+    for ids in groups.values():
         chosen = runs.set_index("run_id").loc[ids]
         assert sorted(chosen["method"]) == sorted(runs["method"].unique())  # one run per method
         assert chosen["attack"].nunique() == 1 and chosen["byzantine_fraction"].nunique() == 1
@@ -172,9 +228,15 @@ def test_like_for_like_curve_groups_and_short_runs_gain(results):
 def test_fits_need_three_points_and_every_attack_gets_a_panel_or_a_reason(tmp_path):
     from robusttune.display import plots
 
-    runs = pd.DataFrame({"method": ["swb"] * 3, "attack": ["none", "ipm", "sign_flip"],
-                         "attack_strength": [None, 10.0, None],
-                         "byzantine_fraction": [0.0, 0.2, 0.2], "final_accuracy": [0.9, 0.5, 0.7]})
+    runs = pd.DataFrame(
+        {
+            "method": ["swb"] * 3,
+            "attack": ["none", "ipm", "sign_flip"],
+            "attack_strength": [None, 10.0, None],
+            "byzantine_fraction": [0.0, 0.2, 0.2],
+            "final_accuracy": [0.9, 0.5, 0.7],
+        }
+    )
     figure, skipped = plots.classification_error_vs_corruption(runs, tmp_path / "e.png")
     assert figure is not None and skipped == {}
     only_attacked = runs[runs["attack"] != "none"]
@@ -195,20 +257,39 @@ def test_the_html_report_loads_every_figure_in_a_real_browser(results, tmp_path)
     shutil.copy(tmp_path / "report" / "report.html", page)  # no PNG beside it
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     assert browser, "chromium is missing: `make test` installs it (apt-get install chromium)"
-    out = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
-                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            browser,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     loaded = re.search(r'data-figures-loaded="(\d+)/(\d+)"', out.stdout)
     assert loaded, out.stdout[-500:] + out.stderr[-500:]
     assert int(loaded.group(2)) >= 3 and loaded.group(1) == loaded.group(2)
 
 
 def test_real_run_folder_and_cli(tmp_path):
-    from robusttune.engine.runners import InProcessRunner
     from robusttune.commands.cli import app
+    from robusttune.engine.runners import InProcessRunner
 
-    spec = RunSpec(dataset="synthetic", model="mlp", clients=4, rounds=2, participation=0.5,
-                   synthetic_samples=200, local_epochs=1)
+    spec = RunSpec(
+        dataset="synthetic",
+        model="mlp",
+        clients=4,
+        rounds=2,
+        participation=0.5,
+        synthetic_samples=200,
+        local_epochs=1,
+    )
     (summary,) = InProcessRunner(tmp_path / "real")([spec])
     runs = load_runs(tmp_path / "real")
     assert len(runs) == 1 and runs.loc[0, "final_accuracy"] == pytest.approx(summary.final_accuracy)
@@ -239,20 +320,29 @@ def test_analysis_script(results, tmp_path, monkeypatch, capsys):
 
 
 def test_markdown_table():
-    frame = pd.DataFrame({"a": [1.234, float("nan")], "b": ["x|y", None]}, index=pd.Index(["m", "n"], name="method"))
+    frame = pd.DataFrame(
+        {"a": [1.234, float("nan")], "b": ["x|y", None]}, index=pd.Index(["m", "n"], name="method")
+    )
     text = markdown_table(frame)
     assert text.splitlines()[0] == "| method | a | b |"
     assert "| m | 1.23 | x\\|y |" in text and "| n |  |  |" in text
 
 
 def test_accuracy_by_attack_shows_where_each_rule_breaks():
-    runs = pd.DataFrame({
-        "run_id": list("abcdef"), "dataset": "digits", "participation": 0.5, "seed": 1,
-        "method": ["fedavg", "fedavg", "fedavg", "median", "median", "median"],
-        "attack": ["none", "ipm", "alie", "none", "ipm", "alie"],
-        "attack_strength": [None, 10.0, None, None, 10.0, None],
-        "byzantine_fraction": [0.0, 0.2, 0.2, 0.0, 0.2, 0.2],
-        "final_accuracy": [0.97, 0.13, 0.92, 0.95, 0.75, 0.46], "collapsed": False})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abcdef"),
+            "dataset": "digits",
+            "participation": 0.5,
+            "seed": 1,
+            "method": ["fedavg", "fedavg", "fedavg", "median", "median", "median"],
+            "attack": ["none", "ipm", "alie", "none", "ipm", "alie"],
+            "attack_strength": [None, 10.0, None, None, 10.0, None],
+            "byzantine_fraction": [0.0, 0.2, 0.2, 0.0, 0.2, 0.2],
+            "final_accuracy": [0.97, 0.13, 0.92, 0.95, 0.75, 0.46],
+            "collapsed": False,
+        }
+    )
     from robusttune.reports.results import attack_table
 
     table = attack_table(runs)
@@ -265,13 +355,20 @@ def test_accuracy_by_attack_shows_where_each_rule_breaks():
 
 def test_accuracy_by_attack_text_shows_each_cells_spread_over_seeds():
     # two seeds per cell: mean ± sample sd, the worst column the worst attack's own cell
-    runs = pd.DataFrame({
-        "run_id": list("abcdefgh"), "dataset": "digits", "participation": 0.5,
-        "seed": [1, 2] * 4, "method": ["fedavg"] * 4 + ["median"] * 4,
-        "attack": ["none", "none", "ipm", "ipm"] * 2,
-        "attack_strength": [None, None, 10.0, 10.0] * 2,
-        "byzantine_fraction": [0.0, 0.0, 0.2, 0.2] * 2,
-        "final_accuracy": [0.9, 0.9, 0.5, 0.7, 0.8, 0.6, 0.75, 0.75], "collapsed": False})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abcdefgh"),
+            "dataset": "digits",
+            "participation": 0.5,
+            "seed": [1, 2] * 4,
+            "method": ["fedavg"] * 4 + ["median"] * 4,
+            "attack": ["none", "none", "ipm", "ipm"] * 2,
+            "attack_strength": [None, None, 10.0, 10.0] * 2,
+            "byzantine_fraction": [0.0, 0.0, 0.2, 0.2] * 2,
+            "final_accuracy": [0.9, 0.9, 0.5, 0.7, 0.8, 0.6, 0.75, 0.75],
+            "collapsed": False,
+        }
+    )
     from robusttune.reports.results import attack_spread_table
 
     text = attack_spread_table(runs)
@@ -338,22 +435,31 @@ def _readme_quickstart_table() -> list[list[str]]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return [rows[0]] + rows[2:]   # without the |---| line
+    return [rows[0], *rows[2:]]  # without the |---| line
 
 
 def test_readme_quickstart_table_is_what_the_sweep_report_prints_for_its_kept_runs():
-    from robusttune.reports.results import attack_spread_table
     from robusttune.experiments.sweep.space import load_sweep
+    from robusttune.reports.results import attack_spread_table
 
     runs = pd.read_csv(REPO / "analysis" / "findings" / "quickstart" / "runs.csv")
     # the kept runs are the quickstart sweep's, every configuration once, in portable numerics
     space = load_sweep(REPO / "search_spaces" / "quickstart.yaml")
-    asked = sorted((s.method, s.attack, s.attack_strength or 0.0, s.byzantine_fraction, s.seed)
-                   for s in (space.run_spec(p) for p in space.expand().points))
-    kept = sorted(zip(runs["method"], runs["attack"], runs["attack_strength"].fillna(0.0),
-                      runs["byzantine_fraction"], runs["seed"]))
+    asked = sorted(
+        (s.method, s.attack, s.attack_strength or 0.0, s.byzantine_fraction, s.seed)
+        for s in (space.run_spec(p) for p in space.expand().points)
+    )
+    kept = sorted(
+        zip(
+            runs["method"],
+            runs["attack"],
+            runs["attack_strength"].fillna(0.0),
+            runs["byzantine_fraction"],
+            runs["seed"],
+        )
+    )
     assert kept == asked and len(asked) == 60 and set(runs["numerics"]) == {"portable"}
     printed = attack_spread_table(runs).reset_index()
-    expected = [list(printed.columns)] + printed.astype(str).values.tolist()
+    expected = [list(printed.columns), *printed.astype(str).values.tolist()]
     assert _readme_quickstart_table() == expected
     assert all("±" in cell for row in expected[1:] for cell in row[1:])  # every cell over seeds

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from robusttune.core.registry import SpecError
 from robusttune.methods.aggregators import make_aggregator, make_rule
 from robusttune.methods.attacks import ATTACKS, make_attack
 from robusttune.methods.attacks.rule_aware import halving_search, line_maximise
-from robusttune.core.registry import SpecError
 
 RULE_AWARE = ("minmax", "minsum", "fang_trmean", "fang_krum", "optimal_alie", "optimal_ipm")
 
@@ -25,8 +25,9 @@ def honest_rows(h: int = 9, d: int = 12, seed: int = 0) -> torch.Tensor:
 def direction(x: np.ndarray, name: str) -> np.ndarray:
     """The paper's deviations, written out with numpy (negated: m = mu + gamma p)."""
     mu = x.mean(axis=0)
-    return {"std": -x.std(axis=0, ddof=1), "unit": -mu / np.linalg.norm(mu),
-            "sign": -np.sign(mu)}[name]
+    return {"std": -x.std(axis=0, ddof=1), "unit": -mu / np.linalg.norm(mu), "sign": -np.sign(mu)}[
+        name
+    ]
 
 
 def minmax_ok(x: np.ndarray, m: np.ndarray) -> bool:
@@ -39,7 +40,7 @@ def minsum_ok(x: np.ndarray, m: np.ndarray) -> bool:
     return (np.linalg.norm(m - x, axis=1) ** 2).sum() <= worst * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("name, holds", [("minmax", minmax_ok), ("minsum", minsum_ok)])
+@pytest.mark.parametrize(("name", "holds"), [("minmax", minmax_ok), ("minsum", minsum_ok)])
 @pytest.mark.parametrize("how", ["std", "unit", "sign"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_distance_budget_holds_and_is_tight_at_the_returned_gamma(name, holds, how, seed):
@@ -51,8 +52,8 @@ def test_distance_budget_holds_and_is_tight_at_the_returned_gamma(name, holds, h
     gamma = float((m - mu) @ p / (p @ p))
     np.testing.assert_allclose(m, mu + gamma * p, rtol=1e-12, atol=1e-12)  # on the line mu + g p
     assert gamma > 0
-    assert holds(xn, m)                                   # the constraint holds ...
-    assert not holds(xn, mu + gamma * (1 + 1e-4) * p)     # ... and is tight
+    assert holds(xn, m)  # the constraint holds ...
+    assert not holds(xn, mu + gamma * (1 + 1e-4) * p)  # ... and is tight
 
 
 def test_minsum_gamma_matches_its_closed_form():
@@ -76,19 +77,23 @@ def test_halving_search_finds_the_largest_accepted_value_at_any_scale(limit):
 def test_fang_trmean_draws_just_beyond_the_extreme_opposite_the_change_direction():
     # mu = (3, 2, 0): coordinates 0 and 1 move up (s = +1) so the message goes below the
     # minimum; coordinate 2 has mu = 0, counted as s = +1 too.
-    x = torch.tensor([[1.0, 2.0, -1.0], [3.0, 0.0, -1.0], [2.0, 4.0, 1.0], [6.0, 2.0, 1.0]],
-                     dtype=torch.float64)
-    flipped = torch.tensor([[-1.0, -2.0, 1.0], [-3.0, 0.0, 1.0], [-2.0, -4.0, -1.0],
-                            [-6.0, -2.0, -1.0]], dtype=torch.float64)  # mu = (-3, -2, 0)
+    x = torch.tensor(
+        [[1.0, 2.0, -1.0], [3.0, 0.0, -1.0], [2.0, 4.0, 1.0], [6.0, 2.0, 1.0]], dtype=torch.float64
+    )
+    flipped = torch.tensor(
+        [[-1.0, -2.0, 1.0], [-3.0, 0.0, 1.0], [-2.0, -4.0, -1.0], [-6.0, -2.0, -1.0]],
+        dtype=torch.float64,
+    )  # mu = (-3, -2, 0)
     for b in (2.0, 3.0):
         attack = make_attack("fang_trmean", attack_strength=b)
         out = attack(x, n_byzantine=200, n_total=204, generator=torch.Generator().manual_seed(0))
         # min 1 > 0: U[1/b, 1]; min 0 <= 0: U[0, 0]; min -1 <= 0: U[-b, -1]
         for j, (low, high) in enumerate([(1 / b, 1.0), (0.0, 0.0), (-b, -1.0)]):
             assert bool((out[:, j] >= low).all() and (out[:, j] <= high).all()), (b, j)
-        assert out[:, 0].std() > 0 and out[:, 2].std() > 0   # independent draws per client
-        out = attack(flipped, n_byzantine=200, n_total=204,
-                     generator=torch.Generator().manual_seed(0))
+        assert out[:, 0].std() > 0 and out[:, 2].std() > 0  # independent draws per client
+        out = attack(
+            flipped, n_byzantine=200, n_total=204, generator=torch.Generator().manual_seed(0)
+        )
         # s = -1 on 0 and 1: above the maximum, max -1 <= 0: U[-1, -1/b]; max 0: U[0, 0];
         # coordinate 2 (mu = 0, s = +1): min -1: U[-b, -1]
         for j, (low, high) in enumerate([(-1.0, -1 / b), (0.0, 0.0), (-b, -1.0)]):
@@ -97,7 +102,7 @@ def test_fang_trmean_draws_just_beyond_the_extreme_opposite_the_change_direction
         make_attack("fang_trmean", attack_strength=0.5)
 
 
-@pytest.mark.parametrize("h, c, d, seed", [(8, 2, 20, 0), (15, 4, 50, 1), (7, 1, 5, 2)])
+@pytest.mark.parametrize(("h", "c", "d", "seed"), [(8, 2, 20, 0), (15, 4, 50, 1), (7, 1, 5, 2)])
 def test_fang_krum_message_is_selected_by_krum_and_barely(h, c, d, seed):
     x = honest_rows(h=h, d=d, seed=seed)
     f = c
@@ -105,7 +110,7 @@ def test_fang_krum_message_is_selected_by_krum_and_barely(h, c, d, seed):
     m = out[0]
     assert torch.equal(out, m.expand(c, d)) and bool((m != 0).any())
     krum = make_aggregator("krum", f=f)
-    assert torch.equal(krum(torch.cat([x, out]), f=f), m)         # Krum selects it
+    assert torch.equal(krum(torch.cat([x, out]), f=f), m)  # Krum selects it
     farther = torch.cat([x, 1.01 * out])
     assert any(torch.equal(krum(farther, f=f), row) for row in x)  # 1% farther it is rejected
     # the search starts at Fang et al.'s bound (computed here with numpy) and, when the bound is
@@ -114,7 +119,7 @@ def test_fang_krum_message_is_selected_by_krum_and_barely(h, c, d, seed):
     dist = np.linalg.norm(xn[:, None] - xn[None], axis=-1)
     np.fill_diagonal(dist, np.inf)
     k = max(h + c - c - 2, 1)
-    first = np.sort(dist, axis=1)[:, :min(k, h - 1)].sum(axis=1).min() / ((h - c - 1) * np.sqrt(d))
+    first = np.sort(dist, axis=1)[:, : min(k, h - 1)].sum(axis=1).min() / ((h - c - 1) * np.sqrt(d))
     bound = first + np.linalg.norm(xn, axis=1).max() / np.sqrt(d)
     lam = float(m.abs().max())
     assert 0 < lam <= 2 * bound * (1 + 1e-12)
@@ -123,7 +128,10 @@ def test_fang_krum_message_is_selected_by_krum_and_barely(h, c, d, seed):
 # -- optimal ALIE and IPM: ByzFL 0.0.11 as the reference ---------------------------------------
 
 # ByzFL is imported where it is used, not at the top: the import costs each collection 3 s
-BYZFL = {"optimal_alie": "Optimal_ALittleIsEnough", "optimal_ipm": "Optimal_InnerProductManipulation"}
+BYZFL = {
+    "optimal_alie": "Optimal_ALittleIsEnough",
+    "optimal_ipm": "Optimal_InnerProductManipulation",
+}
 
 
 def byzfl_cases(f: int):
@@ -165,22 +173,33 @@ def test_optimal_attacks_agree_with_byzfl(name, seed):
     origin, direction = attack_line(name, x.numpy().astype(np.float64))
     same_message = 0
     for rule, rule_f, agg, pre in byzfl_cases(f):
-        ours = make_attack(name)(x, n_byzantine=f, n_total=h + f, rule=rule, rule_f=rule_f)[0].numpy()
+        ours = make_attack(name)(x, n_byzantine=f, n_total=h + f, rule=rule, rule_f=rule_f)[
+            0
+        ].numpy()
         reference = getattr(byzfl, BYZFL[name])(agg=agg, pre_agg_list=pre, f=f)
         theirs = np.asarray(reference(x.numpy().copy()))
-        tau, their_tau = (float((m - origin) @ direction / (direction @ direction))
-                          for m in (ours, theirs))
-        np.testing.assert_allclose(ours, origin + tau * direction, rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{name} against {rule!r}: not on the attack's line")
+        tau, their_tau = (
+            float((m - origin) @ direction / (direction @ direction)) for m in (ours, theirs)
+        )
+        np.testing.assert_allclose(
+            ours,
+            origin + tau * direction,
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=f"{name} against {rule!r}: not on the attack's line",
+        )
         if np.allclose(ours, theirs, rtol=1e-9, atol=1e-12):
             same_message += 1
             continue
         # ByzFL's own objective, ||agg(pre(X, f x m)) - mean(X)||, at our tau and at its own
-        objective = [reference._evaluate(x.numpy().copy(), x.numpy().mean(axis=0), t)
-                     for t in (tau, their_tau)]
+        objective = [
+            reference._evaluate(x.numpy().copy(), x.numpy().mean(axis=0), t)
+            for t in (tau, their_tau)
+        ]
         assert objective[0] == pytest.approx(objective[1], rel=1e-6), (
             f"{name} against {rule!r}: tau {tau:.6g} scores {objective[0]:.9g}, ByzFL's "
-            f"{objective[1]:.9g}")
+            f"{objective[1]:.9g}"
+        )
     # the mean, median and trimmed mean have no plateau: there the messages are ByzFL's
     assert same_message >= 3
 
@@ -211,9 +230,10 @@ def test_optimal_ipm_against_the_mean_grows_without_bound_and_against_the_median
     mean_out = make_attack("optimal_ipm")(x, n_byzantine=2, n_total=11, rule=make_rule("mean"))
     # the mean's error grows with tau: the search expands all 20 evaluations, tau = 10 (2^19 - 1)
     tau = float(-(mean_out[0] @ x.mean(0)) / (x.mean(0) @ x.mean(0)))
-    assert tau == pytest.approx(10 * (2 ** 19 - 1))
-    median_out = make_attack("optimal_ipm")(x, n_byzantine=2, n_total=11,
-                                            rule=make_rule("median"), rule_f=2)
+    assert tau == pytest.approx(10 * (2**19 - 1))
+    median_out = make_attack("optimal_ipm")(
+        x, n_byzantine=2, n_total=11, rule=make_rule("median"), rule_f=2
+    )
     assert float(median_out.norm()) < float(mean_out.norm()) / 1e4
 
 
@@ -224,9 +244,16 @@ def test_every_attack_declares_whether_it_is_in_the_default_worst_case():
     assert all(ATTACKS[name].strength_ladder == () for name in RULE_AWARE)
 
 
-@pytest.mark.parametrize("name, strength", [("ipm", -1.0), ("sign_flip", -2.0),
-                                            ("ipm_swbdm", -0.5), ("strategic_skip", -10.0),
-                                            ("gaussian", -1.0)])
+@pytest.mark.parametrize(
+    ("name", "strength"),
+    [
+        ("ipm", -1.0),
+        ("sign_flip", -2.0),
+        ("ipm_swbdm", -0.5),
+        ("strategic_skip", -10.0),
+        ("gaussian", -1.0),
+    ],
+)
 def test_a_strength_that_helps_the_honest_clients_is_a_one_line_error(name, strength):
     with pytest.raises(SpecError) as err:
         make_attack(name, attack_strength=strength)
@@ -251,8 +278,20 @@ def test_run_command_refuses_ipm_with_a_negative_strength_in_one_line(tmp_path):
     from robusttune.commands.cli import app
 
     out = tmp_path / "helper"
-    result = CliRunner().invoke(app, ["run", "--set", "attack=ipm", "--set", "attack_strength=-1",
-                                      "--set", "byzantine_fraction=0.2", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--set",
+            "attack=ipm",
+            "--set",
+            "attack_strength=-1",
+            "--set",
+            "byzantine_fraction=0.2",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "attack_strength must be >= 0" in lines[0]
@@ -267,17 +306,30 @@ def test_optimal_attacks_search_against_fltrust_as_the_round_calls_it(name):
     from robusttune.core.runspec import RunSpec
     from robusttune.engine.simulation import Simulation
 
-    spec = RunSpec.from_dict({"dataset": "synthetic", "clients": 10, "rounds": 2, "participation": 1.0,
-                              "method": "fltrust", "attack": name, "byzantine_fraction": 0.2,
-                              "local_epochs": 1, "checkpoint_every": 0, "synthetic_samples": 300})
+    spec = RunSpec.from_dict(
+        {
+            "dataset": "synthetic",
+            "clients": 10,
+            "rounds": 2,
+            "participation": 1.0,
+            "method": "fltrust",
+            "attack": name,
+            "byzantine_fraction": 0.2,
+            "local_epochs": 1,
+            "checkpoint_every": 0,
+            "synthetic_samples": 300,
+        }
+    )
     records = list(Simulation(spec))
     assert len(records) == 2 and all(r.byzantine_sampled == 2 for r in records)
     assert all(np.isfinite(r.aggregation_error) for r in records)
 
 
 # -- the line search's objective with the honest rows' work done once (Aggregator.with_fixed_rows)
-@pytest.mark.parametrize("rotation,chunk,d", [("haar", 64, 1_000), ("shared", 512, 5_000),
-                                              ("hadamard", 128, 3_001)])
+@pytest.mark.parametrize(
+    ("rotation", "chunk", "d"),
+    [("haar", 64, 1_000), ("shared", 512, 5_000), ("hadamard", 128, 3_001)],
+)
 def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d):
     """SWB keeps the honest rows rotated between the line search's calls; the result is the rule
     on cat[honest, copies x message] with a fresh generator seeded 0. The appended row is rotated
@@ -287,17 +339,24 @@ def test_swb_with_fixed_rows_is_the_rule_on_the_appended_rows(rotation, chunk, d
     from robusttune.methods.aggregators.appended import appended_rows
 
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=chunk, swb_rotation=rotation)
-    honest = honest_rows(h=16, d=d, seed=4).float()      # a run's messages
+    honest = honest_rows(h=16, d=d, seed=4).float()  # a run's messages
     fast, plain = rule.with_fixed_rows(honest, f=4), appended_rows(rule, honest, f=4)
     mu, sigma = honest.mean(0), honest.std(0)
-    for copies in (4, 6):        # another n: its own block plan and trim count
+    for copies in (4, 6):  # another n: its own block plan and trim count
         for tau in (0.0, 0.7, 5.0, 1e30):
             message = mu + tau * sigma
             # the appended row's rotation errs by its rounding, which scales with its size
-            torch.testing.assert_close(fast(message, copies), plain(message, copies),
-                                       rtol=1e-5, atol=1e-6 * max(1.0, float(message.abs().max())))
+            torch.testing.assert_close(
+                fast(message, copies),
+                plain(message, copies),
+                rtol=1e-5,
+                atol=1e-6 * max(1.0, float(message.abs().max())),
+            )
         nonfinite = torch.full((d,), float("inf"))
-        assert torch.isfinite(fast(nonfinite, copies)).all() == torch.isfinite(plain(nonfinite, copies)).all()
+        assert (
+            torch.isfinite(fast(nonfinite, copies)).all()
+            == torch.isfinite(plain(nonfinite, copies)).all()
+        )
 
 
 def test_swb_beyond_its_memory_bound_takes_the_plain_call(monkeypatch):
@@ -308,8 +367,9 @@ def test_swb_beyond_its_memory_bound_takes_the_plain_call(monkeypatch):
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=64, swb_rotation="shared")
     honest = honest_rows(h=16, d=500, seed=6).float()
     message = honest.mean(0) + 2.0 * honest.std(0)
-    assert torch.equal(rule.with_fixed_rows(honest, f=4)(message, 4),
-                       appended_rows(rule, honest, f=4)(message, 4))
+    assert torch.equal(
+        rule.with_fixed_rows(honest, f=4)(message, 4), appended_rows(rule, honest, f=4)(message, 4)
+    )
 
 
 @pytest.mark.parametrize("name", ["optimal_alie", "optimal_ipm"])
@@ -319,6 +379,12 @@ def test_optimal_attacks_on_swb_choose_as_with_the_plain_rule(name):
     rule = make_aggregator("swb", trim_ratio=0.25, swb_chunk=128, swb_rotation="shared")
     x = honest_rows(h=16, d=2_000, seed=8).float()
     fast = make_attack(name)(x, n_byzantine=4, n_total=20, rule=rule, rule_f=4)
-    plain = make_attack(name)(x, n_byzantine=4, n_total=20, rule_f=4,
-                              rule=lambda rows, **context: rule(rows, **context))
+    # the rule behind a plain function: the attack cannot see it is SWB, so takes no shortcut
+    plain = make_attack(name)(
+        x,
+        n_byzantine=4,
+        n_total=20,
+        rule_f=4,
+        rule=lambda rows, **context: rule(rows, **context),  # noqa: PLW0108
+    )
     torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-6)

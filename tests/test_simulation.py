@@ -14,8 +14,15 @@ from robusttune.commands.cli import app
 from robusttune.core.runspec import RunSpec
 from robusttune.engine.simulation import Simulation, load_checkpoint, simulate
 
-FAST = dict(dataset="synthetic", model="mlp", clients=8, rounds=3, participation=0.5,
-            local_epochs=1, synthetic_samples=400)
+FAST = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 8,
+    "rounds": 3,
+    "participation": 0.5,
+    "local_epochs": 1,
+    "synthetic_samples": 400,
+}
 
 
 def _records(spec):
@@ -35,8 +42,10 @@ def _same(a, b):
                 assert va == vb, key
 
 
-@pytest.mark.parametrize("method, attack", [("fedavg", "none"), ("swb_dm", "alie"),
-                                            ("demoa", "ipm"), ("fedcm", "sign_flip")])
+@pytest.mark.parametrize(
+    ("method", "attack"),
+    [("fedavg", "none"), ("swb_dm", "alie"), ("demoa", "ipm"), ("fedcm", "sign_flip")],
+)
 def test_same_seed_same_records(method, attack):
     spec = RunSpec(**FAST, method=method, attack=attack, byzantine_fraction=0.25)
     _same(_records(spec), _records(spec))
@@ -48,10 +57,13 @@ def test_different_seed_differs():
     assert [r["accuracy"] for r in a] != [r["accuracy"] for r in b]
 
 
-@pytest.mark.parametrize("method", ["fedavg", "swb_dm", "demoa", "fedsgd", "fedcm_xu",
-                                    "byz_vr_marina_pp"])
+@pytest.mark.parametrize(
+    "method", ["fedavg", "swb_dm", "demoa", "fedsgd", "fedcm_xu", "byz_vr_marina_pp"]
+)
 def test_restored_simulation_continues_bit_for_bit(method, tmp_path):
-    spec = RunSpec(**{**FAST, "rounds": 4}, method=method, attack="gaussian", byzantine_fraction=0.25)
+    spec = RunSpec(
+        **{**FAST, "rounds": 4}, method=method, attack="gaussian", byzantine_fraction=0.25
+    )
     whole = Simulation(spec)
     reference = [whole.step() for _ in range(4)]
 
@@ -80,8 +92,9 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys):
 
 
 def test_divergence_is_a_collapsed_result_not_a_crash():
-    spec = RunSpec(**{**FAST, "rounds": 5}, attack="gaussian", attack_strength=1e38,
-                   byzantine_fraction=0.5)
+    spec = RunSpec(
+        **{**FAST, "rounds": 5}, attack="gaussian", attack_strength=1e38, byzantine_fraction=0.5
+    )
     records = _records(spec)
     assert records[-1]["collapsed"]
     assert records[-1]["nonfinite_params"] > 0
@@ -92,8 +105,9 @@ def test_finite_parameters_past_float32s_norm_range_get_a_finite_norm():
     # Gaussian messages of std 1e25 move every parameter to ~1e24: each one finite in float32,
     # their sum of squares (~1e51 in all) far past float32's 3.4e38. The recorded norm is the
     # float64 one; a float32 norm would read inf beside 0 non-finite parameters (issue 27).
-    spec = RunSpec(**{**FAST, "rounds": 1}, attack="gaussian", attack_strength=1e25,
-                   byzantine_fraction=0.5)
+    spec = RunSpec(
+        **{**FAST, "rounds": 1}, attack="gaussian", attack_strength=1e25, byzantine_fraction=0.5
+    )
     record = _records(spec)[-1]
     assert record["nonfinite_params"] == 0
     assert math.isfinite(record["param_norm"]) and record["param_norm"] > 1e20
@@ -108,13 +122,18 @@ def test_record_fields_describe_the_round():
     assert all(r["sampled"] == 4 for r in records)
     for r in records:
         assert r["byzantine_input_share"] == pytest.approx(r["byzantine_sampled"] / r["sampled"])
-        assert r["byzantine_majority"] == (r["byzantine_sampled"] * 2 >= r["sampled"] and r["byzantine_sampled"] > 0)
+        assert r["byzantine_majority"] == (
+            r["byzantine_sampled"] * 2 >= r["sampled"] and r["byzantine_sampled"] > 0
+        )
         assert r["f_assumed"] == math.floor(r["sampled"] * 0.25)
 
 
 def test_bernoulli_sampling_varies_the_sample_size():
-    spec = RunSpec(**{**FAST, "rounds": 6, "clients": 20, "participation": 0.3},
-                   participation_mode="bernoulli", method="demoa")
+    spec = RunSpec(
+        **{**FAST, "rounds": 6, "clients": 20, "participation": 0.3},
+        participation_mode="bernoulli",
+        method="demoa",
+    )
     sizes = {r["sampled"] for r in _records(spec)}
     assert len(sizes) > 1
 
@@ -130,20 +149,43 @@ def test_guarded_refuses_a_round_whose_precondition_fails():
 
 def test_run_command_writes_the_run_folder(tmp_path):
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["run", "--set", "dataset=synthetic", "--set", "model=mlp",
-                                      "--set", "rounds=2", "--set", "clients=4",
-                                      "--set", "synthetic_samples=200", "--out", str(out), "--quiet"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--set",
+            "dataset=synthetic",
+            "--set",
+            "model=mlp",
+            "--set",
+            "rounds=2",
+            "--set",
+            "clients=4",
+            "--set",
+            "synthetic_samples=200",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rounds_run"] == 2 and summary["spec"]["dataset"] == "synthetic"
-    assert {"final_accuracy", "final_loss", "collapsed", "byzantine_majority_rounds", "seconds"} <= set(summary)
+    assert {
+        "final_accuracy",
+        "final_loss",
+        "collapsed",
+        "byzantine_majority_rounds",
+        "seconds",
+    } <= set(summary)
     rows = (out / "rounds.csv").read_text().splitlines()
     assert len(rows) == 3 and rows[0].startswith("round,accuracy")
     assert any(p.name.startswith("events.out.tfevents") for p in out.iterdir())
 
 
-@pytest.mark.parametrize("assignment", ["participation=1.5", "aggregator=krumm", "colour=red",
-                                        "rounds=ten", "clients"])
+@pytest.mark.parametrize(
+    "assignment", ["participation=1.5", "aggregator=krumm", "colour=red", "rounds=ten", "clients"]
+)
 def test_run_command_bad_set_exits_2_with_one_line(tmp_path, assignment):
     out = tmp_path / "bad"
     result = CliRunner().invoke(app, ["run", "--set", assignment, "--out", str(out)])
@@ -155,8 +197,18 @@ def test_run_command_bad_set_exits_2_with_one_line(tmp_path, assignment):
 
 def test_missing_dataset_is_one_line_and_no_folder(tmp_path):
     out = tmp_path / "cifar"
-    result = CliRunner().invoke(app, ["run", "--set", "dataset=cifar10", "--set",
-                                      f"data_root={tmp_path / 'nothing'}", "--out", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--set",
+            "dataset=cifar10",
+            "--set",
+            f"data_root={tmp_path / 'nothing'}",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 2 and "cifar-10-batches-py" in result.output
     assert not out.exists()
 
@@ -166,22 +218,36 @@ def test_first_fixed_sample_is_not_the_byzantine_set():
     # sample exactly the B Byzantine clients first (here 5 of 5 in every seed).
     counts = []
     for seed in range(6):
-        spec = RunSpec(**{**FAST, "clients": 20, "participation": 0.25, "rounds": 1, "seed": seed},
-                       byzantine_fraction=0.3, attack="sign_flip")
+        spec = RunSpec(
+            **{**FAST, "clients": 20, "participation": 0.25, "rounds": 1, "seed": seed},
+            byzantine_fraction=0.3,
+            attack="sign_flip",
+        )
         counts.append(Simulation(spec).step().byzantine_sampled)
     assert counts != [5] * 6
 
 
-@pytest.mark.parametrize("method, participation, seed", [("demoa", 0.5, 9), ("fedsgd", 0.5, 13),
-                                                          ("demoa", 0.1, 1)])
+@pytest.mark.parametrize(
+    ("method", "participation", "seed"), [("demoa", 0.5, 9), ("fedsgd", 0.5, 13), ("demoa", 0.1, 1)]
+)
 def test_replayed_majority_rounds_are_the_rounds_a_run_records(method, participation, seed):
     """`byzantine_majority_rounds` replays the sampling stream without training; the run's own
     records (2 b_t >= |S_t|, b_t >= 1) must flag exactly those rounds, whatever the method."""
     from robusttune.engine.simulation import byzantine_majority_rounds
 
-    spec = RunSpec(**{**FAST, "clients": 25, "byzantine_fraction": 0.2, "rounds": 12,
-                      "participation_mode": "bernoulli", "participation": participation,
-                      "method": method, "attack": "ipm", "seed": seed})
+    spec = RunSpec(
+        **{
+            **FAST,
+            "clients": 25,
+            "byzantine_fraction": 0.2,
+            "rounds": 12,
+            "participation_mode": "bernoulli",
+            "participation": participation,
+            "method": method,
+            "attack": "ipm",
+            "seed": seed,
+        }
+    )
     recorded = [r.round for r in simulate(spec) if r.byzantine_majority]
     assert recorded, "no Byzantine-majority round in 12: pick another seed"
     assert byzantine_majority_rounds(spec) == recorded

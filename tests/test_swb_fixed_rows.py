@@ -12,18 +12,22 @@ import torch
 from robusttune.methods.aggregators import make_aggregator
 from robusttune.methods.aggregators.appended import appended_rows
 from robusttune.methods.aggregators.swb_fixed_rows import (
-    FixedRowsSWB, merged_trimmed_mean, padded_columns,
+    FixedRowsSWB,
+    merged_trimmed_mean,
+    padded_columns,
 )
 
 INF, NAN = math.inf, math.nan
 
 
-def sorted_column_mean(fixed: torch.Tensor, value: torch.Tensor, copies: int, k: int) -> torch.Tensor:
+def sorted_column_mean(
+    fixed: torch.Tensor, value: torch.Tensor, copies: int, k: int
+) -> torch.Tensor:
     """The trimmed mean by definition: every rank's n values sorted (torch.sort, NaN last), the
     k lowest and k highest dropped, the rest averaged in order."""
     column = torch.cat([fixed, value[:, None, :].expand(-1, copies, -1)], dim=1)
     n = column.shape[1]
-    return torch.sort(column, dim=1).values[:, k:n - k].mean(dim=1)
+    return torch.sort(column, dim=1).values[:, k : n - k].mean(dim=1)
 
 
 def test_merge_on_a_hand_case():
@@ -31,7 +35,7 @@ def test_merge_on_a_hand_case():
     2.5, 3) = 2.5; copies of 10: t = (1, 2, 3, 4, 10, 10), b = mean(2, 3, 4, 10) = 4.75; of
     -inf: t = (-inf, -inf, 1, 2, 3, 4), b = mean(-inf, 1, 2, 3) = -inf; of NaN (sorts last):
     mean(2, 3, 4, NaN) = NaN."""
-    fixed = torch.tensor([[[1.0], [2.0], [3.0], [4.0]]])           # (nb=1, h=4, C=1)
+    fixed = torch.tensor([[[1.0], [2.0], [3.0], [4.0]]])  # (nb=1, h=4, C=1)
     padded = padded_columns(fixed, 2)
     for value, expected in ((2.5, 2.5), (10.0, 4.75), (-INF, -INF)):
         assert float(merged_trimmed_mean(padded, torch.tensor([[value]]), 2, 1)) == expected
@@ -49,12 +53,12 @@ def test_merge_is_the_sorted_trimmed_mean_value_for_value(copies, k):
     h = 16
     gen = torch.Generator().manual_seed(copies * 100 + k)
     fixed = torch.randn(3, h, 64, generator=gen)
-    fixed[2, 0, :8] = INF                      # a corrupted fixed row: +inf, -inf and NaN ranks
+    fixed[2, 0, :8] = INF  # a corrupted fixed row: +inf, -inf and NaN ranks
     fixed[2, 1, 8:16] = -INF
     fixed[2, 2, 16:24] = NAN
     value = torch.randn(3, 64, generator=gen)
     value[0, :5], value[0, 5:10], value[0, 10:15] = NAN, INF, -INF
-    value[1, :20] = fixed[1, 3, :20]           # ties with a fixed value
+    value[1, :20] = fixed[1, 3, :20]  # ties with a fixed value
     ours = merged_trimmed_mean(padded_columns(fixed, copies), value, copies, k)
     reference = sorted_column_mean(fixed, value, copies, k)
     assert torch.equal(ours.isnan(), reference.isnan())
@@ -66,8 +70,10 @@ def rows(h: int, d: int, seed: int) -> torch.Tensor:
     return torch.randn(h, d, generator=gen) * 0.5 + 0.3
 
 
-@pytest.mark.parametrize("rotation,chunk,d", [("haar", 64, 1_000), ("shared", 512, 5_000),
-                                              ("hadamard", 128, 3_001)])
+@pytest.mark.parametrize(
+    ("rotation", "chunk", "d"),
+    [("haar", 64, 1_000), ("shared", 512, 5_000), ("hadamard", 128, 3_001)],
+)
 def test_ties_and_corrupted_fixed_rows_give_the_rule_on_the_appended_rows(rotation, chunk, d):
     """A message equal to a fixed row (the copies tie with it for the medoid) and fixed rows
     holding infinities: the call is the rule on cat[fixed, c x message] to float32 rounding of
@@ -82,8 +88,9 @@ def test_ties_and_corrupted_fixed_rows_give_the_rule_on_the_appended_rows(rotati
             for message in (honest[5], honest.mean(0) - 3 * honest.std(0)):
                 ours, theirs = fast(message, copies), plain(message, copies)
                 assert torch.equal(ours.isfinite(), theirs.isfinite())
-                torch.testing.assert_close(ours[theirs.isfinite()], theirs[theirs.isfinite()],
-                                           rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(
+                    ours[theirs.isfinite()], theirs[theirs.isfinite()], rtol=1e-5, atol=1e-5
+                )
 
 
 def test_rotations_are_drawn_once_when_kept_and_again_when_not(monkeypatch):
@@ -93,7 +100,9 @@ def test_rotations_are_drawn_once_when_kept_and_again_when_not(monkeypatch):
     fixed = rows(16, 700, seed=12)
     drawn = []
     plan = rule.plan
-    monkeypatch.setattr(rule, "plan", lambda *args, **kwargs: drawn.append(args[0]) or plan(*args, **kwargs))
+    monkeypatch.setattr(
+        rule, "plan", lambda *args, **kwargs: drawn.append(args[0]) or plan(*args, **kwargs)
+    )
     kept = FixedRowsSWB(rule, fixed, keep_rotations=True)
     fresh = FixedRowsSWB(rule, fixed, keep_rotations=False)
     messages = [fixed.mean(0) + tau * fixed.std(0) for tau in (0.0, 1.5, 4.0)]

@@ -17,15 +17,27 @@ import pytest
 import torch
 from ray.tune import Callback
 
-from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.experiments.sweep.space import parse_sweep
 from robusttune.experiments.sweep.trainable import trial_device, trial_threads
 
-TINY = {"dataset": "synthetic", "model": "mlp", "clients": 4, "participation": 1.0,
-        "synthetic_samples": 240, "synthetic_shape": "16", "local_epochs": 1, "rounds": 2}
-THREATS = {"grid": [{"attack": "none", "byzantine_fraction": 0.0},
-                    {"attack": "sign_flip", "byzantine_fraction": 0.25}]}
+TINY = {
+    "dataset": "synthetic",
+    "model": "mlp",
+    "clients": 4,
+    "participation": 1.0,
+    "synthetic_samples": 240,
+    "synthetic_shape": "16",
+    "local_epochs": 1,
+    "rounds": 2,
+}
+THREATS = {
+    "grid": [
+        {"attack": "none", "byzantine_fraction": 0.0},
+        {"attack": "sign_flip", "byzantine_fraction": 0.25},
+    ]
+}
 
 
 def rows(path: Path) -> list[dict[str, str]]:
@@ -54,8 +66,13 @@ def test_device_follows_the_trials_resources_not_the_machine():
 def grid_sweep(ray_session, tmp_path_factory):
     from robusttune.experiments.sweep.runner import run_sweep
 
-    spec = parse_sweep({"run": {**TINY, "checkpoint_every": 1},
-                        "space": {"seed": {"grid": [1, 2]}, "threat": THREATS}}, name="grid")
+    spec = parse_sweep(
+        {
+            "run": {**TINY, "checkpoint_every": 1},
+            "space": {"seed": {"grid": [1, 2]}, "threat": THREATS},
+        },
+        name="grid",
+    )
     storage = tmp_path_factory.mktemp("grid")
     return run_sweep(spec, storage=str(storage), verbose=0)
 
@@ -65,10 +82,16 @@ def test_small_grid_end_to_end(grid_sweep):
     assert (outcome.finished, outcome.errored, outcome.unfinished) == (4, 0, 0)
     table = outcome.table
     # sorted by the default metric, the validation part's accuracy (not the test set's)
-    assert len(table) == 4 and list(table["validation_accuracy"]) == sorted(table["validation_accuracy"], reverse=True)
+    assert len(table) == 4 and list(table["validation_accuracy"]) == sorted(
+        table["validation_accuracy"], reverse=True
+    )
     assert "accuracy" not in table.columns and table["last_accuracy"].notna().all()
-    assert set(zip(table["seed"], table["attack"])) == {(1, "none"), (1, "sign_flip"),
-                                                        (2, "none"), (2, "sign_flip")}
+    assert set(zip(table["seed"], table["attack"])) == {
+        (1, "none"),
+        (1, "sign_flip"),
+        (2, "none"),
+        (2, "sign_flip"),
+    }
     root = Path(outcome.path)
     assert (root / "sweep.yaml").exists() and (root / "trials.csv").exists()
     for folder in trial_folders(outcome):
@@ -83,7 +106,13 @@ def test_small_grid_end_to_end(grid_sweep):
         last = reported[-1]
         for key in records[0]:  # every RoundRecord field ...
             assert key in last, key
-        for key in ("seed", "attack", "byzantine_fraction", "method", "last_accuracy"):  # ... + config
+        for key in (
+            "seed",
+            "attack",
+            "byzantine_fraction",
+            "method",
+            "last_accuracy",
+        ):  # ... + config
             assert key in last, key
         assert float(records[-1]["param_norm"]) == last["param_norm"]
         assert len(list(folder.glob("checkpoint_*"))) == 1  # one per round, the latest kept
@@ -99,7 +128,9 @@ def test_tensorboard_scalars_and_hparams_read_back(grid_sweep):
     records = rows(folder / "rounds.csv")
     accuracy = events.Scalars("round/accuracy")
     assert [e.step for e in accuracy] == [1, 2]
-    assert [e.value for e in accuracy] == pytest.approx([float(r["accuracy"]) for r in records], rel=1e-6)
+    assert [e.value for e in accuracy] == pytest.approx(
+        [float(r["accuracy"]) for r in records], rel=1e-6
+    )
     assert "round/param_norm" in events.Tags()["scalars"]
 
     content = events.PluginTagToContent("hparams")
@@ -122,17 +153,22 @@ def test_the_sweep_declares_its_hparams_experiment_swept_keys_first(grid_sweep):
     multiplexer = plugin_event_multiplexer.EventMultiplexer()
     multiplexer.AddRunsFromDirectory(str(grid_sweep.path))
     multiplexer.Reload()
-    experiments = [content[metadata.EXPERIMENT_TAG]
-                   for content in multiplexer.PluginRunToTagToContent("hparams").values()
-                   if metadata.EXPERIMENT_TAG in content]
+    experiments = [
+        content[metadata.EXPERIMENT_TAG]
+        for content in multiplexer.PluginRunToTagToContent("hparams").values()
+        if metadata.EXPERIMENT_TAG in content
+    ]
     assert len(experiments) == 1
     experiment = metadata.parse_experiment_plugin_data(experiments[0])
     swept = [info.name for info in experiment.hparam_infos if info.differs]
     assert set(swept) == {"seed", "attack", "byzantine_fraction"}
     assert [info.name for info in experiment.hparam_infos][:3] == swept
-    assert [m.name.tag for m in experiment.metric_infos] == ["final/accuracy",
-                                                             "final/validation_accuracy",
-                                                             "final/loss", "final/collapsed"]
+    assert [m.name.tag for m in experiment.metric_infos] == [
+        "final/accuracy",
+        "final/validation_accuracy",
+        "final/loss",
+        "final/collapsed",
+    ]
     assert all(m.display_name for m in experiment.metric_infos)
 
 
@@ -140,17 +176,26 @@ def test_the_sweep_declares_its_hparams_experiment_swept_keys_first(grid_sweep):
 def optuna_trials(ray_session, storage: Path, name: str, seed: int):
     from robusttune.experiments.sweep.runner import run_sweep
 
-    spec = parse_sweep({"run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
-                        "space": {"lr": {"loguniform": [0.005, 0.2]},
-                                  "momentum": {"uniform": [0.0, 0.9]},
-                                  "seed": {"choice": [1, 2, 3]}},
-                        "search": {"algorithm": "optuna", "sampler": "tpe", "seed": seed,
-                                   "num_samples": 3},
-                        "max_concurrent": 1}, name=name)
+    spec = parse_sweep(
+        {
+            "run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
+            "space": {
+                "lr": {"loguniform": [0.005, 0.2]},
+                "momentum": {"uniform": [0.0, 0.9]},
+                "seed": {"choice": [1, 2, 3]},
+            },
+            "search": {"algorithm": "optuna", "sampler": "tpe", "seed": seed, "num_samples": 3},
+            "max_concurrent": 1,
+        },
+        name=name,
+    )
     outcome = run_sweep(spec, storage=str(storage), verbose=0)
     assert outcome.finished == 3
     ordered = outcome.table.sort_values("trial")  # trial ids number the proposals in order
-    return [(row.lr, row.momentum, row.seed, row.validation_accuracy, row.last_accuracy) for row in ordered.itertuples()]
+    return [
+        (row.lr, row.momentum, row.seed, row.validation_accuracy, row.last_accuracy)
+        for row in ordered.itertuples()
+    ]
 
 
 def test_optuna_study_is_reproducible_with_its_seed(ray_session, tmp_path):
@@ -182,10 +227,13 @@ def resumed_sweep(ray_session, tmp_path_factory):
 
     storage = tmp_path_factory.mktemp("resume")
     run = {**TINY, "rounds": 4, "checkpoint_every": 1}
-    spec = parse_sweep({"run": run, "space": {"seed": {"grid": [1, 2, 3]}}, "max_concurrent": 1},
-                       name="interrupted")
-    first = run_sweep(spec, storage=str(storage), verbose=0,
-                      callbacks=[InterruptOnce(storage / "fired")])
+    spec = parse_sweep(
+        {"run": run, "space": {"seed": {"grid": [1, 2, 3]}}, "max_concurrent": 1},
+        name="interrupted",
+    )
+    first = run_sweep(
+        spec, storage=str(storage), verbose=0, callbacks=[InterruptOnce(storage / "fired")]
+    )
     finished = first.table[first.table["status"] == "TERMINATED"]
     before = {Path(p).name: (Path(p) / "summary.json").stat().st_mtime_ns for p in finished["path"]}
     second = run_sweep(spec, storage=str(storage), verbose=0, resume=True)
@@ -250,21 +298,29 @@ def test_gpu_request_without_gpus_fails_with_one_line(ray_session, tmp_path):
     gpus = ray_session.cluster_resources().get("GPU", 0)
     wanted = 0.5 if not gpus else int(gpus) + 1  # more than a GPU machine has, too
     spec = parse_sweep({"run": TINY, "resources": {"gpu": wanted}}, name="gpu")
-    with pytest.raises(SpecError, match=rf"resources.gpu {wanted:g} per trial, but the Ray cluster has"):
+    with pytest.raises(
+        SpecError, match=rf"resources.gpu {wanted:g} per trial, but the Ray cluster has"
+    ):
         run_sweep(spec, storage=str(tmp_path), verbose=0)
     assert not any((tmp_path / "gpu").glob("*/result.json"))
 
 
 def test_a_device_axis_with_cuda_under_gpu_auto_without_gpus_fails_before_any_trial(
-        ray_session, tmp_path, monkeypatch):
+    ray_session, tmp_path, monkeypatch
+):
     # a trial whose axis says cuda would otherwise get no GPU share and train on the CPU
     from robusttune.experiments.sweep import runner
 
     monkeypatch.setattr(runner, "cluster_gpu_nodes", lambda joined: [])  # whatever this machine has
-    spec = parse_sweep({"run": TINY, "space": {"device": {"grid": ["cpu", "cuda"]}},
-                        "resources": {"gpu": "auto"}}, name="axis")
-    with pytest.raises(SpecError, match=r"^device cuda \(space.device\) with resources.gpu auto, "
-                                        r"but the Ray cluster has no GPU"):
+    spec = parse_sweep(
+        {"run": TINY, "space": {"device": {"grid": ["cpu", "cuda"]}}, "resources": {"gpu": "auto"}},
+        name="axis",
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"^device cuda \(space.device\) with resources.gpu auto, "
+        r"but the Ray cluster has no GPU",
+    ):
         runner.run_sweep(spec, storage=str(tmp_path), verbose=0)
     assert not (tmp_path / "axis" / "sweep.yaml").exists()
 
@@ -287,7 +343,7 @@ def test_joined_cluster_whose_autoscaler_has_no_gpus_is_an_error(ray_session, mo
     gpus = ray_session.cluster_resources().get("GPU", 0)
     spec = parse_sweep({"run": TINY, "resources": {"gpu": int(gpus) + 1}}, name="no-gpu-nodes")
     monkeypatch.setattr(cluster, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus)})
-    with pytest.raises(SpecError, match="resources.gpu"):
+    with pytest.raises(SpecError, match=r"resources.gpu"):
         cluster.check_cluster(spec, joined=True, announce=lambda text: None)
     monkeypatch.setattr(cluster, "autoscaling_ceiling", lambda: {"CPU": 64, "GPU": int(gpus) + 8})
     notes: list[str] = []
@@ -306,14 +362,24 @@ def test_resume_without_a_sweep_is_an_error(ray_session, tmp_path):
 def test_param_space_maps_domains_to_tune(ray_session):
     from ray.tune.search.sample import Categorical, Float, Integer
 
-    spec = parse_sweep({"run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
-                        "space": {"lr": {"loguniform": [0.01, 0.1]}, "local_epochs": {"int": [1, 3]},
-                                  "seed": {"grid": [1, 2]}},
-                        "search": {"algorithm": "optuna"}})
+    spec = parse_sweep(
+        {
+            "run": {**TINY, "attack": "sign_flip", "byzantine_fraction": 0.25},
+            "space": {
+                "lr": {"loguniform": [0.01, 0.1]},
+                "local_epochs": {"int": [1, 3]},
+                "seed": {"grid": [1, 2]},
+            },
+            "search": {"algorithm": "optuna"},
+        }
+    )
     space = spec.param_space()
     assert isinstance(space["lr"], Float) and isinstance(space["seed"], Categorical)
     assert isinstance(space["local_epochs"], Integer)
-    assert (space["local_epochs"].lower, space["local_epochs"].upper) == (1, 4)  # randint excludes 4
+    assert (space["local_epochs"].lower, space["local_epochs"].upper) == (
+        1,
+        4,
+    )  # randint excludes 4
     assert not math.isnan(space["lr"].lower)
 
 
@@ -341,14 +407,16 @@ def test_streamed_runs_are_tune_trials_with_the_in_process_figures(ray_session, 
     assert [s.spec["attack"] for s in through_tune] == ["none", "sign_flip"]
     assert reversed_order == through_tune[::-1]
     trials = list((tmp_path / "tune").glob("runs000/*/summary.json"))
-    assert len(trials) == len(specs)                 # each spec one trial, however often asked
+    assert len(trials) == len(specs)  # each spec one trial, however often asked
     assert drive(runner, lambda: 7) == 7
     assert sorted(p.name for p in (tmp_path / "tune").iterdir()) == ["runs000"]
     with pytest.raises(RuntimeError, match="only inside its drive"):
         runner(specs)
 
 
-def test_a_run_that_depends_on_the_last_is_handed_out_before_tune_would_sleep(monkeypatch, tmp_path):
+def test_a_run_that_depends_on_the_last_is_handed_out_before_tune_would_sleep(
+    monkeypatch, tmp_path
+):
     """With no trial in flight, Tune sleeps a second after each None from its searcher
     (`TuneController._update_trial_queue`); a cell bisecting alone asks for each run only after
     the previous one is back. The searcher must wait for that next run instead of answering None.
@@ -367,15 +435,21 @@ def test_a_run_that_depends_on_the_last_is_handed_out_before_tune_would_sleep(mo
             if config == searcher.FINISHED:
                 return
             if config is None:
-                slept.append(number)      # Tune: time.sleep(1), then ask again
+                slept.append(number)  # Tune: time.sleep(1), then ask again
                 continue
             done = RunSpec.from_dict({**TINY, **config[stream.SPEC_KEY]})
-            searcher.on_trial_complete(f"t{number}", {stream.SUMMARY_KEY: json.dumps(
-                RunSummary.failed("played", spec=done.to_dict()).to_dict())})
+            searcher.on_trial_complete(
+                f"t{number}",
+                {
+                    stream.SUMMARY_KEY: json.dumps(
+                        RunSummary.failed("played", spec=done.to_dict()).to_dict()
+                    )
+                },
+            )
 
     def bisect_alone():
         answers = []
-        for spec in chain:              # each run asked only once the last one is back
+        for spec in chain:  # each run asked only once the last one is back
             answers += runner([spec])
         return answers
 
@@ -387,8 +461,9 @@ def test_a_run_that_depends_on_the_last_is_handed_out_before_tune_would_sleep(mo
     assert runner.next_run(in_flight=True) is None
 
 
-def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(ray_session, tmp_path,
-                                                                                 monkeypatch):
+def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
+    ray_session, tmp_path, monkeypatch
+):
     """`robusttune breakdown` on Ray (its cells bisected each on its own through one streaming
     Tune experiment), Ctrl-C after the cell's first step, then `--resume`: no RunSpec reaches Ray
     Tune twice, and the map is the one an in-process (lock-step) map of the same plan gives."""
@@ -396,15 +471,17 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
     from typer.testing import CliRunner
 
     import robusttune.experiments.breakdown.replicates as replicates
-    from robusttune.experiments.breakdown.store import run_key
     from robusttune.commands.cli import app
+    from robusttune.experiments.breakdown.store import run_key
     from robusttune.experiments.sweep.stream import TuneStreamRunner
 
     space = tmp_path / "map.yaml"
-    space.write_text("run: {dataset: synthetic, model: mlp, clients: 4, rounds: 1, local_epochs: 1,\n"
-                     "      synthetic_samples: 200, trainer: sequential}\n"
-                     "space: {aggregator: {grid: [mean]}, attack: {grid: [sign_flip]}}\n"
-                     "breakdown: {seeds: [1], adversary: {attack_strength: [3.0]}, verify_radius: 0}\n")
+    space.write_text(
+        "run: {dataset: synthetic, model: mlp, clients: 4, rounds: 1, local_epochs: 1,\n"
+        "      synthetic_samples: 200, trainer: sequential}\n"
+        "space: {aggregator: {grid: [mean]}, attack: {grid: [sign_flip]}}\n"
+        "breakdown: {seeds: [1], adversary: {attack_strength: [3.0]}, verify_radius: 0}\n"
+    )
     handed: list[str] = []
     real_call, real_bisect = TuneStreamRunner.__call__, replicates.bisect_breakdown
 
@@ -431,18 +508,21 @@ def test_a_breakdown_map_killed_on_ray_resumes_without_running_a_finished_trial(
         first = CliRunner().invoke(app, args)
     assert first.exit_code == 130, first.output
     before = list(handed)
-    assert len(before) == 2                           # k = 0 and k = 2 of the lattice 0..2
-    assert "Trial status" not in first.output          # no Tune tables, the one progress line
+    assert len(before) == 2  # k = 0 and k = 2 of the lattice 0..2
+    assert "Trial status" not in first.output  # no Tune tables, the one progress line
     handed.clear()
     resumed = CliRunner().invoke(app, [*args, "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert handed and not set(handed) & set(before)
-    local = CliRunner().invoke(app, ["breakdown", str(space), "--local", "--storage", str(tmp_path),
-                                     "--name", "local"])
+    local = CliRunner().invoke(
+        app, ["breakdown", str(space), "--local", "--storage", str(tmp_path), "--name", "local"]
+    )
     assert local.exit_code == 0, local.output
     columns = ["breakdown_fraction", "status", "evaluated", "trials", "clean_accuracy"]
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "ray" / "breakdown.csv")[columns],
-                                  pd.read_csv(tmp_path / "local" / "breakdown.csv")[columns])
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "ray" / "breakdown.csv")[columns],
+        pd.read_csv(tmp_path / "local" / "breakdown.csv")[columns],
+    )
 
 
 def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp_path, monkeypatch):
@@ -453,17 +533,19 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
     import pandas as pd
     from typer.testing import CliRunner
 
-    from robusttune.experiments.breakdown.store import run_key
     from robusttune.commands.cli import app
+    from robusttune.experiments.breakdown.store import run_key
     from robusttune.experiments.sweep.stream import TuneStreamRunner
 
     space = tmp_path / "tune.yaml"
-    space.write_text("run: {dataset: synthetic, model: mlp, clients: 5, participation: 1.0,\n"
-                     "      method: trimmed_mean, rounds: 2, local_epochs: 1, synthetic_samples: 200,\n"
-                     "      synthetic_shape: '16', byzantine_fraction: 0.2, trainer: sequential}\n"
-                     "space: {trim_ratio: {uniform: [0.0, 0.45]}}\n"
-                     "tuning: {num_samples: 2, batch: 2, adversary: {attack: [sign_flip],\n"
-                     "         attack_strength: [3.0, 100.0]}}\n")
+    space.write_text(
+        "run: {dataset: synthetic, model: mlp, clients: 5, participation: 1.0,\n"
+        "      method: trimmed_mean, rounds: 2, local_epochs: 1, synthetic_samples: 200,\n"
+        "      synthetic_shape: '16', byzantine_fraction: 0.2, trainer: sequential}\n"
+        "space: {trim_ratio: {uniform: [0.0, 0.45]}}\n"
+        "tuning: {num_samples: 2, batch: 2, adversary: {attack: [sign_flip],\n"
+        "         attack_strength: [3.0, 100.0]}}\n"
+    )
     handed: list[list[str]] = []
     real_call = TuneStreamRunner.__call__
 
@@ -472,7 +554,16 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
         return real_call(self, specs)
 
     monkeypatch.setattr(TuneStreamRunner, "__call__", counted)
-    args = ["tune", str(space), "--storage", str(tmp_path), "--name", "ray", "--cpus-per-trial", "1"]
+    args = [
+        "tune",
+        str(space),
+        "--storage",
+        str(tmp_path),
+        "--name",
+        "ray",
+        "--cpus-per-trial",
+        "1",
+    ]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     # one wave of 2 proposals: 2 clean runs and 2 x 2 attacked ones, one Tune experiment
@@ -489,8 +580,9 @@ def test_a_tuning_study_runs_on_ray_like_in_process_and_resumes(ray_session, tmp
     assert resumed.exit_code == 0, resumed.output
     assert handed == [] and "6 runs kept from before, 0 new" in resumed.output
     pd.testing.assert_frame_equal(pd.read_csv(folder / "tuning.csv"), table)
-    local = CliRunner().invoke(app, ["tune", str(space), "--local", "--storage", str(tmp_path),
-                                     "--name", "local"])
+    local = CliRunner().invoke(
+        app, ["tune", str(space), "--local", "--storage", str(tmp_path), "--name", "local"]
+    )
     assert local.exit_code == 0, local.output
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "local" / "tuning.csv"), table)
 
@@ -502,13 +594,27 @@ def test_every_optuna_sampler_is_seeded_by_the_search_seed(sampler):
     from robusttune.experiments.sweep.tuner import make_sampler
 
     def proposals(seed):
-        spec = parse_sweep({"run": TINY, "space": {"lr": {"loguniform": [0.001, 0.1]},
-                                                   "momentum": {"uniform": [0.0, 0.9]}},
-                            "search": {"algorithm": "optuna", "sampler": sampler, "seed": seed,
-                                       "num_samples": 6}}, name="samplers")
+        spec = parse_sweep(
+            {
+                "run": TINY,
+                "space": {"lr": {"loguniform": [0.001, 0.1]}, "momentum": {"uniform": [0.0, 0.9]}},
+                "search": {
+                    "algorithm": "optuna",
+                    "sampler": sampler,
+                    "seed": seed,
+                    "num_samples": 6,
+                },
+            },
+            name="samplers",
+        )
         study = optuna.create_study(sampler=make_sampler(spec))
-        study.optimize(lambda t: (t.suggest_float("lr", 1e-3, 0.1, log=True) - 0.01) ** 2
-                       + t.suggest_float("momentum", 0.0, 0.9), n_trials=6)
+        study.optimize(
+            lambda t: (
+                (t.suggest_float("lr", 1e-3, 0.1, log=True) - 0.01) ** 2
+                + t.suggest_float("momentum", 0.0, 0.9)
+            ),
+            n_trials=6,
+        )
         return [tuple(t.params.values()) for t in study.trials]
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -539,21 +645,33 @@ def test_ctrl_c_stops_a_streamed_map_cleanly_and_resume_finishes_it(tmp_path):
     import time
 
     space = tmp_path / "map.yaml"
-    space.write_text("run: {dataset: synthetic, model: mlp, clients: 8, rounds: 3, local_epochs: 1,\n"
-                     "      synthetic_samples: 200, trainer: sequential}\n"
-                     "space: {aggregator: {grid: [mean, median, trimmed_mean]},\n"
-                     "        attack: {grid: [sign_flip]}}\n"
-                     "breakdown: {seeds: [1, 2]}\n")
-    command = [str(Path(sys.executable).parent / "robusttune"), "breakdown", str(space),
-               "--storage", str(tmp_path), "--name", "map", "--cpus-per-trial", "1"]
+    space.write_text(
+        "run: {dataset: synthetic, model: mlp, clients: 8, rounds: 3, local_epochs: 1,\n"
+        "      synthetic_samples: 200, trainer: sequential}\n"
+        "space: {aggregator: {grid: [mean, median, trimmed_mean]},\n"
+        "        attack: {grid: [sign_flip]}}\n"
+        "breakdown: {seeds: [1, 2]}\n"
+    )
+    command = [
+        str(Path(sys.executable).parent / "robusttune"),
+        "breakdown",
+        str(space),
+        "--storage",
+        str(tmp_path),
+        "--name",
+        "map",
+        "--cpus-per-trial",
+        "1",
+    ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     ray_tmp = tempfile.mkdtemp(prefix="rtc-", dir="/tmp")  # a Ray of its own, short socket paths
     env["RAY_TMPDIR"] = ray_tmp
     runs = tmp_path / "map" / "runs.jsonl"
     try:
-        driver = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+        driver = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and driver.poll() is None:
             if runs.exists() and runs.read_text().count("\n") >= 2:
@@ -565,13 +683,19 @@ def test_ctrl_c_stops_a_streamed_map_cleanly_and_resume_finishes_it(tmp_path):
         assert driver.returncode == 130, output[-3000:]
         assert "interrupted: the finished runs are kept in" in output
         kept = runs.read_text().splitlines()
-        resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True,
-                                 timeout=240)
+        resumed = subprocess.run(
+            [*command, "--resume"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed: {len(kept)} runs kept from before" in resumed.stdout
     after = runs.read_text().splitlines()
-    assert after[:len(kept)] == kept
+    assert after[: len(kept)] == kept
     keys = [json.loads(line)["key"] for line in after]
     assert len(keys) == len(set(keys)) and (tmp_path / "map" / "breakdown.csv").exists()

@@ -12,14 +12,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from robusttune.problem.models import flat_params, make_model
-from robusttune.problem.training import (Evaluation, batch_orders, client_gradients, evaluate,
-                                 resolve_trainer, train_clients)
+from robusttune.problem.training import (
+    Evaluation,
+    batch_orders,
+    client_gradients,
+    evaluate,
+    resolve_trainer,
+    train_clients,
+)
 
 
 def client_data(sizes, shape=(1, 8, 8), classes=10, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g))
-            for n in sizes]
+    return [
+        (torch.randn(n, *shape, generator=g), torch.randint(0, classes, (n,), generator=g))
+        for n in sizes
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +40,26 @@ def test_batch_orders_cover_each_sample_once_per_epoch():
     assert [len(b) for b in batches] == [4, 4, 3, 4, 4, 3]
     for epoch in (batches[:3], batches[3:]):
         assert sorted(torch.cat(epoch).tolist()) == list(range(11))
-    assert all(torch.equal(a, b) for a, b in zip(batches, batch_orders(11, epochs=2, batch_size=4, seed=3)))
+    assert all(
+        torch.equal(a, b) for a, b in zip(batches, batch_orders(11, epochs=2, batch_size=4, seed=3))
+    )
     assert batch_orders(0, epochs=2, batch_size=4, seed=3) == []
 
 
-@pytest.mark.parametrize("name,shape", [("cnn2", (1, 8, 8)), ("cnn2", (3, 32, 32)), ("mlp", (1, 8, 8))])
+@pytest.mark.parametrize(
+    ("name", "shape"), [("cnn2", (1, 8, 8)), ("cnn2", (3, 32, 32)), ("mlp", (1, 8, 8))]
+)
 def test_batched_equals_sequential(name, shape):
     # unequal sizes and short last batches (13 = 5+5+3, 7 = 5+2, 22), two epochs: the batched
     # strategy drops finished clients and pads short batches, the result must not change
     model = make_model(name, shape, 10, seed=1)
     start = flat_params(model)
-    data = client_data([13, 7, 22], shape=shape) if shape[1] == 8 else client_data([9, 4, 6], shape=shape)
-    kw = dict(epochs=2, batch_size=5, lr=0.05, momentum=0.9, seeds=[11, 12, 13])
+    data = (
+        client_data([13, 7, 22], shape=shape)
+        if shape[1] == 8
+        else client_data([9, 4, 6], shape=shape)
+    )
+    kw = {"epochs": 2, "batch_size": 5, "lr": 0.05, "momentum": 0.9, "seeds": [11, 12, 13]}
     seq = train_clients(model, start, data, strategy="sequential", **kw)
     bat = train_clients(model, start, data, strategy="batched", **kw)
     assert seq.shape == (3, start.numel())
@@ -61,10 +77,14 @@ def test_one_start_per_client_trains_each_from_its_own(strategy):
     base = flat_params(model)
     data = client_data([13, 7, 22, 0])
     starts = torch.stack([base, base + 0.01, base - 0.02, base * 0.5])
-    kw = dict(epochs=2, batch_size=5, lr=0.05, momentum=0.9)
+    kw = {"epochs": 2, "batch_size": 5, "lr": 0.05, "momentum": 0.9}
     out = train_clients(model, starts, data, seeds=[1, 2, 3, 4], strategy=strategy, **kw)
-    alone = torch.cat([train_clients(model, starts[i], [data[i]], seeds=[i + 1],
-                                     strategy="sequential", **kw) for i in range(4)])
+    alone = torch.cat(
+        [
+            train_clients(model, starts[i], [data[i]], seeds=[i + 1], strategy="sequential", **kw)
+            for i in range(4)
+        ]
+    )
     torch.testing.assert_close(out, alone, atol=1e-5, rtol=0)
     assert torch.equal(out[3], starts[3])  # no data: its own start back
     with pytest.raises(ValueError, match="one per client"):
@@ -73,10 +93,19 @@ def test_one_start_per_client_trains_each_from_its_own(strategy):
 
 def test_momentum_zero_one_step_is_a_gradient_step(cnn):
     start = flat_params(cnn)
-    (x, y), = client_data([6])
+    ((x, y),) = client_data([6])
     lr = 0.1
-    out = train_clients(cnn, start, [(x, y)], epochs=1, batch_size=6, lr=lr, momentum=0.0,
-                        seeds=[0], strategy="sequential")
+    out = train_clients(
+        cnn,
+        start,
+        [(x, y)],
+        epochs=1,
+        batch_size=6,
+        lr=lr,
+        momentum=0.0,
+        seeds=[0],
+        strategy="sequential",
+    )
     # independent: the full batch's mean cross-entropy through ordinary autograd
     ref = copy.deepcopy(cnn)
     ref.zero_grad()
@@ -90,8 +119,17 @@ def test_matches_torch_optim_sgd(cnn, strategy):
     start = flat_params(cnn)
     data = client_data([9, 4])
     seeds, lr, mu, epochs, bs = [5, 6], 0.05, 0.9, 2, 4
-    out = train_clients(cnn, start, data, epochs=epochs, batch_size=bs, lr=lr, momentum=mu,
-                        seeds=seeds, strategy=strategy)
+    out = train_clients(
+        cnn,
+        start,
+        data,
+        epochs=epochs,
+        batch_size=bs,
+        lr=lr,
+        momentum=mu,
+        seeds=seeds,
+        strategy=strategy,
+    )
     for i, ((x, y), seed) in enumerate(zip(data, seeds)):
         ref = copy.deepcopy(cnn)
         opt = torch.optim.SGD(ref.parameters(), lr=lr, momentum=mu)
@@ -105,7 +143,7 @@ def test_matches_torch_optim_sgd(cnn, strategy):
 def test_same_seeds_same_result(cnn):
     start = flat_params(cnn)
     data = client_data([10, 6])
-    kw = dict(epochs=1, batch_size=4, lr=0.05, momentum=0.9, strategy="sequential")
+    kw = {"epochs": 1, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "strategy": "sequential"}
     a = train_clients(cnn, start, data, seeds=[1, 2], **kw)
     b = train_clients(cnn, start, data, seeds=[1, 2], **kw)
     c = train_clients(cnn, start, data, seeds=[1, 3], **kw)
@@ -117,11 +155,21 @@ def test_same_seeds_same_result(cnn):
 def test_client_without_data_returns_start(cnn, strategy):
     start = flat_params(cnn)
     data = client_data([0, 5])
-    out = train_clients(cnn, start, data, epochs=2, batch_size=4, lr=0.05, momentum=0.9,
-                        seeds=[1, 2], strategy=strategy)
+    out = train_clients(
+        cnn,
+        start,
+        data,
+        epochs=2,
+        batch_size=4,
+        lr=0.05,
+        momentum=0.9,
+        seeds=[1, 2],
+        strategy=strategy,
+    )
     assert torch.equal(out[0], start) and not torch.equal(out[1], start)
-    assert train_clients(cnn, start, [], epochs=1, batch_size=4, lr=0.1, momentum=0.0, seeds=[],
-                         strategy=strategy).shape == (0, start.numel())
+    assert train_clients(
+        cnn, start, [], epochs=1, batch_size=4, lr=0.1, momentum=0.0, seeds=[], strategy=strategy
+    ).shape == (0, start.numel())
 
 
 def test_client_gradients_batched_equals_sequential_and_reference(cnn):
@@ -136,14 +184,16 @@ def test_client_gradients_batched_equals_sequential_and_reference(cnn):
     torch.testing.assert_close(bat, seq, atol=1e-6, rtol=0)
     assert torch.equal(seq[2], torch.zeros_like(start))
     for strategy in ("sequential", "batched"):  # a round that sampled nobody
-        assert client_gradients(cnn, start, [], batch_size=8, seeds=[],
-                                strategy=strategy).shape == (0, start.numel())
+        assert client_gradients(
+            cnn, start, [], batch_size=8, seeds=[], strategy=strategy
+        ).shape == (0, start.numel())
     (x, y), seed = data[0], seeds[0]
     b = batch_orders(len(y), epochs=1, batch_size=8, seed=seed)[0]  # the first local step's batch
     ref = copy.deepcopy(cnn)
     F.cross_entropy(ref(x[b]), y[b]).backward()
-    torch.testing.assert_close(seq[0], torch.cat([p.grad.reshape(-1) for p in ref.parameters()]),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        seq[0], torch.cat([p.grad.reshape(-1) for p in ref.parameters()]), atol=1e-6, rtol=0
+    )
 
 
 def test_evaluate_hand_computed():
@@ -154,12 +204,13 @@ def test_evaluate_hand_computed():
     y = torch.tensor([0, 1, 1, 0])
     ev = evaluate(model, params, x, y, chunk_size=3)
     # CE of logits (1, 0) is log(1 + e) - 1 when right, log(1 + e) when wrong: 3 right, 1 wrong
-    assert ev == Evaluation(accuracy=0.75, loss=pytest.approx(math.log(1 + math.e) - 0.75),
-                            max_class_share=0.75)
+    assert ev == Evaluation(
+        accuracy=0.75, loss=pytest.approx(math.log(1 + math.e) - 0.75), max_class_share=0.75
+    )
 
 
 def test_evaluate_survives_nonfinite_params(cnn):
-    (x, y), = client_data([12])
+    ((x, y),) = client_data([12])
     params = flat_params(cnn)
     params[3] = float("nan")
     ev = evaluate(cnn, params, x, y)
@@ -170,7 +221,7 @@ def test_evaluate_survives_nonfinite_params(cnn):
 
 
 def test_evaluate_matches_the_model(cnn):
-    (x, y), = client_data([50])
+    ((x, y),) = client_data([50])
     ev = evaluate(cnn, flat_params(cnn), x, y, chunk_size=16)
     logits = cnn(x).detach()
     assert ev.accuracy == pytest.approx((logits.argmax(1) == y).float().mean().item())
@@ -186,4 +237,3 @@ def test_resolve_trainer():
     assert resolve_trainer("auto", "mps") == "sequential"  # nothing measured there: the safe one
     with pytest.raises(ValueError, match="allowed"):
         resolve_trainer("parallel", torch.device("cpu"))
-

@@ -73,6 +73,8 @@ def read_map_csv(path: Path) -> pd.DataFrame:
         wrapped = ~pre.isin(["none", ""])
         frame.loc[wrapped, "method"] = pre[wrapped] + "+" + frame.loc[wrapped, "method"]
     return frame
+
+
 CACHED_METHODS = ("swb_dm", "delayed_momentum")
 CACHED_PREFIX = "demoa"
 
@@ -96,23 +98,31 @@ def theory_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd
         measured = own["breakdown_fraction"].astype(float)
         never = own["status"] == "survives_all"
         known = theory.notna()
-        rows.append({
-            "method": method, "cells": len(own),
-            "theory (min-max)": (f"{theory.min():g}-{theory.max():g}" if known.any() else "-"),
-            "reached theory": int((known & (measured >= theory - 1e-9)).sum()),
-            "below theory": int((known & (measured < theory - 1e-9)).sum()),
-            "never broke": int(never.sum()),
-            "majority likely at failing point": int((own["p_majority_run"].astype(float) > 0.5).sum()),
-            "failing run broke the precondition": violated,
-        })
+        rows.append(
+            {
+                "method": method,
+                "cells": len(own),
+                "theory (min-max)": (f"{theory.min():g}-{theory.max():g}" if known.any() else "-"),
+                "reached theory": int((known & (measured >= theory - 1e-9)).sum()),
+                "below theory": int((known & (measured < theory - 1e-9)).sum()),
+                "never broke": int(never.sum()),
+                "majority likely at failing point": int(
+                    (own["p_majority_run"].astype(float) > 0.5).sum()
+                ),
+                "failing run broke the precondition": violated,
+            }
+        )
     return pd.DataFrame(rows).set_index("method")
 
 
 def frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
     """beta*(p) per method (rows) and participation (columns), `>=` where nothing broke."""
-    values = frontier.assign(value=[
-        (f">= {row.lattice_top:g}" if bool(row.never_broke) else f"{row.breakdown_fraction:g}")
-        for row in frontier.itertuples(index=False)])
+    values = frontier.assign(
+        value=[
+            (f">= {row.lattice_top:g}" if bool(row.never_broke) else f"{row.breakdown_fraction:g}")
+            for row in frontier.itertuples(index=False)
+        ]
+    )
     table = values.pivot(index="method", columns="participation", values="value")
     table.columns = [f"p={c:g}" for c in table.columns]
     return table.loc[_method_order(frontier)]
@@ -132,8 +142,10 @@ def failing_point(points: pd.DataFrame, cell: pd.Series) -> pd.Series | None:
     own = points
     for key in cell_keys(cell.to_frame().T):
         own = own[own[key] == cell[key]]
-    failed = own[(~own["survived"].astype(bool))
-                 & (own["byzantine_fraction"] > float(cell["breakdown_fraction"]) + 1e-9)]
+    failed = own[
+        (~own["survived"].astype(bool))
+        & (own["byzantine_fraction"] > float(cell["breakdown_fraction"]) + 1e-9)
+    ]
     if failed.empty:
         return None
     return failed.sort_values("byzantine_fraction").iloc[0]
@@ -142,9 +154,9 @@ def failing_point(points: pd.DataFrame, cell: pd.Series) -> pd.Series | None:
 class RunFigures(NamedTuple):
     """What one run's rounds.csv says about why it failed."""
 
-    violations: int      # rounds aggregated with the precondition false for the actual Byzantine rows
-    aggregated: int      # rounds that aggregated at all
-    max_share: float     # the largest Byzantine share of the rule's input
+    violations: int  # rounds aggregated with the precondition false for the actual Byzantine rows
+    aggregated: int  # rounds that aggregated at all
+    max_share: float  # the largest Byzantine share of the rule's input
     majority_rounds: int  # rounds whose sample was Byzantine-majority (2 b_t >= |S_t|)
 
 
@@ -156,8 +168,12 @@ def round_figures(rounds_csv: Path) -> RunFigures:
     aggregated = rounds["aggregated"].map(truth).astype(bool)
     held = rounds["precondition_held_actual"].map(truth).astype(bool)
     majority = rounds["byzantine_majority"].map(truth).astype(bool)
-    return RunFigures(int((aggregated & ~held).sum()), int(aggregated.sum()),
-                      float(rounds["byzantine_input_share"].max()), int(majority.sum()))
+    return RunFigures(
+        int((aggregated & ~held).sum()),
+        int(aggregated.sum()),
+        float(rounds["byzantine_input_share"].max()),
+        int(majority.sum()),
+    )
 
 
 def _failing_run_figures(map_dir: Path, points: pd.DataFrame, cell: pd.Series) -> RunFigures | None:
@@ -171,30 +187,47 @@ def _failing_run_figures(map_dir: Path, points: pd.DataFrame, cell: pd.Series) -
 
 def cached_table(map_dir: Path, cells: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     """Every cell of the cached methods with the failing run's round figures and `why`."""
-    cached = cells[cells["method"].isin(CACHED_METHODS)
-                   | cells["method"].str.startswith(CACHED_PREFIX)]
+    cached = cells[
+        cells["method"].isin(CACHED_METHODS) | cells["method"].str.startswith(CACHED_PREFIX)
+    ]
     full = cells[cells["participation"] == 1.0].groupby("method")["clean_accuracy"].first()
     rows = []
     for _, cell in cached.iterrows():
         row = {key: cell[key] for key in cell_keys(cells)}
-        row.update({"rounds": int(cell["rounds"]), "clean": float(cell["clean_accuracy"]),
-                    "threshold": float(cell["threshold"]),
-                    "breakdown": ("survives all" if cell["status"] == "survives_all"
-                                  else f"{float(cell['breakdown_fraction']):g}"),
-                    "theory": float(cell["theory_fraction"])})
+        row.update(
+            {
+                "rounds": int(cell["rounds"]),
+                "clean": float(cell["clean_accuracy"]),
+                "threshold": float(cell["threshold"]),
+                "breakdown": (
+                    "survives all"
+                    if cell["status"] == "survives_all"
+                    else f"{float(cell['breakdown_fraction']):g}"
+                ),
+                "theory": float(cell["theory_fraction"]),
+            }
+        )
         point = failing_point(points, cell)
         why = []
         if point is None:
             row.update({"failing point": "-", "its accuracy": float("nan")})
         else:
-            row.update({"failing point": f"{float(point['byzantine_fraction']):g}",
-                        "its accuracy": float(point["accuracy"]),
-                        "collapsed": bool(point["collapsed"])})
+            row.update(
+                {
+                    "failing point": f"{float(point['byzantine_fraction']):g}",
+                    "its accuracy": float(point["accuracy"]),
+                    "collapsed": bool(point["collapsed"]),
+                }
+            )
             figures = _failing_run_figures(map_dir, points, cell)
             if figures is not None:
-                row.update({"precondition failed rounds": f"{figures.violations}/{figures.aggregated}",
-                            "max byzantine input share": figures.max_share,
-                            "majority-sample rounds": figures.majority_rounds})
+                row.update(
+                    {
+                        "precondition failed rounds": f"{figures.violations}/{figures.aggregated}",
+                        "max byzantine input share": figures.max_share,
+                        "majority-sample rounds": figures.majority_rounds,
+                    }
+                )
                 why.append("precondition" if figures.violations else "within precondition")
         if float(cell["clean_accuracy"]) < 0.5 * float(full.get(cell["method"], float("nan"))):
             why.append("weak baseline")
@@ -209,7 +242,7 @@ def seed_table(maps: dict[str, pd.DataFrame]) -> pd.DataFrame:
     merged = None
     keys = cell_keys(next(iter(maps.values())))
     for label, cells in maps.items():
-        values = cells[keys + ["breakdown_fraction"]].rename(columns={"breakdown_fraction": label})
+        values = cells[[*keys, "breakdown_fraction"]].rename(columns={"breakdown_fraction": label})
         merged = values if merged is None else merged.merge(values, on=keys)
     labels = list(maps)
     merged["min"] = merged[labels].min(axis=1)
@@ -225,8 +258,8 @@ def seed_summary(table: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     where some seed has no breakdown (its clean run failed: "fails clean") and cells of a rule
     that declares no bound (FLTrust); the last two are left out of the bound counts."""
     keys = cell_keys(cells)
-    labels = [c for c in table.columns if c not in keys + ["min", "max", "spread"]]
-    scored = table.merge(cells[keys + ["theory_fraction"]], on=keys)
+    labels = [c for c in table.columns if c not in [*keys, "min", "max", "spread"]]
+    scored = table.merge(cells[[*keys, "theory_fraction"]], on=keys)
     values = scored[labels].astype(float)
     complete = values.notna().all(axis=1)
     bound = scored["theory_fraction"].astype(float)
@@ -236,14 +269,23 @@ def seed_summary(table: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     for method, group in scored.groupby("method", sort=False):
         at = group.index
         whole = complete.loc[at]
-        rows.append({"method": method, "cells": len(group),
-                     "same at every seed": int((group["spread"][whole] == 0).sum()),
-                     "mean spread": float(group["spread"][whole].mean()),
-                     "max spread": float(group["spread"][whole].max()),
-                     "reached bound at every seed": int(reached.loc[at][judged.loc[at]].all(axis=1).sum()),
-                     "below bound at every seed": int((~reached.loc[at][judged.loc[at]]).all(axis=1).sum()),
-                     "a seed fails clean": int((~whole).sum()),
-                     "no bound declared": int(bound.loc[at].isna().sum())})
+        rows.append(
+            {
+                "method": method,
+                "cells": len(group),
+                "same at every seed": int((group["spread"][whole] == 0).sum()),
+                "mean spread": float(group["spread"][whole].mean()),
+                "max spread": float(group["spread"][whole].max()),
+                "reached bound at every seed": int(
+                    reached.loc[at][judged.loc[at]].all(axis=1).sum()
+                ),
+                "below bound at every seed": int(
+                    (~reached.loc[at][judged.loc[at]]).all(axis=1).sum()
+                ),
+                "a seed fails clean": int((~whole).sum()),
+                "no bound declared": int(bound.loc[at].isna().sum()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -252,11 +294,16 @@ def family_table(cells: pd.DataFrame) -> pd.DataFrame:
     rule-aware attack broke (every ladder survived that point), and those never broken."""
     never = cells["status"] == "survives_all"
     family = cells["attack_family"].fillna("")
-    rows = [{"method": method, "cells": len(group),
-             "ladder": int(((family[group.index] == "ladder") & ~never[group.index]).sum()),
-             "rule-aware": int(((family[group.index] == "rule-aware") & ~never[group.index]).sum()),
-             "never broke": int(never[group.index].sum())}
-            for method, group in cells.groupby("method", sort=False)]
+    rows = [
+        {
+            "method": method,
+            "cells": len(group),
+            "ladder": int(((family[group.index] == "ladder") & ~never[group.index]).sum()),
+            "rule-aware": int(((family[group.index] == "rule-aware") & ~never[group.index]).sum()),
+            "never broke": int(never[group.index].sum()),
+        }
+        for method, group in cells.groupby("method", sort=False)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -269,18 +316,26 @@ def moved_table(cells: pd.DataFrame, before: pd.DataFrame, label: str) -> pd.Dat
     def shown(frame: pd.DataFrame) -> pd.Series:
         top = frame["largest_surviving_fraction"].astype(float)
         value = frame["breakdown_fraction"].astype(float)
-        return pd.Series([f">= {t:g}" if status == "survives_all" else f"{v:g}"
-                          for status, t, v in zip(frame["status"], top, value)], index=frame.index)
+        return pd.Series(
+            [
+                f">= {t:g}" if status == "survives_all" else f"{v:g}"
+                for status, t, v in zip(frame["status"], top, value)
+            ],
+            index=frame.index,
+        )
 
     merged = cells.assign(now=shown(cells)).merge(
-        before.assign(then=shown(before))[keys + ["then", "breakdown_fraction"]],
-        on=keys, suffixes=("", "_before"))
+        before.assign(then=shown(before))[[*keys, "then", "breakdown_fraction"]],
+        on=keys,
+        suffixes=("", "_before"),
+    )
     moved = merged[merged["now"] != merged["then"]]
-    out = moved[keys + ["rounds", "clean_accuracy"]].copy()
+    out = moved[[*keys, "rounds", "clean_accuracy"]].copy()
     out[label] = moved["then"]
     out["now"] = moved["now"]
-    out["move"] = (moved["breakdown_fraction"].astype(float)
-                   - moved["breakdown_fraction_before"].astype(float))
+    out["move"] = moved["breakdown_fraction"].astype(float) - moved[
+        "breakdown_fraction_before"
+    ].astype(float)
     out["broken by now"] = moved["broken_by"].fillna("-")
     out["family"] = moved["attack_family"].fillna("-")
     return out
@@ -297,20 +352,27 @@ def _paired(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     """The cells both maps hold, this map's columns beside ``other``'s (suffix ``_other``), each
     with its answer as breakdown.md prints it."""
     keys = cell_keys(cells)
-    return (cells.assign(answer=_answers(cells))
-            .merge(other.assign(answer=_answers(other)), on=keys, suffixes=("", "_other")))
+    return cells.assign(answer=_answers(cells)).merge(
+        other.assign(answer=_answers(other)), on=keys, suffixes=("", "_other")
+    )
 
 
-def dataset_grid(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str) -> pd.DataFrame:
+def dataset_grid(
+    cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str
+) -> pd.DataFrame:
     """Each cell's answer on both datasets, method (rows) x regime (columns): "a" where they agree,
     "a -> b" (``other_label``'s, then ``label``'s) where they do not."""
     paired = _paired(cells, other)
-    paired["shown"] = [a if a == b else f"{b} -> {a}"
-                       for a, b in zip(paired["answer"], paired["answer_other"])]
-    paired["regime"] = [f"p={p:g} {mode}" for p, mode in
-                        zip(paired["participation"], paired["participation_mode"])]
+    paired["shown"] = [
+        a if a == b else f"{b} -> {a}" for a, b in zip(paired["answer"], paired["answer_other"])
+    ]
+    paired["regime"] = [
+        f"p={p:g} {mode}" for p, mode in zip(paired["participation"], paired["participation_mode"])
+    ]
     grid = paired.pivot(index="method", columns="regime", values="shown")
-    regimes = list(dict.fromkeys(paired.sort_values(REGIME_KEYS, ascending=[True, False])["regime"]))
+    regimes = list(
+        dict.fromkeys(paired.sort_values(REGIME_KEYS, ascending=[True, False])["regime"])
+    )
     grid = grid.loc[_method_order(paired), regimes]
     grid.columns.name = f"{other_label} -> {label}"
     return grid
@@ -320,8 +382,9 @@ def seeds_grid(cells: pd.DataFrame) -> pd.DataFrame:
     """A map over several seeds: each cell's answer as breakdown.md prints it (the median over
     seeds, their range in brackets), method (rows) x regime (columns)."""
     shown = cells.assign(answer=_answers(cells))
-    shown["regime"] = [f"p={p:g} {mode}" for p, mode in
-                       zip(shown["participation"], shown["participation_mode"])]
+    shown["regime"] = [
+        f"p={p:g} {mode}" for p, mode in zip(shown["participation"], shown["participation_mode"])
+    ]
     grid = shown.pivot(index="method", columns="regime", values="answer")
     regimes = list(dict.fromkeys(shown.sort_values(REGIME_KEYS, ascending=[True, False])["regime"]))
     return grid.loc[_method_order(shown), regimes]
@@ -338,12 +401,18 @@ def seeds_against(cells: pd.DataFrame, other: pd.DataFrame, seed: int) -> pd.Dat
     rows = []
     for method in _method_order(paired):
         at = paired["method"] == method
-        rows.append({"method": method, "cells": int(at.sum()),
-                     "median = seed %d" % seed: int((at & (median == alone)).sum()),
-                     "median below": int((at & (median < alone)).sum()),
-                     "median above": int((at & (median > alone)).sum()),
-                     "seed %d outside the range" % seed: int((at & ((alone < low - 1e-9)
-                                                                   | (alone > high + 1e-9))).sum())})
+        rows.append(
+            {
+                "method": method,
+                "cells": int(at.sum()),
+                f"median = seed {seed}": int((at & (median == alone)).sum()),
+                "median below": int((at & (median < alone)).sum()),
+                "median above": int((at & (median > alone)).sum()),
+                f"seed {seed} outside the range": int(
+                    (at & ((alone < low - 1e-9) | (alone > high + 1e-9))).sum()
+                ),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -354,21 +423,31 @@ def dataset_summary(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     of the move and counted apart)."""
     paired = _paired(cells, other)
     clean = ~(paired["status"].eq("fails_clean") | paired["status_other"].eq("fails_clean"))
-    move = (paired["breakdown_fraction"].astype(float)
-            - paired["breakdown_fraction_other"].astype(float)).where(clean)
+    move = (
+        paired["breakdown_fraction"].astype(float)
+        - paired["breakdown_fraction_other"].astype(float)
+    ).where(clean)
     same = paired["answer"] == paired["answer_other"]
     rows = []
     for method, group in paired.groupby("method", sort=False):
         at = group.index
-        rows.append({"method": method, "cells": len(group), "same": int(same[at].sum()),
-                     "lower": int((~same[at] & (move[at] < -1e-9)).sum()),
-                     "higher": int((~same[at] & (move[at] > 1e-9)).sum()),
-                     "fails clean on either": int((~clean[at]).sum()),
-                     "mean move": float(move[at].mean())})
+        rows.append(
+            {
+                "method": method,
+                "cells": len(group),
+                "same": int(same[at].sum()),
+                "lower": int((~same[at] & (move[at] < -1e-9)).sum()),
+                "higher": int((~same[at] & (move[at] > 1e-9)).sum()),
+                "fails clean on either": int((~clean[at]).sum()),
+                "mean move": float(move[at].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def dataset_table(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str) -> pd.DataFrame:
+def dataset_table(
+    cells: pd.DataFrame, other: pd.DataFrame, label: str, other_label: str
+) -> pd.DataFrame:
     """The cells whose answer differs between the two maps: rounds (``other_label``'s too where
     the maps' rounds differ: a map at the horizon), both clean accuracies, both answers, the move
     and what broke the cell on each."""
@@ -383,8 +462,9 @@ def dataset_table(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_la
     out[f"clean {label}"] = moved["clean_accuracy"]
     out[other_label] = moved["answer_other"]
     out[label] = moved["answer"]
-    out["move"] = (moved["breakdown_fraction"].astype(float)
-                   - moved["breakdown_fraction_other"].astype(float))
+    out["move"] = moved["breakdown_fraction"].astype(float) - moved[
+        "breakdown_fraction_other"
+    ].astype(float)
     out[f"broken by {other_label}"] = moved["broken_by_other"].fillna("-")
     out[f"broken by {label}"] = moved["broken_by"].fillna("-")
     return out
@@ -393,80 +473,178 @@ def dataset_table(cells: pd.DataFrame, other: pd.DataFrame, label: str, other_la
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("map_dir", type=Path)
-    parser.add_argument("--also", type=Path, nargs="+", default=[],
-                        help="maps of the same cells at other seeds, compared cell by cell")
-    parser.add_argument("--moved-from", type=Path, default=None,
-                        help="a map of the same cells under another adversary (e.g. the ladders "
-                             "only): the cells whose breakdown moved, old beside new")
-    parser.add_argument("--dataset-from", type=Path, default=None,
-                        help="a map of the same cells on another dataset or at other rounds: every "
-                             "cell's answer on both, and the cells whose answer differs")
-    parser.add_argument("--one-seed-from", type=Path, default=None,
-                        help="with a map over several seeds: a one-seed map of the same cells, "
-                             "each cell's median beside its answer")
-    parser.add_argument("--one-seed", type=int, default=42,
-                        help="the seed of --one-seed-from's map (default 42)")
+    parser.add_argument(
+        "--also",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="maps of the same cells at other seeds, compared cell by cell",
+    )
+    parser.add_argument(
+        "--moved-from",
+        type=Path,
+        default=None,
+        help="a map of the same cells under another adversary (e.g. the ladders "
+        "only): the cells whose breakdown moved, old beside new",
+    )
+    parser.add_argument(
+        "--dataset-from",
+        type=Path,
+        default=None,
+        help="a map of the same cells on another dataset or at other rounds: every "
+        "cell's answer on both, and the cells whose answer differs",
+    )
+    parser.add_argument(
+        "--one-seed-from",
+        type=Path,
+        default=None,
+        help="with a map over several seeds: a one-seed map of the same cells, "
+        "each cell's median beside its answer",
+    )
+    parser.add_argument(
+        "--one-seed", type=int, default=42, help="the seed of --one-seed-from's map (default 42)"
+    )
     args = parser.parse_args(argv)
     needed = ("breakdown.csv", "frontier.csv", "breakdown_points.csv")
     others = [folder for folder in (args.moved_from, args.dataset_from) if folder is not None]
     for folder in [args.map_dir, *args.also, *others]:
         missing = [name for name in needed if not (folder / name).exists()]
         if missing:
-            print(f"error: map folder {str(folder)!r} lacks {', '.join(missing)} "
-                  "(a folder written by `robusttune breakdown`)", file=sys.stderr)
+            print(
+                f"error: map folder {str(folder)!r} lacks {', '.join(missing)} "
+                "(a folder written by `robusttune breakdown`)",
+                file=sys.stderr,
+            )
             return 2
     cells = read_map_csv(args.map_dir / "breakdown.csv")
     frontier = pd.read_csv(args.map_dir / "frontier.csv")
     points = read_map_csv(args.map_dir / "breakdown_points.csv")
-    print("\n".join([
-        "## Measured breakdown against the rule's theoretical fraction, per method", "",
-        markdown_table(theory_table(args.map_dir, cells, points)), "",
-        "## The p-frontier beta*(p) (worst cell at each p)", "",
-        markdown_table(frontier_table(frontier)), "",
-        "## The cached methods cell by cell, and the run that failed first", "",
-        markdown_table(cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False), ""]))
+    print(
+        "\n".join(
+            [
+                "## Measured breakdown against the rule's theoretical fraction, per method",
+                "",
+                markdown_table(theory_table(args.map_dir, cells, points)),
+                "",
+                "## The p-frontier beta*(p) (worst cell at each p)",
+                "",
+                markdown_table(frontier_table(frontier)),
+                "",
+                "## The cached methods cell by cell, and the run that failed first",
+                "",
+                markdown_table(
+                    cached_table(args.map_dir, cells, points), floatfmt=".3g", index=False
+                ),
+                "",
+            ]
+        )
+    )
     if "breakdown_min" in cells.columns and (cells.get("seeds", pd.Series([1])) > 1).any():
-        print("\n".join(["## Each cell's breakdown over seeds: the median [min, max]", "",
-                          markdown_table(seeds_grid(cells)), ""]))
+        print(
+            "\n".join(
+                [
+                    "## Each cell's breakdown over seeds: the median [min, max]",
+                    "",
+                    markdown_table(seeds_grid(cells)),
+                    "",
+                ]
+            )
+        )
         ordering = args.map_dir / "ordering.csv"
         if ordering.exists():
-            print("\n".join(["## How firmly the frontier orders neighbouring methods", "",
-                              markdown_table(pd.read_csv(ordering), floatfmt=".3g", index=False),
-                              ""]))
+            print(
+                "\n".join(
+                    [
+                        "## How firmly the frontier orders neighbouring methods",
+                        "",
+                        markdown_table(pd.read_csv(ordering), floatfmt=".3g", index=False),
+                        "",
+                    ]
+                )
+            )
         if args.one_seed_from is not None:
             other = read_map_csv(args.one_seed_from / "breakdown.csv")
             seed = args.one_seed
-            print("\n".join([f"## The median over seeds against the one-seed map "
-                              f"{args.one_seed_from.name} (seed {seed})", "",
-                              markdown_table(seeds_against(cells, other, seed), index=False), ""]))
+            print(
+                "\n".join(
+                    [
+                        f"## The median over seeds against the one-seed map "
+                        f"{args.one_seed_from.name} (seed {seed})",
+                        "",
+                        markdown_table(seeds_against(cells, other, seed), index=False),
+                        "",
+                    ]
+                )
+            )
     if "attack_family" in cells.columns:
-        print("\n".join(["## What broke each cell first: a strength ladder or a rule-aware attack", "",
-                          markdown_table(family_table(cells), index=False), ""]))
+        print(
+            "\n".join(
+                [
+                    "## What broke each cell first: a strength ladder or a rule-aware attack",
+                    "",
+                    markdown_table(family_table(cells), index=False),
+                    "",
+                ]
+            )
+        )
     if args.moved_from is not None:
-        moved = moved_table(cells, read_map_csv(args.moved_from / "breakdown.csv"), args.moved_from.name)
-        print("\n".join([f"## Cells whose breakdown moved ({len(moved)} of {len(cells)}): "
-                          f"{args.moved_from.name} beside this map", "",
-                          markdown_table(moved, floatfmt=".3g", index=False), ""]))
+        moved = moved_table(
+            cells, read_map_csv(args.moved_from / "breakdown.csv"), args.moved_from.name
+        )
+        print(
+            "\n".join(
+                [
+                    f"## Cells whose breakdown moved ({len(moved)} of {len(cells)}): "
+                    f"{args.moved_from.name} beside this map",
+                    "",
+                    markdown_table(moved, floatfmt=".3g", index=False),
+                    "",
+                ]
+            )
+        )
     if args.dataset_from is not None:
         other = read_map_csv(args.dataset_from / "breakdown.csv")
         label, other_label = args.map_dir.name, args.dataset_from.name
         changed = dataset_table(cells, other, label, other_label)
-        print("\n".join([f"## Each cell's answer on {other_label} -> {label}", "",
-                          markdown_table(dataset_grid(cells, other, label, other_label)), "",
-                          f"## Per method: {label} against {other_label}", "",
-                          markdown_table(dataset_summary(cells, other), floatfmt=".3g", index=False), "",
-                          f"## The cells whose answer differs: {other_label} -> {label} "
-                          f"({len(changed)} of {len(cells)})", "",
-                          markdown_table(changed, floatfmt=".3g", index=False), ""]))
+        print(
+            "\n".join(
+                [
+                    f"## Each cell's answer on {other_label} -> {label}",
+                    "",
+                    markdown_table(dataset_grid(cells, other, label, other_label)),
+                    "",
+                    f"## Per method: {label} against {other_label}",
+                    "",
+                    markdown_table(dataset_summary(cells, other), floatfmt=".3g", index=False),
+                    "",
+                    f"## The cells whose answer differs: {other_label} -> {label} "
+                    f"({len(changed)} of {len(cells)})",
+                    "",
+                    markdown_table(changed, floatfmt=".3g", index=False),
+                    "",
+                ]
+            )
+        )
     if args.also:
-        maps = {folder.name: read_map_csv(folder / "breakdown.csv")
-                for folder in [args.map_dir, *args.also]}
+        maps = {
+            folder.name: read_map_csv(folder / "breakdown.csv")
+            for folder in [args.map_dir, *args.also]
+        }
         seeds = seed_table(maps)
-        print("\n".join(["## The breakdown per map (seed), cells every map holds", "",
-                          markdown_table(seeds, floatfmt=".3g", index=False), "",
-                          "## Per method over the maps (seeds)", "",
-                          markdown_table(seed_summary(seeds, cells), floatfmt=".3g", index=False),
-                          ""]))
+        print(
+            "\n".join(
+                [
+                    "## The breakdown per map (seed), cells every map holds",
+                    "",
+                    markdown_table(seeds, floatfmt=".3g", index=False),
+                    "",
+                    "## Per method over the maps (seeds)",
+                    "",
+                    markdown_table(seed_summary(seeds, cells), floatfmt=".3g", index=False),
+                    "",
+                ]
+            )
+        )
     return 0
 
 

@@ -49,98 +49,155 @@ from pathlib import Path
 import pandas as pd
 
 from robusttune.reports import axes, majority
-from robusttune.reports.aggregation import (aggregation_error_table, run_aggregation_errors,
-                                           sqrt_fit_table)
+from robusttune.reports.aggregation import (
+    aggregation_error_table,
+    run_aggregation_errors,
+    sqrt_fit_table,
+)
 from robusttune.reports.results import load_rounds, load_runs, markdown_table, round_value
 
 CELL = ["method", "participation", "attack", "byzantine_fraction"]
 
 
 def collapses(runs: pd.DataFrame) -> list[str]:
-    runs = runs.assign(accuracy=100 * runs["final_accuracy"].astype(float),
-                       collapsed=runs["collapsed"].astype(int))
-    cells = runs.groupby(CELL).agg(runs=("seed", "count"), collapsed=("collapsed", "sum"),
-                                   accuracy=("accuracy", "mean"), std=("accuracy", "std"))
+    runs = runs.assign(
+        accuracy=100 * runs["final_accuracy"].astype(float), collapsed=runs["collapsed"].astype(int)
+    )
+    cells = runs.groupby(CELL).agg(
+        runs=("seed", "count"),
+        collapsed=("collapsed", "sum"),
+        accuracy=("accuracy", "mean"),
+        std=("accuracy", "std"),
+    )
     attacked = runs[runs["attack"] != "none"]
-    totals = attacked.pivot_table(index="method", columns="attack", values="collapsed",
-                                  aggfunc="sum")
-    counts = attacked.pivot_table(index="method", columns="attack", values="collapsed",
-                                  aggfunc="count")
+    totals = attacked.pivot_table(
+        index="method", columns="attack", values="collapsed", aggfunc="sum"
+    )
+    counts = attacked.pivot_table(
+        index="method", columns="attack", values="collapsed", aggfunc="count"
+    )
     totals.columns = [f"{c} collapsed" for c in totals.columns]
     counts.columns = [f"{c} runs" for c in counts.columns]
-    return ["## Collapses per cell", "", markdown_table(cells), "",
-            "## Collapsed attacked runs per method and attack (all beta and p)", "",
-            markdown_table(pd.concat([totals, counts], axis=1)), ""]
+    return [
+        "## Collapses per cell",
+        "",
+        markdown_table(cells),
+        "",
+        "## Collapsed attacked runs per method and attack (all beta and p)",
+        "",
+        markdown_table(pd.concat([totals, counts], axis=1)),
+        "",
+    ]
 
 
 def gains(runs: pd.DataFrame, rounds: pd.DataFrame, start: int, end: int) -> list[str]:
     at_start = [100 * round_value(rounds, r, start) for r in runs["run_id"]]
     at_end = [100 * round_value(rounds, r, end) for r in runs["run_id"]]
-    runs = runs.assign(at_start=at_start, at_end=at_end,
-                       gain=[b - a for a, b in zip(at_start, at_end)]).dropna(subset=["gain"])
-    cells = runs.groupby(CELL).agg(runs=("gain", "count"),
-                                   **{f"acc {start}": ("at_start", "mean"),
-                                      f"acc {end}": ("at_end", "mean")},
-                                   gain=("gain", "mean"), std=("gain", "std"), min=("gain", "min"))
+    runs = runs.assign(
+        at_start=at_start, at_end=at_end, gain=[b - a for a, b in zip(at_start, at_end)]
+    ).dropna(subset=["gain"])
+    cells = runs.groupby(CELL).agg(
+        runs=("gain", "count"),
+        **{f"acc {start}": ("at_start", "mean"), f"acc {end}": ("at_end", "mean")},
+        gain=("gain", "mean"),
+        std=("gain", "std"),
+        min=("gain", "min"),
+    )
     cells["gained"] = cells["gain"] > 0
-    per_p = cells.reset_index().groupby(["method", "participation"]).agg(
-        configurations=("gain", "count"), gained=("gained", "sum"), mean_gain=("gain", "mean"),
-        std_over_configurations=("gain", "std"))
+    per_p = (
+        cells.reset_index()
+        .groupby(["method", "participation"])
+        .agg(
+            configurations=("gain", "count"),
+            gained=("gained", "sum"),
+            mean_gain=("gain", "mean"),
+            std_over_configurations=("gain", "std"),
+        )
+    )
     seeds = runs.groupby(["method", "participation", "seed"])["gain"].mean()
     seed_spread = seeds.groupby(["method", "participation"]).agg(["mean", "std", "min", "max"])
     seed_spread.columns = [f"per-seed mean gain {c}" for c in seed_spread.columns]
-    return [f"## Gain (points) from round {start} to round {end} per configuration", "",
-            markdown_table(cells), "",
-            "## Per method and participation", "", markdown_table(per_p), "",
-            "## The same mean per seed (each seed averaged over the configurations)", "",
-            markdown_table(seed_spread), ""]
+    return [
+        f"## Gain (points) from round {start} to round {end} per configuration",
+        "",
+        markdown_table(cells),
+        "",
+        "## Per method and participation",
+        "",
+        markdown_table(per_p),
+        "",
+        "## The same mean per seed (each seed averaged over the configurations)",
+        "",
+        markdown_table(seed_spread),
+        "",
+    ]
 
 
 def aggregation(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     scored = run_aggregation_errors(runs, rounds)
     table = aggregation_error_table(scored)
-    lines = ["## Mean aggregation error ||Agg - xbar_H|| per cell", "",
-             markdown_table(table, floatfmt=".4g"), ""]
+    lines = [
+        "## Mean aggregation error ||Agg - xbar_H|| per cell",
+        "",
+        markdown_table(table, floatfmt=".4g"),
+        "",
+    ]
     frame = table.reset_index()
     if {"median", "swb"} <= set(frame["method"]):
-        wide = frame.pivot_table(index=["threat", "byzantine_fraction"], columns="method",
-                                 values=["mean", "std"])
-        diff = pd.DataFrame({
-            "median": wide[("mean", "median")], "swb": wide[("mean", "swb")],
-            "swb - median": wide[("mean", "swb")] - wide[("mean", "median")],
-            "spread": wide["std"][["median", "swb"]].max(axis=1)})
+        wide = frame.pivot_table(
+            index=["threat", "byzantine_fraction"], columns="method", values=["mean", "std"]
+        )
+        diff = pd.DataFrame(
+            {
+                "median": wide[("mean", "median")],
+                "swb": wide[("mean", "swb")],
+                "swb - median": wide[("mean", "swb")] - wide[("mean", "median")],
+                "spread": wide["std"][["median", "swb"]].max(axis=1),
+            }
+        )
         diff["swb above, beyond spread"] = diff["swb - median"] > diff["spread"]
-        lines += ["## SWB against Median (spread: the larger seed std of the two cells)", "",
-                  markdown_table(diff, floatfmt=".4g"), ""]
+        lines += [
+            "## SWB against Median (spread: the larger seed std of the two cells)",
+            "",
+            markdown_table(diff, floatfmt=".4g"),
+            "",
+        ]
     fits = sqrt_fit_table(scored)
     if not fits.empty:
-        lines += ["## E(beta) = E0 + C sqrt(beta), least squares on the per-beta means", "",
-                  markdown_table(fits, floatfmt=".4g"), ""]
+        lines += [
+            "## E(beta) = E0 + C sqrt(beta), least squares on the per-beta means",
+            "",
+            markdown_table(fits, floatfmt=".4g"),
+            "",
+        ]
     return lines
 
 
 # -- claims 6 and 7: DeMoA's comparison and its ablations ------------------------------------
 def _labelled(runs: pd.DataFrame) -> pd.DataFrame:
     frame = axes.labelled(runs)
-    return frame.assign(accuracy=100 * frame["final_accuracy"].astype(float).fillna(0.0),
-                        collapsed=frame["collapsed"].astype(int))
+    return frame.assign(
+        accuracy=100 * frame["final_accuracy"].astype(float).fillna(0.0),
+        collapsed=frame["collapsed"].astype(int),
+    )
 
 
 def _over_seeds(frame: pd.DataFrame, cell: list[str], value: str) -> pd.DataFrame:
     """Per cell: the mean of ``value`` over its runs, and the spread of the per-seed means (each
     seed averaged over the rest of the cell, e.g. the attacks): sd (ddof = 1), min, max."""
-    per_seed = frame.groupby(cell + ["seed"])[value].mean()
+    per_seed = frame.groupby([*cell, "seed"])[value].mean()
     spread = per_seed.groupby(cell).agg(seed_sd="std", seed_min="min", seed_max="max")
     means = frame.groupby(cell).agg(runs=(value, "size"), mean=(value, "mean"))
     return means.join(spread)
 
 
-def _pairs(frame: pd.DataFrame, arm: str, ours: list[str], theirs: list[str], value: str,
-           cell: list[str]) -> pd.DataFrame:
+def _pairs(
+    frame: pd.DataFrame, arm: str, ours: list[str], theirs: list[str], value: str, cell: list[str]
+) -> pd.DataFrame:
     """Each of ``ours`` against each of ``theirs`` (values of column ``arm``) per cell: cells
     where ours is above by more than the larger of the two cells' seed std (``above``), below by
     more (``below``), the rest (``within``), and the mean difference."""
-    stats = frame.groupby(cell + [arm])[value].agg(["mean", "std"])
+    stats = frame.groupby([*cell, arm])[value].agg(["mean", "std"])
     rows = []
     for a in ours:
         for b in theirs:
@@ -153,9 +210,17 @@ def _pairs(frame: pd.DataFrame, arm: str, ours: list[str], theirs: list[str], va
             both = left.add_suffix("_a").join(right.add_suffix("_b"), how="inner")
             diff = both["mean_a"] - both["mean_b"]
             bar = both[["std_a", "std_b"]].max(axis=1)
-            rows.append({"ours": a, "theirs": b, "cells": len(both),
-                         "above": int((diff > bar).sum()), "within": int((diff.abs() <= bar).sum()),
-                         "below": int((diff < -bar).sum()), "mean difference": diff.mean()})
+            rows.append(
+                {
+                    "ours": a,
+                    "theirs": b,
+                    "cells": len(both),
+                    "above": int((diff > bar).sum()),
+                    "within": int((diff.abs() <= bar).sum()),
+                    "below": int((diff < -bar).sum()),
+                    "mean difference": diff.mean(),
+                }
+            )
     return pd.DataFrame(rows).set_index(["ours", "theirs"]) if rows else pd.DataFrame()
 
 
@@ -167,8 +232,9 @@ def _majority_effect(runs: pd.DataFrame, rounds: pd.DataFrame, trained: float) -
     majority step, and how many majority steps ended at chance. Evaluated every round, a step is
     one round; evaluated every k rounds, a majority round between evaluations still counts, in
     the step that contains it."""
-    info = axes.labelled(runs).set_index("run_id")[["method", "split", "participation",
-                                                    "num_classes"]]
+    info = axes.labelled(runs).set_index("run_id")[
+        ["method", "split", "participation", "num_classes"]
+    ]
     parts = []
     for run_id, part in rounds[rounds["run_id"].isin(info.index)].groupby("run_id"):
         part = part.sort_values("round")
@@ -179,83 +245,153 @@ def _majority_effect(runs: pd.DataFrame, rounds: pd.DataFrame, trained: float) -
         step = accuracy.notna().shift(1, fill_value=False).cumsum()
         majority_step = majority_round.groupby(step).transform("any")
         chance = 100 / float(info.loc[run_id, "num_classes"] or 10) + 0.5
-        parts.append(pd.DataFrame({
-            "run_id": run_id, "change": accuracy - previous, "before": previous,
-            "majority": majority_step, "at_chance": accuracy <= chance}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "run_id": run_id,
+                    "change": accuracy - previous,
+                    "before": previous,
+                    "majority": majority_step,
+                    "at_chance": accuracy <= chance,
+                }
+            )
+        )
     if not parts:
         return pd.DataFrame()
     steps = pd.concat(parts).dropna(subset=["change"])
     steps = steps[steps["before"] >= trained].join(info, on="run_id")
     cell = ["participation", "split", "method"]
     major, other = steps[steps["majority"]], steps[~steps["majority"]]
-    table = pd.DataFrame({
-        "majority rounds": major.groupby(cell).size(),
-        "mean change (majority)": major.groupby(cell)["change"].mean(),
-        "worst change (majority)": major.groupby(cell)["change"].min(),
-        "ended at chance (majority)": major.groupby(cell)["at_chance"].sum(),
-        "other rounds": other.groupby(cell).size(),
-        "mean change (other)": other.groupby(cell)["change"].mean(),
-        "worst change (other)": other.groupby(cell)["change"].min()})
+    table = pd.DataFrame(
+        {
+            "majority rounds": major.groupby(cell).size(),
+            "mean change (majority)": major.groupby(cell)["change"].mean(),
+            "worst change (majority)": major.groupby(cell)["change"].min(),
+            "ended at chance (majority)": major.groupby(cell)["at_chance"].sum(),
+            "other rounds": other.groupby(cell).size(),
+            "mean change (other)": other.groupby(cell)["change"].mean(),
+            "worst change (other)": other.groupby(cell)["change"].min(),
+        }
+    )
     return table.fillna({"majority rounds": 0, "ended at chance (majority)": 0, "other rounds": 0})
 
 
 def _evaluation_interval(rounds: pd.DataFrame) -> int:
     """The most common gap (rounds) between a run's evaluations; 1 when every round is one."""
-    gaps = (rounds[rounds["accuracy"].astype(float).notna()].sort_values("round")
-            .groupby("run_id")["round"].diff().dropna())
+    gaps = (
+        rounds[rounds["accuracy"].astype(float).notna()]
+        .sort_values("round")
+        .groupby("run_id")["round"]
+        .diff()
+        .dropna()
+    )
     return int(gaps.mode().iloc[0]) if not gaps.empty else 1
 
 
 def demoa_comparison(runs: pd.DataFrame, rounds: pd.DataFrame) -> list[str]:
     frame = _labelled(runs)
-    ablation = frame["demoa_ablation"] if "demoa_ablation" in frame else "none"
+    ablation = frame.get("demoa_ablation", "none")
     attacked = frame[(frame["byzantine_fraction"] > 0) & (ablation == "none")]
     clean = frame[frame["byzantine_fraction"] == 0]
     cell = ["participation", "split", "method"]
     attacks, seeds = attacked["threat"].nunique(), attacked["seed"].nunique()
-    lines = [f"## Accuracy (%) per method x split x p over the {attacks} attacks x {seeds} seeds", "",
-             f"seed_sd/min/max: over the {seeds} per-seed means (each over the {attacks} attacks).", "",
-             markdown_table(_over_seeds(attacked, cell, "accuracy").join(
-                 attacked.groupby(cell)["collapsed"].sum()), floatfmt=".1f"), ""]
+    lines = [
+        f"## Accuracy (%) per method x split x p over the {attacks} attacks x {seeds} seeds",
+        "",
+        f"seed_sd/min/max: over the {seeds} per-seed means (each over the {attacks} attacks).",
+        "",
+        markdown_table(
+            _over_seeds(attacked, cell, "accuracy").join(attacked.groupby(cell)["collapsed"].sum()),
+            floatfmt=".1f",
+        ),
+        "",
+    ]
     events = majority.majority_table(attacked, rounds[rounds["run_id"].isin(attacked["run_id"])])
     if not events.empty:
-        lines += ["## Byzantine-majority rounds per method x split x p (robusttune.reports.majority)", "",
-                  markdown_table(majority.majority_summary(events, [c for c in cell if c in events]),
-                                 floatfmt=".3g"), "",
-                  "accuracy (%) before the first majority round, over runs that had one:", "",
-                  markdown_table(events.assign(before=100 * events["accuracy_before"]).groupby(
-                      [c for c in cell if c in events])["before"].describe()[
-                      ["count", "mean", "min", "50%", "max"]], floatfmt=".1f"), ""]
+        lines += [
+            "## Byzantine-majority rounds per method x split x p (robusttune.reports.majority)",
+            "",
+            markdown_table(
+                majority.majority_summary(events, [c for c in cell if c in events]), floatfmt=".3g"
+            ),
+            "",
+            "accuracy (%) before the first majority round, over runs that had one:",
+            "",
+            markdown_table(
+                events.assign(before=100 * events["accuracy_before"])
+                .groupby([c for c in cell if c in events])["before"]
+                .describe()[["count", "mean", "min", "50%", "max"]],
+                floatfmt=".1f",
+            ),
+            "",
+        ]
     effect = _majority_effect(attacked, rounds, trained=50.0)
     if not effect.empty:
         every = _evaluation_interval(rounds[rounds["run_id"].isin(attacked["run_id"])])
         step = "round" if every == 1 else f"evaluation ({every} rounds)"
-        lines += [f"## What one {step} does to a trained model (accuracy before >= 50%)", "",
-                  f"Change in accuracy (points) from the previous evaluation, steps that hold a "
-                  f"majority round against the others, over all attacks and seeds.", "",
-                  markdown_table(effect, floatfmt=".2f"), ""]
+        lines += [
+            f"## What one {step} does to a trained model (accuracy before >= 50%)",
+            "",
+            "Change in accuracy (points) from the previous evaluation, steps that hold a "
+            "majority round against the others, over all attacks and seeds.",
+            "",
+            markdown_table(effect, floatfmt=".2f"),
+            "",
+        ]
     methods = list(attacked["method"].unique())
     ours = [m for m in methods if m.startswith("demoa")]
     theirs = [m for m in methods if not m.startswith("demoa")] + ["demoa"]
-    pairs = _pairs(attacked, "method", ours, theirs, "accuracy",
-                   ["participation", "split", "threat"])
+    pairs = _pairs(
+        attacked, "method", ours, theirs, "accuracy", ["participation", "split", "threat"]
+    )
     if not pairs.empty:
         cells = attacked.groupby(["participation", "split", "threat"]).ngroups
-        lines += [f"## DeMoA against each baseline, per attack x split x p ({cells} cells)", "",
-                  "above / below: cells where the first method's mean accuracy is higher / lower "
-                  "by more than the larger seed std of the two cells; within: the rest.", "",
-                  markdown_table(pairs, floatfmt=".1f"), ""]
+        lines += [
+            f"## DeMoA against each baseline, per attack x split x p ({cells} cells)",
+            "",
+            "above / below: cells where the first method's mean accuracy is higher / lower "
+            "by more than the larger seed std of the two cells; within: the rest.",
+            "",
+            markdown_table(pairs, floatfmt=".1f"),
+            "",
+        ]
         for p in sorted(attacked["participation"].unique()):
-            at_p = _pairs(attacked[attacked["participation"] == p], "method", ours, theirs,
-                          "accuracy", ["split", "threat"])
-            cells_at_p = attacked[attacked["participation"] == p].groupby(["split", "threat"]).ngroups
-            lines += [f"At p = {p:g} ({cells_at_p} cells):", "", markdown_table(at_p, floatfmt=".1f"), ""]
+            at_p = _pairs(
+                attacked[attacked["participation"] == p],
+                "method",
+                ours,
+                theirs,
+                "accuracy",
+                ["split", "threat"],
+            )
+            cells_at_p = (
+                attacked[attacked["participation"] == p].groupby(["split", "threat"]).ngroups
+            )
+            lines += [
+                f"At p = {p:g} ({cells_at_p} cells):",
+                "",
+                markdown_table(at_p, floatfmt=".1f"),
+                "",
+            ]
     if not clean.empty:
-        lines += ["## delta = 0 with plain averaging (demoa_ablations.yaml), per method x split", "",
-                  markdown_table(_over_seeds(clean, cell, "accuracy"), floatfmt=".2f"), "",
-                  markdown_table(_pairs(clean, "method", ["demoa+mean"],
-                                        list(clean["method"].unique()), "accuracy",
-                                        ["participation", "split"]), floatfmt=".2f"), ""]
+        lines += [
+            "## delta = 0 with plain averaging (demoa_ablations.yaml), per method x split",
+            "",
+            markdown_table(_over_seeds(clean, cell, "accuracy"), floatfmt=".2f"),
+            "",
+            markdown_table(
+                _pairs(
+                    clean,
+                    "method",
+                    ["demoa+mean"],
+                    list(clean["method"].unique()),
+                    "accuracy",
+                    ["participation", "split"],
+                ),
+                floatfmt=".2f",
+            ),
+            "",
+        ]
     return lines
 
 
@@ -273,27 +409,51 @@ def demoa_ablations(runs: pd.DataFrame, rounds: pd.DataFrame, at: tuple[int, ...
     none = both.xs("none", level="demoa_ablation")["mean V"]
     both["V / V(none)"] = [v / none.loc[(p, s)] for (p, s, _), v in zip(both.index, both["mean V"])]
     both = both.join(frame.groupby(cell)["collapsed"].sum())
-    lines = ["## Spread V of the honest cached momenta and accuracy (%) per arm x p x split", "",
-             "V: each run's mean over its rounds of mean_{i in H} ||m_i - mean_H||^2; mean over the "
-             "5 attacks x 3 seeds, seed_sd/min/max over the per-seed means.", "",
-             markdown_table(both, floatfmt=".4g"), ""]
+    lines = [
+        "## Spread V of the honest cached momenta and accuracy (%) per arm x p x split",
+        "",
+        "V: each run's mean over its rounds of mean_{i in H} ||m_i - mean_H||^2; mean over the "
+        "5 attacks x 3 seeds, seed_sd/min/max over the per-seed means.",
+        "",
+        markdown_table(both, floatfmt=".4g"),
+        "",
+    ]
     known = rounds[rounds["run_id"].isin(frame["run_id"])]
     if "honest_input_spread" in known:
         known = known[known["round"].isin(at)].join(frame.set_index("run_id")[cell], on="run_id")
-        curve = known.pivot_table(index=cell, columns="round", values="honest_input_spread",
-                                  aggfunc="mean")
+        curve = known.pivot_table(
+            index=cell, columns="round", values="honest_input_spread", aggfunc="mean"
+        )
         curve.columns = [f"V at round {c}" for c in curve.columns]
-        lines += ["## V per round (mean over attacks and seeds)", "",
-                  markdown_table(curve, floatfmt=".4g"), ""]
+        lines += [
+            "## V per round (mean over attacks and seeds)",
+            "",
+            markdown_table(curve, floatfmt=".4g"),
+            "",
+        ]
     arms = list(frame["demoa_ablation"].unique())
     for value, name in (("spread", "V"), ("accuracy", "accuracy (%)")):
-        pairs = _pairs(frame, "demoa_ablation", [a for a in arms if a != "none"], ["none"], value,
-                       ["participation", "split", "threat"])
-        lines += [f"## Each ablation against the unablated arm: {name}, per attack x split x p", "",
-                  markdown_table(pairs, floatfmt=".4g"), ""]
+        pairs = _pairs(
+            frame,
+            "demoa_ablation",
+            [a for a in arms if a != "none"],
+            ["none"],
+            value,
+            ["participation", "split", "threat"],
+        )
+        lines += [
+            f"## Each ablation against the unablated arm: {name}, per attack x split x p",
+            "",
+            markdown_table(pairs, floatfmt=".4g"),
+            "",
+        ]
     per_attack = frame.groupby(["participation", "split", "threat", "demoa_ablation"]).agg(
-        V=("spread", "mean"), V_sd=("spread", "std"), accuracy=("accuracy", "mean"),
-        accuracy_sd=("accuracy", "std"), collapsed=("collapsed", "sum"))
+        V=("spread", "mean"),
+        V_sd=("spread", "std"),
+        accuracy=("accuracy", "mean"),
+        accuracy_sd=("accuracy", "std"),
+        collapsed=("collapsed", "sum"),
+    )
     lines += ["## Per attack (3 seeds)", "", markdown_table(per_attack, floatfmt=".4g"), ""]
     return lines
 
@@ -328,14 +488,24 @@ def majority_aftermath_runs(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.Data
         if not earlier or not later:
             continue
         before, after = 100 * earlier[-1].accuracy, 100 * later[0].accuracy
-        rows.append({
-            "method": run["method"], "split": run["split"], "attack": run["attack"],
-            "threat": run["threat"], "seed": run["seed"], "first_majority": first,
-            "before_round": earlier[-1].round, "before": before,
-            "after_round": later[0].round, "after": after, "change": after - before,
-            "lowest_after": 100 * pd.Series([mark.accuracy for mark in later]).min(),
-            "at_chance_after": any(mark.at_chance for mark in later),
-            "final": run["accuracy"]})
+        rows.append(
+            {
+                "method": run["method"],
+                "split": run["split"],
+                "attack": run["attack"],
+                "threat": run["threat"],
+                "seed": run["seed"],
+                "first_majority": first,
+                "before_round": earlier[-1].round,
+                "before": before,
+                "after_round": later[0].round,
+                "after": after,
+                "change": after - before,
+                "lowest_after": 100 * pd.Series([mark.accuracy for mark in later]).min(),
+                "at_chance_after": any(mark.at_chance for mark in later),
+                "final": run["accuracy"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -360,47 +530,78 @@ def majority_aftermath(runs: pd.DataFrame, rounds: pd.DataFrame, drop: float = 5
     if not events.empty:
         events = events.assign(**{"attack set": [_attack_set(a) for a in events["attack"]]})
         cell = ["split", "attack set", "method"]
-        summary = events.groupby(cell, sort=False).apply(lambda g: pd.Series({
-            "runs": len(g),
-            "first majority round": ", ".join(str(r) for r in sorted(g["first_majority"].unique())),
-            "before: median (min-max)": f"{g['before'].median():.1f} ({_range(g['before'])})",
-            "change at first evaluation after: mean, worst":
-                f"{g['change'].mean():+.1f}, {g['change'].min():+.1f}",
-            "lowest after (min-max)": _range(g["lowest_after"]),
-            f"runs dropping > {drop:g} points": int((g["change"] < -drop).sum()),
-            "at chance after": int(g["at_chance_after"].sum()),
-            "final (min-max)": _range(g["final"])}), include_groups=False)
+        summary = events.groupby(cell, sort=False).apply(
+            lambda g: pd.Series(
+                {
+                    "runs": len(g),
+                    "first majority round": ", ".join(
+                        str(r) for r in sorted(g["first_majority"].unique())
+                    ),
+                    "before: median (min-max)": f"{g['before'].median():.1f} ({_range(g['before'])})",
+                    "change at first evaluation after: mean, worst": f"{g['change'].mean():+.1f}, {g['change'].min():+.1f}",
+                    "lowest after (min-max)": _range(g["lowest_after"]),
+                    f"runs dropping > {drop:g} points": int((g["change"] < -drop).sum()),
+                    "at chance after": int(g["at_chance_after"].sum()),
+                    "final (min-max)": _range(g["final"]),
+                }
+            ),
+            include_groups=False,
+        )
         dropped = events[events["change"] < -drop].sort_values(
-            ["split", "method", "attack", "seed"])
-        lines += ["## The first Byzantine-majority round and what followed it (test accuracy, %)",
-                  "",
-                  "before: the last evaluation before the round; first after: the first at or "
-                  "after it; lowest after: the lowest from then to the end; at chance: "
-                  "robusttune.core.records.is_collapsed.", "",
-                  markdown_table(summary), "",
-                  f"Runs whose first evaluation after the round is more than {drop:g} points "
-                  f"below the last one before ({len(dropped)}):", ""]
-        lines += [f"- {r.method}, {r.split}, {r.attack}, seed {r.seed}: {r.before:.1f} -> "
-                  f"{r.after:.1f}% (round {r.before_round} -> {r.after_round}; majority round "
-                  f"{r.first_majority}), lowest after {r.lowest_after:.1f}%, final {r.final:.1f}%"
-                  for r in dropped.itertuples()]
+            ["split", "method", "attack", "seed"]
+        )
+        lines += [
+            "## The first Byzantine-majority round and what followed it (test accuracy, %)",
+            "",
+            "before: the last evaluation before the round; first after: the first at or "
+            "after it; lowest after: the lowest from then to the end; at chance: "
+            "robusttune.core.records.is_collapsed.",
+            "",
+            markdown_table(summary),
+            "",
+            f"Runs whose first evaluation after the round is more than {drop:g} points "
+            f"below the last one before ({len(dropped)}):",
+            "",
+        ]
+        lines += [
+            f"- {r.method}, {r.split}, {r.attack}, seed {r.seed}: {r.before:.1f} -> "
+            f"{r.after:.1f}% (round {r.before_round} -> {r.after_round}; majority round "
+            f"{r.first_majority}), lowest after {r.lowest_after:.1f}%, final {r.final:.1f}%"
+            for r in dropped.itertuples()
+        ]
         lines.append("")
-    per_attack = frame.groupby(["split", "threat", "method"])["accuracy"].agg(
-        lambda a: f"{a.mean():.1f} ({_range(a)})").unstack("method")
-    lines += ["## Final test accuracy (%) per attack: mean over seeds (seed min-max)", "",
-              markdown_table(per_attack), ""]
-    per_seed = frame.groupby(["split", "method", "attack_set", "seed"])["accuracy"].mean().unstack(
-        ["attack_set", "seed"])
+    per_attack = (
+        frame.groupby(["split", "threat", "method"])["accuracy"]
+        .agg(lambda a: f"{a.mean():.1f} ({_range(a)})")
+        .unstack("method")
+    )
+    lines += [
+        "## Final test accuracy (%) per attack: mean over seeds (seed min-max)",
+        "",
+        markdown_table(per_attack),
+        "",
+    ]
+    per_seed = (
+        frame.groupby(["split", "method", "attack_set", "seed"])["accuracy"]
+        .mean()
+        .unstack(["attack_set", "seed"])
+    )
     per_seed.columns = [f"{attacks}: s{seed}" for attacks, seed in per_seed.columns]
-    lines += ["## Final test accuracy (%) per seed: the mean over the paper's attacks, and each "
-              "aimed attack", "", markdown_table(per_seed, floatfmt=".1f"), ""]
+    lines += [
+        "## Final test accuracy (%) per seed: the mean over the paper's attacks, and each "
+        "aimed attack",
+        "",
+        markdown_table(per_seed, floatfmt=".1f"),
+        "",
+    ]
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=["collapses", "gain", "aggregation", "demoa", "ablations",
-                                          "aftermath"])
+    parser.add_argument(
+        "table", choices=["collapses", "gain", "aggregation", "demoa", "ablations", "aftermath"]
+    )
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--start", type=int, default=10)
     parser.add_argument("--end", type=int, default=25)

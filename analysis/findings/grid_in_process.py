@@ -26,19 +26,20 @@ import time
 from pathlib import Path
 
 import torch
+from part_argument import part_of  # analysis/findings/: a script's folder is on sys.path
 
 from robusttune.core.runspec import RunSpec
 from robusttune.engine.recording import run_to_folder
 from robusttune.experiments.sweep.space import load_sweep
 
-from part_argument import part_of  # analysis/findings/: a script's folder is on sys.path
-
 
 def trial_folder(out: Path, index: int, spec: RunSpec) -> Path:
     """FOLDER/trials/IIIII-... for grid index ``index`` (robusttune.engine.runners.InProcessRunner's
     naming, with the grid index in place of its counter)."""
-    name = (f"{index:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
-            f"-p{spec.participation:g}-s{spec.seed}")
+    name = (
+        f"{index:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
+        f"-p{spec.participation:g}-s{spec.seed}"
+    )
     return out / "trials" / name
 
 
@@ -69,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         started = time.perf_counter()
         summary = run_to_folder(spec, folder, tensorboard=False)
-        print(f"{index}: {folder.name} {time.perf_counter() - started:.0f} s "
-              f"final {summary.final_accuracy:.4f} collapsed {summary.collapsed}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{index}: {folder.name} {time.perf_counter() - started:.0f} s "
+            f"final {summary.final_accuracy:.4f} collapsed {summary.collapsed}",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from part_argument import part_of  # analysis/findings/: a script's folder is on sys.path
 
 
@@ -56,8 +55,11 @@ def map_part(mapping: dict, part: int, parts: int) -> dict:
         default_rounds = int((mapping.get("run") or {}).get("rounds", 1))
         kept = [entries[i] for i in cells_by_rounds(entries, parts, default_rounds)[part]]
     name = mapping.get("name", "breakdown")
-    return {**mapping, "name": f"{name}_part{part}of{parts}",
-            "space": {**space, axis: {**space[axis], "grid": kept}}}
+    return {
+        **mapping,
+        "name": f"{name}_part{part}of{parts}",
+        "space": {**space, axis: {**space[axis], "grid": kept}},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ def part_of(option: str) -> Callable[[str], tuple[int, int]]:
             part, parts = (int(piece) for piece in text.split("/"))
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{option} must be K/M with integers; got {text!r}") from None
+                f"{option} must be K/M with integers; got {text!r}"
+            ) from None
         if not 0 <= part < parts:
             raise argparse.ArgumentTypeError(f"{option} K/M needs 0 <= K < M; got {text!r}")
         return part, parts

@@ -44,12 +44,28 @@ def allowed(schema: dict[str, Any]) -> tuple[str, str]:
             kinds.append("choice")
             ranges.append(", ".join(str(v) for v in values))
             continue
-        kinds.append({"integer": "integer", "number": "number", "string": "text",
-                      "boolean": "true/false"}.get(kind, kind))
-        low = ("[" + format(option["minimum"], "g")) if "minimum" in option else \
-            ("(" + format(option["exclusiveMinimum"], "g")) if "exclusiveMinimum" in option else None
-        high = (format(option["maximum"], "g") + "]") if "maximum" in option else \
-            (format(option["exclusiveMaximum"], "g") + ")") if "exclusiveMaximum" in option else None
+        kinds.append(
+            {
+                "integer": "integer",
+                "number": "number",
+                "string": "text",
+                "boolean": "true/false",
+            }.get(kind, kind)
+        )
+        low = (
+            ("[" + format(option["minimum"], "g"))
+            if "minimum" in option
+            else ("(" + format(option["exclusiveMinimum"], "g"))
+            if "exclusiveMinimum" in option
+            else None
+        )
+        high = (
+            (format(option["maximum"], "g") + "]")
+            if "maximum" in option
+            else (format(option["exclusiveMaximum"], "g") + ")")
+            if "exclusiveMaximum" in option
+            else None
+        )
         if low or high:
             ranges.append(f"{low or '(-inf'}, {high or 'inf)'}")
     return " or ".join(kinds), "; ".join(ranges)
@@ -63,26 +79,44 @@ def runspec_page() -> str:
     for key, field in RunSchema.model_fields.items():
         kind, values = allowed(schema[key])
         default = field.default
-        rows.append([f"`{key}`", kind, values, "none" if default is None else f"`{default}`",
-                     field.description or ""])
-    return ("# RunSpec keys\n\nEvery knob of one run, with one spelling everywhere: YAML, "
-            "`--set key=value`, Tune configs, result columns. Precedence: an explicit value, then "
-            "the method preset, then the dataset's default, then the default below. A plugin "
-            "entry's own constructor parameters are keys too (`robusttune list` names the "
-            "plugins; {doc}`../../explanations/plugins`).\n\n"
-            + table(["key", "type", "allowed", "default", "meaning"], rows))
+        rows.append(
+            [
+                f"`{key}`",
+                kind,
+                values,
+                "none" if default is None else f"`{default}`",
+                field.description or "",
+            ]
+        )
+    return (
+        "# RunSpec keys\n\nEvery knob of one run, with one spelling everywhere: YAML, "
+        "`--set key=value`, Tune configs, result columns. Precedence: an explicit value, then "
+        "the method preset, then the dataset's default, then the default below. A plugin "
+        "entry's own constructor parameters are keys too (`robusttune list` names the "
+        "plugins; {doc}`../../explanations/plugins`).\n\n"
+        + table(["key", "type", "allowed", "default", "meaning"], rows)
+    )
 
 
 def docstring(entry: Any) -> str:
-    text = entry.__dict__.get("__doc__") if isinstance(entry, type) else getattr(entry, "__doc__", None)
+    text = (
+        entry.__dict__.get("__doc__")
+        if isinstance(entry, type)
+        else getattr(entry, "__doc__", None)
+    )
     return inspect.cleandoc(text or "(no docstring)")
 
 
 def registry_page(concept: str, title: str, intro: str) -> str:
     from robusttune.core.registries import AGGREGATORS, ALGORITHMS, ATTACKS, DATASETS, MODELS
 
-    registry = {"aggregator": AGGREGATORS, "attack": ATTACKS, "algorithm": ALGORITHMS,
-                "dataset": DATASETS, "model": MODELS}[concept]
+    registry = {
+        "aggregator": AGGREGATORS,
+        "attack": ATTACKS,
+        "algorithm": ALGORITHMS,
+        "dataset": DATASETS,
+        "model": MODELS,
+    }[concept]
     parts = [f"# {title}\n\n{intro}\n"]
     for name in registry.names():
         entry = registry[name]
@@ -94,33 +128,54 @@ def methods_page() -> str:
     from robusttune.core.runspec import method_presets
 
     rows = [[f"`{m}`", f"`{a}`", f"`{r}`"] for m, (a, r) in sorted(method_presets().items())]
-    return ("# Methods\n\nA method is an algorithm with its rule (`method: NAME`); any "
-            "combination no preset names is written `ALGORITHM+RULE` (`demoa+median`).\n\n"
-            + table(["method", "algorithm", "rule"], rows))
+    return (
+        "# Methods\n\nA method is an algorithm with its rule (`method: NAME`); any "
+        "combination no preset names is written `ALGORITHM+RULE` (`demoa+median`).\n\n"
+        + table(["method", "algorithm", "rule"], rows)
+    )
 
 
 def outputs_page() -> str:
     from robusttune.core.records import ROUND_COLUMNS, RunSummary
-    from robusttune.experiments.breakdown.report import (BREAKDOWN_COLUMNS, POINTS_COLUMNS,
-                                                         SEEDS_COLUMNS)
+    from robusttune.experiments.breakdown.report import (
+        BREAKDOWN_COLUMNS,
+        POINTS_COLUMNS,
+        SEEDS_COLUMNS,
+    )
     from robusttune.reports.tuning import RESULT_COLUMN_DOCS
 
     sections = [
         ("rounds.csv", "A run folder: one row per round.", ROUND_COLUMNS),
         ("summary.json", "A run folder: the run's end.", RunSummary.KEYS),
-        ("breakdown.csv", "A map's folder: one row per cell, after the cell's own keys "
-                          "(method, participation ...).", BREAKDOWN_COLUMNS),
-        ("breakdown_seeds.csv", "A map's folder: one row per cell and seed (each seed a "
-                                "replicate), after the cell's own keys.", SEEDS_COLUMNS),
-        ("breakdown_points.csv", "A map's folder: one row per evaluated lattice point, after "
-                                 "the cell's own keys.", POINTS_COLUMNS),
-        ("tuning.csv", "A tuning study's folder: one row per proposal, beside one column per "
-                       "knob searched.", RESULT_COLUMN_DOCS),
+        (
+            "breakdown.csv",
+            "A map's folder: one row per cell, after the cell's own keys "
+            "(method, participation ...).",
+            BREAKDOWN_COLUMNS,
+        ),
+        (
+            "breakdown_seeds.csv",
+            "A map's folder: one row per cell and seed (each seed a "
+            "replicate), after the cell's own keys.",
+            SEEDS_COLUMNS,
+        ),
+        (
+            "breakdown_points.csv",
+            "A map's folder: one row per evaluated lattice point, after the cell's own keys.",
+            POINTS_COLUMNS,
+        ),
+        (
+            "tuning.csv",
+            "A tuning study's folder: one row per proposal, beside one column per knob searched.",
+            RESULT_COLUMN_DOCS,
+        ),
     ]
     parts = ["# Output files\n"]
     for name, where, columns in sections:
-        parts.append(f"## {name}\n\n{where}\n\n"
-                     + table(["column", "meaning"], [[f"`{k}`", v] for k, v in columns.items()]))
+        parts.append(
+            f"## {name}\n\n{where}\n\n"
+            + table(["column", "meaning"], [[f"`{k}`", v] for k, v in columns.items()])
+        )
     return "\n".join(parts)
 
 
@@ -130,8 +185,10 @@ def cli_page() -> str:
     from robusttune.commands.cli import app
 
     group = typer.main.get_command(app)
-    parts = ["# Command line\n\nEvery command and option, read from the typer app. Bad input is "
-             "one line and exit status 2. `robusttune COMMAND --help` shows the same.\n"]
+    parts = [
+        "# Command line\n\nEvery command and option, read from the typer app. Bad input is "
+        "one line and exit status 2. `robusttune COMMAND --help` shows the same.\n"
+    ]
     for name, command in group.commands.items():
         help_text = (command.help or "").split("\n\nExamples:\n")
         parts.append(f"## `robusttune {name}`\n\n{help_text[0]}\n")
@@ -142,8 +199,11 @@ def cli_page() -> str:
         for param in command.params:
             if param.name == "help":
                 continue
-            flags = ", ".join(f"`{o}`" for o in param.opts) if param.opts != [param.name] else \
-                f"`{param.name.upper()}` (argument)"
+            flags = (
+                ", ".join(f"`{o}`" for o in param.opts)
+                if param.opts != [param.name]
+                else f"`{param.name.upper()}` (argument)"
+            )
             default = param.default
             shown = "" if default in (None, [], ()) or callable(default) else f"`{default}`"
             rows.append([flags, getattr(param, "help", "") or "", shown])
@@ -163,7 +223,7 @@ def kept_elsewhere(source: Path, title: str | None = None) -> str:
     level = len(lines[first]) - len(lines[first].lstrip("#"))
     out = [f"# {title or lines[first].lstrip('#').strip()}"]
     fence = False
-    for line in lines[first + 1:]:
+    for line in lines[first + 1 :]:
         if line.startswith("```"):
             fence = not fence
         if not fence and line.startswith("#"):
@@ -186,14 +246,22 @@ def _named(match: re.Match, source: Path) -> str:
 
 
 def findings_pages() -> dict[str, str]:
-    claims = sorted((ROOT / "analysis" / "findings").glob("claim*.md"),
-                    key=lambda p: int(re.sub(r"\D", "", p.stem)))
+    claims = sorted(
+        (ROOT / "analysis" / "findings").glob("claim*.md"),
+        key=lambda p: int(re.sub(r"\D", "", p.stem)),
+    )
     pages = {f"findings/{p.stem}": kept_elsewhere(p) for p in claims}
     pages["findings/horizon"] = kept_elsewhere(ROOT / "analysis" / "findings" / "horizon.md")
-    index = ["# Findings\n", "The papers' claims, each reproduced on digits (and Fashion-MNIST "
-             "where named) by a script in `analysis/` whose figures are kept beside it; a test "
-             "re-checks each claim's reduced form.\n", "```{toctree}", ":maxdepth: 1", ""]
-    index += list(pages) + ["```", ""]
+    index = [
+        "# Findings\n",
+        "The papers' claims, each reproduced on digits (and Fashion-MNIST "
+        "where named) by a script in `analysis/` whose figures are kept beside it; a test "
+        "re-checks each claim's reduced form.\n",
+        "```{toctree}",
+        ":maxdepth: 1",
+        "",
+    ]
+    index += [*list(pages), "```", ""]
     pages["findings"] = "\n".join(index)
     return pages
 
@@ -201,19 +269,40 @@ def findings_pages() -> dict[str, str]:
 def python_page() -> str:
     from robusttune.commands import api
 
-    parts = ["# Python API\n\n" + inspect.cleandoc(api.__doc__).split("\n\n", 1)[0].replace("\n", " ")
-             + "\n"]
+    parts = [
+        "# Python API\n\n"
+        + inspect.cleandoc(api.__doc__).split("\n\n", 1)[0].replace("\n", " ")
+        + "\n"
+    ]
     for name in ("run", "sweep", "breakdown", "calibrate", "tune", "report", "catalogue"):
         function = getattr(api, name)
         signature = str(inspect.signature(function)).replace("'", "")
-        parts.append(f"## `robusttune.{name}`\n\n```python\n{name}{signature}\n```\n\n"
-                     f"```text\n{inspect.getdoc(function)}\n```\n")
-    results = [api.RunResult, api.SweepResult, api.BreakdownResult, api.CalibrationResult,
-               api.TuningResult, api.ReportResult]
-    parts.append("## Results\n\n" + table(
-        ["type", "fields", "meaning"],
-        [[f"`{r.__name__}`", ", ".join(f"`{f}`" for f in r.__dataclass_fields__),
-          inspect.getdoc(r)] for r in results]))
+        parts.append(
+            f"## `robusttune.{name}`\n\n```python\n{name}{signature}\n```\n\n"
+            f"```text\n{inspect.getdoc(function)}\n```\n"
+        )
+    results = [
+        api.RunResult,
+        api.SweepResult,
+        api.BreakdownResult,
+        api.CalibrationResult,
+        api.TuningResult,
+        api.ReportResult,
+    ]
+    parts.append(
+        "## Results\n\n"
+        + table(
+            ["type", "fields", "meaning"],
+            [
+                [
+                    f"`{r.__name__}`",
+                    ", ".join(f"`{f}`" for f in r.__dataclass_fields__),
+                    inspect.getdoc(r),
+                ]
+                for r in results
+            ],
+        )
+    )
     return "\n".join(parts)
 
 
@@ -227,10 +316,15 @@ def plugin_page() -> str:
     for name in plugin.__all__:
         value = getattr(plugin, name)
         doc = (inspect.getdoc(value) or "").split("\n\n")[0].replace("\n", " ")
-        rows.append([f"`{name}`", f"`{type(value).__name__ if name.isupper() else 'class'}`",
-                     doc])
-    return ("# Plugin API\n\n" + intro.replace("\n", " ") + "\n\n```text\n" + rest
-            + "\n```\n\n## The names\n\n" + table(["name", "kind", "what it is"], rows))
+        rows.append([f"`{name}`", f"`{type(value).__name__ if name.isupper() else 'class'}`", doc])
+    return (
+        "# Plugin API\n\n"
+        + intro.replace("\n", " ")
+        + "\n\n```text\n"
+        + rest
+        + "\n```\n\n## The names\n\n"
+        + table(["name", "kind", "what it is"], rows)
+    )
 
 
 PAGES = {
@@ -240,14 +334,20 @@ PAGES = {
     "runspec": runspec_page,
     "methods": methods_page,
     "aggregators": lambda: registry_page(
-        "aggregator", "Aggregation rules", "Every rule, with its docstring: the formula it "
-        "implements and the paper it follows (`aggregator: NAME`)."),
+        "aggregator",
+        "Aggregation rules",
+        "Every rule, with its docstring: the formula it "
+        "implements and the paper it follows (`aggregator: NAME`).",
+    ),
     "attacks": lambda: registry_page(
-        "attack", "Attacks", "Every attack (`attack: NAME`, strength `attack_strength`)."),
+        "attack", "Attacks", "Every attack (`attack: NAME`, strength `attack_strength`)."
+    ),
     "algorithms": lambda: registry_page(
-        "algorithm", "Server algorithms", "Every server algorithm (`algorithm: NAME`)."),
+        "algorithm", "Server algorithms", "Every server algorithm (`algorithm: NAME`)."
+    ),
     "datasets": lambda: registry_page(
-        "dataset", "Datasets", "Every dataset (`dataset: NAME`); nothing is downloaded."),
+        "dataset", "Datasets", "Every dataset (`dataset: NAME`); nothing is downloaded."
+    ),
     "models": lambda: registry_page("model", "Models", "Every model (`model: NAME`)."),
     "outputs": outputs_page,
 }

@@ -20,9 +20,10 @@ import copy
 import inspect
 import json
 import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any
 
 import pandas as pd
 import typer
@@ -33,9 +34,22 @@ from robusttune.core.plugins import absolute_references, load_plugins
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
 
-__all__ = ["run", "sweep", "breakdown", "calibrate", "tune", "report", "catalogue",
-           "RunResult", "SweepResult", "BreakdownResult", "CalibrationResult", "TuningResult",
-           "ReportResult"]
+__all__ = [
+    "BreakdownResult",
+    "CalibrationResult",
+    "ReportResult",
+    "RunResult",
+    "SweepResult",
+    "TuningResult",
+    "breakdown",
+    "calibrate",
+    "catalogue",
+    "report",
+    "run",
+    "sweep",
+    "tune",
+]
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -96,8 +110,14 @@ class ReportResult:
     runs: pd.DataFrame = field(repr=False)
 
 
-def run(spec: str | Path | Mapping[str, Any] | None = None, *, plugins: Iterable[Any] = (),
-        out: str | Path | None = None, quiet: bool = True, **values: Any) -> RunResult:
+def run(
+    spec: str | Path | Mapping[str, Any] | None = None,
+    *,
+    plugins: Iterable[Any] = (),
+    out: str | Path | None = None,
+    quiet: bool = True,
+    **values: Any,
+) -> RunResult:
     """``robusttune run``: one federated run from a YAML of RunSpec keys or a dict, with
     ``values`` as ``--set``::
 
@@ -108,13 +128,19 @@ def run(spec: str | Path | Mapping[str, Any] | None = None, *, plugins: Iterable
     if isinstance(spec, Mapping):
         values = {**spec, **values}
         spec = None
-    folder, summary = _invoke(cli.run, spec_file=_path(spec), set_=_assignments(values),
-                              out=_path(out), quiet=quiet)
+    folder, summary = _invoke(
+        cli.run, spec_file=_path(spec), set_=_assignments(values), out=_path(out), quiet=quiet
+    )
     return RunResult(summary, Path(folder), _csv(Path(folder) / "rounds.csv"))
 
 
-def sweep(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
-          set: Mapping[str, Any] | None = None, **options: Any) -> SweepResult:  # noqa: A002
+def sweep(
+    space: str | Path | Mapping[str, Any],
+    *,
+    plugins: Iterable[Any] = (),
+    set: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> SweepResult:
     """``robusttune sweep``: ``options`` are its long options (name, storage, address,
     num_samples, max_concurrent, cpus_per_trial, gpus_per_trial, resume, dry_run, verbose)::
 
@@ -128,14 +154,26 @@ def sweep(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
     path = _yaml_file(space, "sweep")
     assignments = _assignments(set or {})
     status = sweep_command(path, assignments=assignments, echo=typer.echo, **options)
-    named = prepare_spec(path, name=options.get("name"), num_samples=None, max_concurrent=None,
-                         cpus_per_trial=None, gpus_per_trial=None, assignments=[])
+    named = prepare_spec(
+        path,
+        name=options.get("name"),
+        num_samples=None,
+        max_concurrent=None,
+        cpus_per_trial=None,
+        gpus_per_trial=None,
+        assignments=[],
+    )
     folder = Path(experiment_path(options.get("storage") or DEFAULT_STORAGE, named.name))
     return SweepResult(folder, _csv(folder / TRIALS_FILE), status)
 
 
-def breakdown(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
-              set: Mapping[str, Any] | None = None, **options: Any) -> BreakdownResult:  # noqa: A002
+def breakdown(
+    space: str | Path | Mapping[str, Any],
+    *,
+    plugins: Iterable[Any] = (),
+    set: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> BreakdownResult:
     """``robusttune breakdown``: ``options`` are its long options (name, storage, resume,
     local, address, cpus_per_trial, max_concurrent, threshold, relative_threshold, budget,
     max_fraction, verify_radius, start_from ...)::
@@ -144,16 +182,33 @@ def breakdown(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] =
         result.table[["method", "breakdown", "broken_by", "theory_fraction"]]
     """
     load_plugins(plugins)
-    folder = Path(_invoke(cli.breakdown, space=_yaml_file(space, "breakdown"),
-                          set_=_assignments(set or {}), **options))
-    return BreakdownResult(folder, _csv(folder / "breakdown.csv"),
-                           _csv(folder / "breakdown_points.csv"), folder / "breakdown.md",
-                           _csv(folder / "breakdown_seeds.csv"))
+    folder = Path(
+        _invoke(
+            cli.breakdown,
+            space=_yaml_file(space, "breakdown"),
+            set_=_assignments(set or {}),
+            **options,
+        )
+    )
+    return BreakdownResult(
+        folder,
+        _csv(folder / "breakdown.csv"),
+        _csv(folder / "breakdown_points.csv"),
+        folder / "breakdown.md",
+        _csv(folder / "breakdown_seeds.csv"),
+    )
 
 
-def calibrate(*, clients: int, participation: float, byzantine: float, rounds: int,
-              plugins: Iterable[Any] = (), set: Mapping[str, Any] | None = None,  # noqa: A002
-              **options: Any) -> CalibrationResult:
+def calibrate(
+    *,
+    clients: int,
+    participation: float,
+    byzantine: float,
+    rounds: int,
+    plugins: Iterable[Any] = (),
+    set: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> CalibrationResult:
     """``robusttune calibrate``: the deployment (N, p, beta, T) and its long options (method,
     dataset, attack, trim, seeds, margin, sweep_rounds, local, out, analytic_only ...)::
 
@@ -162,16 +217,27 @@ def calibrate(*, clients: int, participation: float, byzantine: float, rounds: i
         result.figures["analytic_safe_trim"]
     """
     load_plugins(plugins)
-    figures = _invoke(cli.calibrate, clients=clients, participation=participation,
-                      byzantine=byzantine, rounds=rounds, set_=_assignments(set or {}),
-                      as_json=options.pop("as_json", False), **_listed(options, "trim", "attack",
-                                                                         "seeds"))
+    figures = _invoke(
+        cli.calibrate,
+        clients=clients,
+        participation=participation,
+        byzantine=byzantine,
+        rounds=rounds,
+        set_=_assignments(set or {}),
+        as_json=options.pop("as_json", False),
+        **_listed(options, "trim", "attack", "seeds"),
+    )
     rows = (figures.get("sweep") or {}).get("rows") or []
     return CalibrationResult(figures, figures.get("recommended_trim_ratio"), pd.DataFrame(rows))
 
 
-def tune(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
-         set: Mapping[str, Any] | None = None, **options: Any) -> TuningResult:  # noqa: A002
+def tune(
+    space: str | Path | Mapping[str, Any],
+    *,
+    plugins: Iterable[Any] = (),
+    set: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> TuningResult:
     """``robusttune tune``: ``options`` are its long options (name, storage, num_samples,
     resume, local, address, cpus_per_trial, max_concurrent ...)::
 
@@ -179,16 +245,23 @@ def tune(space: str | Path | Mapping[str, Any], *, plugins: Iterable[Any] = (),
         result.table.sort_values("worst_validation", ascending=False).head()
     """
     load_plugins(plugins)
-    folder = Path(_invoke(tune_command, wrapped=False, space=_yaml_file(space, "tuning"),
-                          set_=_assignments(set or {}), **options))
+    folder = Path(
+        _invoke(
+            tune_command,
+            wrapped=False,
+            space=_yaml_file(space, "tuning"),
+            set_=_assignments(set or {}),
+            **options,
+        )
+    )
     return TuningResult(folder, _csv(folder / "tuning.csv"), folder / "tuning.md")
 
 
 def report(results_dir: str | Path, *, plugins: Iterable[Any] = (), **options: Any) -> ReportResult:
     """``robusttune report``: report.md of a results folder (out, runs, gain_from, gain_to)::
 
-        result = robusttune.report("results/quickstart")
-        result.runs.groupby("method")["final_accuracy"].mean()
+    result = robusttune.report("results/quickstart")
+    result.runs.groupby("method")["final_accuracy"].mean()
     """
     from robusttune.reports.results import load_runs
 
@@ -197,10 +270,10 @@ def report(results_dir: str | Path, *, plugins: Iterable[Any] = (), **options: A
     return ReportResult(Path(path), load_runs(results_dir))
 
 
-def catalogue(concept: Optional[str] = None, *, plugins: Iterable[Any] = ()) -> pd.DataFrame:
+def catalogue(concept: str | None = None, *, plugins: Iterable[Any] = ()) -> pd.DataFrame:
     """``robusttune list``: every registered entry (concept, name, source, summary)::
 
-        robusttune.catalogue("aggregator", plugins=["examples/my_defence/"])
+    robusttune.catalogue("aggregator", plugins=["examples/my_defence/"])
     """
     from robusttune.reports.catalogue import catalogue as rows
 
@@ -224,7 +297,7 @@ def _invoke(command: Callable[..., Any], wrapped: bool = True, **given: Any) -> 
             values[name] = given[name]
             continue
         default = parameter.default
-        default = getattr(default, "default", default)   # typer's OptionInfo / ArgumentInfo
+        default = getattr(default, "default", default)  # typer's OptionInfo / ArgumentInfo
         if default is ... or default is inspect.Parameter.empty:
             raise SpecError(f"{name} is required")
         values[name] = copy.copy(default)
@@ -232,7 +305,9 @@ def _invoke(command: Callable[..., Any], wrapped: bool = True, **given: Any) -> 
         return body(**values)
     except typer.Exit as stop:
         if stop.exit_code == cli.EXIT_INTERRUPTED:
-            raise KeyboardInterrupt("interrupted: call again with resume=True to continue") from None
+            raise KeyboardInterrupt(
+                "interrupted: call again with resume=True to continue"
+            ) from None
         raise
 
 
@@ -252,7 +327,7 @@ def _listed(options: dict[str, Any], *keys: str) -> dict[str, Any]:
     return out
 
 
-def _path(value: str | Path | None) -> Optional[Path]:
+def _path(value: str | Path | None) -> Path | None:
     return None if value is None else Path(value)
 
 

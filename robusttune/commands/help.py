@@ -9,16 +9,24 @@ __all__ = ["EXAMPLES", "readable_help"]
 
 # Shown at the end of each command's --help: what a first use looks like.
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "run": ("robusttune run --set method=median --set attack=ipm --set byzantine_fraction=0.2",
-            "robusttune run my_run.yaml --out results/runs/mine"),
-    "sweep": ("robusttune sweep search_spaces/quickstart.yaml",
-              "robusttune sweep search_spaces/paper_grid.yaml --dry-run"),
-    "calibrate": ("robusttune calibrate --clients 100 --participation 0.1 --byzantine 0.1 "
-                  "--rounds 200 --analytic-only",
-                  "robusttune calibrate --clients 20 --participation 0.5 --byzantine 0.2 "
-                  "--rounds 50 --method trimmed_mean"),
-    "breakdown": ("robusttune breakdown search_spaces/breakdown.yaml --dry-run",
-                  "robusttune breakdown examples/meamed_map.yaml --local"),
+    "run": (
+        "robusttune run --set method=median --set attack=ipm --set byzantine_fraction=0.2",
+        "robusttune run my_run.yaml --out results/runs/mine",
+    ),
+    "sweep": (
+        "robusttune sweep search_spaces/quickstart.yaml",
+        "robusttune sweep search_spaces/paper_grid.yaml --dry-run",
+    ),
+    "calibrate": (
+        "robusttune calibrate --clients 100 --participation 0.1 --byzantine 0.1 "
+        "--rounds 200 --analytic-only",
+        "robusttune calibrate --clients 20 --participation 0.5 --byzantine 0.2 "
+        "--rounds 50 --method trimmed_mean",
+    ),
+    "breakdown": (
+        "robusttune breakdown search_spaces/breakdown.yaml --dry-run",
+        "robusttune breakdown examples/meamed_map.yaml --local",
+    ),
     "report": ("robusttune report results/quickstart",),
     "tune": ("robusttune tune search_spaces/tune_defence.yaml --num-samples 8",),
     "horizon": ("robusttune horizon search_spaces/breakdown.yaml --local",),

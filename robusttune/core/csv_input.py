@@ -7,16 +7,17 @@ passes over the rest, and a command refuses in one line, instead of a traceback 
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
 __all__ = ["read_table"]
 
 
-def read_table(path: str | Path, required: Sequence[str] = (),
-               numeric: Sequence[str] = ()) -> pd.DataFrame | None:
+def read_table(
+    path: str | Path, required: Sequence[str] = (), numeric: Sequence[str] = ()
+) -> pd.DataFrame | None:
     """``path`` as a DataFrame, or None when it is not a readable CSV holding every
     ``required`` column; the ``numeric`` columns it has are coerced to numbers (NaN where a
     value is not one)."""

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_text_atomic", "write_json_atomic"]
+__all__ = ["write_json_atomic", "write_text_atomic"]
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -59,9 +59,9 @@ import ctypes
 import functools
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -69,15 +69,36 @@ from torch import Tensor
 
 from robusttune.core.registry import SpecError
 
-__all__ = ["NUMERICS_MODES", "MKL_VML_OPERATIONS", "MKL_APPROXIMATE_OPERATIONS", "FloatPath",
-           "environment", "pin", "float_path", "pinned_mode", "try_pin",
-           "fresh_process_environment", "sqrt"]
+__all__ = [
+    "MKL_APPROXIMATE_OPERATIONS",
+    "MKL_VML_OPERATIONS",
+    "NUMERICS_MODES",
+    "FloatPath",
+    "environment",
+    "float_path",
+    "fresh_process_environment",
+    "pin",
+    "pinned_mode",
+    "sqrt",
+    "try_pin",
+]
 
 NUMERICS_MODES = ("native", "portable")
 
 # mkl_cbwr_get(MKL_CBWR_BRANCH) codes (mkl_service.h): 1 = CNR off, 2 = AUTO, 3 = COMPATIBLE, ...
-_MKL_BRANCHES = {1: "off", 2: "auto", 3: "compatible", 4: "sse2", 6: "ssse3", 7: "sse4_1",
-                 8: "sse4_2", 9: "avx", 10: "avx2", 12: "avx512", 15: "avx512_e1"}
+_MKL_BRANCHES = {
+    1: "off",
+    2: "auto",
+    3: "compatible",
+    4: "sse2",
+    6: "ssse3",
+    7: "sse4_1",
+    8: "sse4_2",
+    9: "avx",
+    10: "avx2",
+    12: "avx512",
+    15: "avx512_e1",
+}
 _MKL_CBWR_BRANCH = 1
 _MKL_COMPATIBLE = 3
 
@@ -88,16 +109,41 @@ _environment_before_pin: dict[str, str | None] = {}
 # ATen operations that reach MKL's vector math on contiguous float32 / float64 CPU tensors (torch
 # 2.14.1, found with gdb: module docstring), each with the MKL functions it calls.
 MKL_VML_OPERATIONS = {
-    "acos": ("Acos",), "asin": ("Asin",), "atan": ("Atan",), "cos": ("Cos",), "erf": ("Erf",),
-    "erfc": ("Erfc",), "erfinv": ("ErfInv",), "exp": ("Exp",), "log": ("Ln",),
-    "log10": ("Log10",), "log2": ("Log2",), "sin": ("Sin",), "sqrt": ("Sqrt",), "tan": ("Tan",),
-    "tanh": ("Tanh",), "trunc": ("Trunc",), "pow(x, 0.5)": ("Sqrt",), "cdist": ("Sqrt",),
+    "acos": ("Acos",),
+    "asin": ("Asin",),
+    "atan": ("Atan",),
+    "cos": ("Cos",),
+    "erf": ("Erf",),
+    "erfc": ("Erfc",),
+    "erfinv": ("ErfInv",),
+    "exp": ("Exp",),
+    "log": ("Ln",),
+    "log10": ("Log10",),
+    "log2": ("Log2",),
+    "sin": ("Sin",),
+    "sqrt": ("Sqrt",),
+    "tan": ("Tan",),
+    "tanh": ("Tanh",),
+    "trunc": ("Trunc",),
+    "pow(x, 0.5)": ("Sqrt",),
+    "cdist": ("Sqrt",),
     "logsumexp": ("Exp", "Ln"),
 }
 MKL_APPROXIMATE_OPERATIONS = {
     "float32": ("acos", "asin", "atan", "cdist", "log10", "log2", "pow(x, 0.5)", "sqrt", "tan"),
-    "float64": ("acos", "asin", "atan", "cdist", "log", "log10", "log2", "logsumexp",
-                "pow(x, 0.5)", "sqrt", "tan"),
+    "float64": (
+        "acos",
+        "asin",
+        "atan",
+        "cdist",
+        "log",
+        "log10",
+        "log2",
+        "logsumexp",
+        "pow(x, 0.5)",
+        "sqrt",
+        "tan",
+    ),
 }
 
 
@@ -163,19 +209,25 @@ class FloatPath:
     def label(self) -> str:
         """One line for summary.json: ``portable: aten AVX2, mkl compatible, 1 thread, ...``."""
         mkl = "no mkl" if self.mkl_branch is None else f"mkl {self.mkl_branch}"
-        return (f"{self.mode or 'native'}: aten {self.aten_capability}, {mkl}, "
-                f"{self.threads} thread{'s' if self.threads != 1 else ''}, "
-                f"onednn {'on' if self.mkldnn else 'off'}, nnpack {'on' if self.nnpack else 'off'}, "
-                f"torch {torch.__version__}, {platform.machine()}")
+        return (
+            f"{self.mode or 'native'}: aten {self.aten_capability}, {mkl}, "
+            f"{self.threads} thread{'s' if self.threads != 1 else ''}, "
+            f"onednn {'on' if self.mkldnn else 'off'}, nnpack {'on' if self.nnpack else 'off'}, "
+            f"torch {torch.__version__}, {platform.machine()}"
+        )
 
 
 def float_path() -> FloatPath:
     """This process's float path as it stands (reading ATen's capability fixes it)."""
-    return FloatPath(mode=_pinned, aten_capability=torch.backends.cpu.get_cpu_capability(),
-                     mkl_branch=_mkl_branch(), threads=torch.get_num_threads(),
-                     mkldnn=bool(torch.backends.mkldnn.enabled),
-                     # torch.backends.nnpack has a setter only; this is its getter
-                     nnpack=bool(torch._C._get_nnpack_enabled()))
+    return FloatPath(
+        mode=_pinned,
+        aten_capability=torch.backends.cpu.get_cpu_capability(),
+        mkl_branch=_mkl_branch(),
+        threads=torch.get_num_threads(),
+        mkldnn=bool(torch.backends.mkldnn.enabled),
+        # torch.backends.nnpack has a setter only; this is its getter
+        nnpack=bool(torch._C._get_nnpack_enabled()),
+    )
 
 
 def pinned_mode() -> str | None:
@@ -189,13 +241,15 @@ def pin(mode: str) -> None:
     Idempotent for the process's own mode (it re-applies one thread, which a runner may have
     changed). Raises SpecError, one line, when the process already trains in the other mode or
     computed before it was pinned (ATen's capability or MKL's branch is not the pinned one)."""
-    global _pinned
+    global _pinned  # noqa: PLW0603 - the process's one numerics mode, set once
     if mode not in NUMERICS_MODES:
         raise SpecError(f"numerics must be one of {', '.join(NUMERICS_MODES)}; got {mode!r}")
     if _pinned is not None and _pinned != mode:
-        raise SpecError(f"numerics {mode}: this process already trains in {_pinned} numerics, which "
-                        f"it cannot leave (MKL and ATen fix their dispatch at their first call); run "
-                        f"{mode} runs in a process of their own (robusttune run, a sweep)")
+        raise SpecError(
+            f"numerics {mode}: this process already trains in {_pinned} numerics, which "
+            f"it cannot leave (MKL and ATen fix their dispatch at their first call); run "
+            f"{mode} runs in a process of their own (robusttune run, a sweep)"
+        )
     if mode == "native":
         _pinned = mode
         return
@@ -204,7 +258,8 @@ def pin(mode: str) -> None:
         for key in wanted:
             _environment_before_pin.setdefault(key, os.environ.get(key))
         os.environ.update(wanted)
-        torch.backends.mkldnn.enabled = False
+        # torch's stubs type the module flag as its descriptor class
+        torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
         torch.backends.nnpack.set_flags(False)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
@@ -213,17 +268,26 @@ def pin(mode: str) -> None:
     branch = _mkl_branch()
     problems = []
     if capability.lower() != wanted["ATEN_CPU_CAPABILITY"]:
-        problems.append(f"ATen's CPU capability is {capability}, not {wanted['ATEN_CPU_CAPABILITY'].upper()}")
+        problems.append(
+            f"ATen's CPU capability is {capability}, not {wanted['ATEN_CPU_CAPABILITY'].upper()}"
+        )
     if branch is not None and branch != _MKL_BRANCHES[_MKL_COMPATIBLE]:
         problems.append(f"MKL's reproducibility branch is {branch}, not compatible")
     if problems:
-        cause = ("this CPU lacks AVX2" if capability.lower() in ("default", "") and _x86_64()
-                 and branch in (None, "compatible") else
-                 "torch computed in this process before numerics were pinned")
-        remedy = ("numerics: native" if cause == "this CPU lacks AVX2" else
-                  "run it through robusttune.engine.runners.InProcessRunner or a command (they start a "
-                  "fresh worker process), import robusttune and run before computing with torch, "
-                  "or numerics: native")
+        cause = (
+            "this CPU lacks AVX2"
+            if capability.lower() in ("default", "")
+            and _x86_64()
+            and branch in (None, "compatible")
+            else "torch computed in this process before numerics were pinned"
+        )
+        remedy = (
+            "numerics: native"
+            if cause == "this CPU lacks AVX2"
+            else "run it through robusttune.engine.runners.InProcessRunner or a command (they start a "
+            "fresh worker process), import robusttune and run before computing with torch, "
+            "or numerics: native"
+        )
         raise SpecError(f"numerics portable: {'; '.join(problems)} ({cause}); allowed: {remedy}")
     _pinned = mode
 
@@ -267,8 +331,11 @@ def sqrt(x: Tensor) -> Tensor:
     rounded one, the derivative torch's, 1 / (2 sqrt(x)).
     Verified bit for bit against Python's correctly rounded ``math.sqrt`` (tests/test_numerics.py).
     """
-    if _pinned != "portable" or x.device.type != "cpu" or x.dtype not in (torch.float32,
-                                                                           torch.float64):
+    if (
+        _pinned != "portable"
+        or x.device.type != "cpu"
+        or x.dtype not in (torch.float32, torch.float64)
+    ):
         return torch.sqrt(x)
     out = torch.empty(x.shape, dtype=x.dtype)
     with np.errstate(invalid="ignore"):  # sqrt of a negative is NaN, silently, as in torch

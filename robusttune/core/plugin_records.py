@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from robusttune.core.registry import SpecError, registering_from
 
-__all__ = ["Plugin", "ENTRY_POINT_GROUP", "loaded", "declared", "load_entry_points"]
+__all__ = ["ENTRY_POINT_GROUP", "Plugin", "declared", "load_entry_points", "loaded"]
 
 ENTRY_POINT_GROUP = "robusttune.plugins"
 
@@ -62,9 +62,10 @@ def load_entry_points() -> list[Plugin]:
                     target = point.load()
                 except SpecError as error:
                     raise SpecError(f"plugin {reference} ({point.value}): {error}") from None
-                except Exception as error:  # noqa: BLE001 - any import failure is one line
-                    raise SpecError(f"plugin {reference} ({point.value}) failed to import: "
-                                    f"{_last_line(error)}") from None
+                except Exception as error:
+                    raise SpecError(
+                        f"plugin {reference} ({point.value}) failed to import: {_last_line(error)}"
+                    ) from None
             module = target.__name__ if isinstance(target, types.ModuleType) else point.module
             _loaded[reference] = plugin = Plugin(reference, "entry_point", module)
         found.append(plugin)
@@ -73,5 +74,3 @@ def load_entry_points() -> list[Plugin]:
 
 def _last_line(error: BaseException) -> str:
     return traceback.format_exception_only(type(error), error)[-1].strip()
-
-

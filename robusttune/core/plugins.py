@@ -28,21 +28,41 @@ import shutil
 import sys
 import tempfile
 import types
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from robusttune.core.plugin_records import (ENTRY_POINT_GROUP, Plugin, _last_line, _loaded,
-                                             _lock, declared, load_entry_points, loaded)
+from robusttune.core.plugin_records import (
+    ENTRY_POINT_GROUP,
+    Plugin,
+    _last_line,
+    _loaded,
+    _lock,
+    declared,
+    load_entry_points,
+    loaded,
+)
 from robusttune.core.registries import builtins_then_installed
 from robusttune.core.registry import _REGISTRIES, SpecError, registering_from
 
 # Plugin, ENTRY_POINT_GROUP, loaded, declared and load_entry_points live in
 # robusttune.core.plugin_records (the registries load the entry points; this module imports them)
-SHIPPED_PACKAGE = "robusttune_shipped_plugins"   # the package a job's plugin files travel in
+SHIPPED_PACKAGE = "robusttune_shipped_plugins"  # the package a job's plugin files travel in
 
-__all__ = ["Plugin", "ENTRY_POINT_GROUP", "SHIPPED_PACKAGE", "load_plugins", "loaded",
-           "declared", "declare_plugins", "absolute_references", "load_entry_points", "builtins_then_installed",
-           "shipping_folder"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SHIPPED_PACKAGE",
+    "Plugin",
+    "absolute_references",
+    "builtins_then_installed",
+    "declare_plugins",
+    "declared",
+    "load_entry_points",
+    "load_plugins",
+    "loaded",
+    "shipping_folder",
+]
+
 
 def is_path(text: str) -> bool:
     """Whether a plugin name is a file or folder (ends in .py or holds a /), not a module."""
@@ -81,18 +101,22 @@ def load_plugins(plugins: Iterable[Any], base: Path | str | None = None) -> list
     return records
 
 
-def declare_plugins(mapping: dict[str, Any], source: str = "",
-                    base: Path | str | None = None) -> list[Plugin]:
+def declare_plugins(
+    mapping: dict[str, Any], source: str = "", base: Path | str | None = None
+) -> list[Plugin]:
     """Load the plugins a YAML mapping's ``plugins:`` names (files relative to ``base``), then
     write into it every plugin loaded in this process that a stored copy can name again (files
     as absolute paths, modules), so the stored copy (sweep.yaml, plan.yaml) resumes, reports and
     reaches the workers with the same plugins, ``--plugin`` ones included."""
     texts = mapping.get("plugins")
     where = f"{source}: " if source else ""
-    if texts is not None and (not isinstance(texts, list)
-                              or not all(isinstance(t, str) for t in texts)):
-        raise SpecError(f"{where}plugins must be a list of .py files, package folders or module "
-                        f"names; got {texts!r}")
+    if texts is not None and (
+        not isinstance(texts, list) or not all(isinstance(t, str) for t in texts)
+    ):
+        raise SpecError(
+            f"{where}plugins must be a list of .py files, package folders or module "
+            f"names; got {texts!r}"
+        )
     try:
         records = load_plugins(texts or [], base)
     except SpecError as error:
@@ -108,15 +132,19 @@ def declare_plugins(mapping: dict[str, Any], source: str = "",
 # -- names ----------------------------------------------------------------------------------
 def _load_name(text: str, root: Path) -> Plugin:
     if not text.strip():
-        raise SpecError("plugin '' is empty; allowed: a .py file, a package folder or a module name")
+        raise SpecError(
+            "plugin '' is empty; allowed: a .py file, a package folder or a module name"
+        )
     if is_path(text):
         path = (root / text).resolve()
         reference = str(path)
         if reference in _loaded:
             return _loaded[reference]
         if not path.exists():
-            raise SpecError(f"plugin {text!r}: no such file or folder ({path}); allowed: a .py "
-                            f"file or a package folder, relative to {root}, or a module name")
+            raise SpecError(
+                f"plugin {text!r}: no such file or folder ({path}); allowed: a .py "
+                f"file or a package folder, relative to {root}, or a module name"
+            )
         return _import_path(reference, path, label=text)
     if text in _loaded:
         return _loaded[text]
@@ -133,9 +161,11 @@ def _load_record(plugin: Plugin) -> Plugin:
         if not path.exists():
             shipped = _shipped_copy(plugin.module)
             if shipped is None:
-                raise SpecError(f"plugin {plugin.reference!r}: no such file or folder on this "
-                                f"node; allowed: the same path on every node, or a cluster joined "
-                                f"with --address (the files travel with the job)")
+                raise SpecError(
+                    f"plugin {plugin.reference!r}: no such file or folder on this "
+                    f"node; allowed: the same path on every node, or a cluster joined "
+                    f"with --address (the files travel with the job)"
+                )
             path = shipped
         return _import_path(plugin.reference, path, label=plugin.reference, module=plugin.module)
     if plugin.kind == "object":
@@ -143,8 +173,10 @@ def _load_record(plugin: Plugin) -> Plugin:
     if plugin.kind == "entry_point":
         load_entry_points()
         if plugin.reference not in _loaded:
-            raise SpecError(f"plugin {plugin.reference}: not installed on this node; allowed: the "
-                            f"same packages on every node")
+            raise SpecError(
+                f"plugin {plugin.reference}: not installed on this node; allowed: the "
+                f"same packages on every node"
+            )
         return _loaded[plugin.reference]
     return _load_name(plugin.reference, Path.cwd())
 
@@ -165,19 +197,26 @@ def _import_path(reference: str, path: Path, *, label: str, module: str | None =
     if path.is_dir():
         init = path / "__init__.py"
         if not init.exists():
-            raise SpecError(f"plugin {label!r}: the folder has no __init__.py; allowed: a package "
-                            f"folder, or one of its .py files")
+            raise SpecError(
+                f"plugin {label!r}: the folder has no __init__.py; allowed: a package "
+                f"folder, or one of its .py files"
+            )
         present = sys.modules.get(name)
         if present is not None and Path(getattr(present, "__file__", "") or "").parent != path:
-            raise SpecError(f"plugin {label!r}: a module named {name!r} is already imported (from "
-                            f"{getattr(present, '__file__', None)}); allowed: a folder with "
-                            f"another name")
-        spec = importlib.util.spec_from_file_location(name, init,
-                                                      submodule_search_locations=[str(path)])
+            raise SpecError(
+                f"plugin {label!r}: a module named {name!r} is already imported (from "
+                f"{getattr(present, '__file__', None)}); allowed: a folder with "
+                f"another name"
+            )
+        spec = importlib.util.spec_from_file_location(
+            name, init, submodule_search_locations=[str(path)]
+        )
     else:
         if path.suffix != ".py":
-            raise SpecError(f"plugin {label!r}: not a .py file; allowed: a .py file, a package "
-                            f"folder or a module name")
+            raise SpecError(
+                f"plugin {label!r}: not a .py file; allowed: a .py file, a package "
+                f"folder or a module name"
+            )
         spec = importlib.util.spec_from_file_location(name, path)
 
     def run() -> None:
@@ -205,11 +244,13 @@ def _import(label: str, source: str, run: Any) -> None:
             raise SpecError(f"plugin {label!r}: {error}") from None
         except ModuleNotFoundError as error:
             if error.name == source:
-                raise SpecError(f"plugin {label!r}: no module named {source!r}; allowed: an "
-                                f"importable module, or a .py file or folder (a name with / or "
-                                f".py)") from None
+                raise SpecError(
+                    f"plugin {label!r}: no module named {source!r}; allowed: an "
+                    f"importable module, or a .py file or folder (a name with / or "
+                    f".py)"
+                ) from None
             raise SpecError(f"plugin {label!r} failed to import: {_last_line(error)}") from None
-        except Exception as error:  # noqa: BLE001 - any import failure is one line
+        except Exception as error:
             raise SpecError(f"plugin {label!r} failed to import: {_last_line(error)}") from None
 
 
@@ -219,8 +260,10 @@ def _load_module_object(module: types.ModuleType) -> Plugin:
         if plugin.module == module.__name__:
             return plugin
     if module.__name__ == "__main__":
-        raise SpecError("plugin __main__: a notebook or script cannot be named as a plugin; "
-                        "allowed: its registered classes, a .py file, or a module")
+        raise SpecError(
+            "plugin __main__: a notebook or script cannot be named as a plugin; "
+            "allowed: its registered classes, a .py file, or a module"
+        )
     # imported already (its entries registered); workers import it by name
     _loaded[module.__name__] = plugin = Plugin(module.__name__, "module", module.__name__)
     return plugin
@@ -232,8 +275,10 @@ def _load_object(entry: Any) -> Plugin:
     where = _registered_as(entry)
     label = getattr(entry, "__qualname__", repr(entry))
     if where is None:
-        raise SpecError(f"plugin {label}: not registered; allowed: an entry decorated with a "
-                        f"registry's register, e.g. @AGGREGATORS.register('name')")
+        raise SpecError(
+            f"plugin {label}: not registered; allowed: an entry decorated with a "
+            f"registry's register, e.g. @AGGREGATORS.register('name')"
+        )
     registry, name = where
     module = getattr(entry, "__module__", "") or ""
     if module != "__main__":
@@ -248,7 +293,9 @@ def _load_object(entry: Any) -> Plugin:
 
     reference = f"object {module}.{label}"
     payload = cloudpickle.dumps(entry)
-    _loaded[reference] = plugin = Plugin(reference, "object", module, payload, registry.concept, name)
+    _loaded[reference] = plugin = Plugin(
+        reference, "object", module, payload, registry.concept, name
+    )
     return plugin
 
 
@@ -273,8 +320,10 @@ def _load_shipped_object(plugin: Plugin) -> Plugin:
                 registry.register(plugin.entry)(entry)
         except SpecError as error:
             raise SpecError(f"plugin {plugin.reference}: {error}") from None
-        except Exception as error:  # noqa: BLE001
-            raise SpecError(f"plugin {plugin.reference} failed to load: {_last_line(error)}") from None
+        except Exception as error:
+            raise SpecError(
+                f"plugin {plugin.reference} failed to load: {_last_line(error)}"
+            ) from None
     _loaded[plugin.reference] = plugin
     return plugin
 
@@ -293,8 +342,11 @@ def shipping_folder(plugins: Sequence[Plugin]) -> Path | None:
     for plugin in files:
         source = Path(plugin.reference)
         if source.is_dir():
-            shutil.copytree(source, folder / plugin.module,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                source,
+                folder / plugin.module,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
         else:
             shutil.copy2(source, folder / f"{plugin.module}.py")
     return folder

@@ -7,11 +7,20 @@ them: nobody passes a loose dict or re-states a rule.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar
 
-__all__ = ["COLLAPSE_MARGIN", "ROUND_COLUMNS", "RoundRecord", "RunSummary", "is_collapsed", "selection_accuracy", "survives",
-           "mean_accuracy"]
+__all__ = [
+    "COLLAPSE_MARGIN",
+    "ROUND_COLUMNS",
+    "RoundRecord",
+    "RunSummary",
+    "is_collapsed",
+    "mean_accuracy",
+    "selection_accuracy",
+    "survives",
+]
 
 # Collapse = final accuracy <= chance + 0.5 points (the SWB-DM paper's <= 10.5% on 10 classes).
 COLLAPSE_MARGIN = 0.005
@@ -19,7 +28,9 @@ COLLAPSE_MARGIN = 0.005
 
 def is_collapsed(accuracy: float, num_classes: int, nonfinite: bool) -> bool:
     """Collapsed: non-finite parameters, a non-finite accuracy, or accuracy <= 1/K + 0.005."""
-    return nonfinite or not math.isfinite(accuracy) or accuracy <= 1.0 / num_classes + COLLAPSE_MARGIN
+    return (
+        nonfinite or not math.isfinite(accuracy) or accuracy <= 1.0 / num_classes + COLLAPSE_MARGIN
+    )
 
 
 def selection_accuracy(test: float, validation: float, has_validation: bool) -> float:
@@ -143,7 +154,7 @@ class RunSummary:
     mean_aggregation_error: float = math.nan
     mean_honest_input_spread: float = math.nan
     final_validation_accuracy: float = math.nan
-    float_path: str | None = None   # what the run computed with (robusttune.core.numerics.FloatPath)
+    float_path: str | None = None  # what the run computed with (robusttune.core.numerics.FloatPath)
 
     # summary.json's keys, as the reference documents them
     KEYS: ClassVar[dict[str, str]] = {
@@ -172,19 +183,30 @@ class RunSummary:
     @property
     def selection_accuracy(self) -> float:
         """The accuracy every selection reads (`selection_accuracy`)."""
-        return selection_accuracy(self.final_accuracy, self.final_validation_accuracy,
-                                  self.has_validation)
+        return selection_accuracy(
+            self.final_accuracy, self.final_validation_accuracy, self.has_validation
+        )
 
     @classmethod
-    def failed(cls, reason: str, spec: Mapping[str, Any] | None = None,
-               run_dir: str | None = None) -> "RunSummary":
+    def failed(
+        cls, reason: str, spec: Mapping[str, Any] | None = None, run_dir: str | None = None
+    ) -> RunSummary:
         """A run with no final figures: NaN accuracy and loss, collapsed, ``error`` = reason."""
-        return cls(final_accuracy=math.nan, final_loss=math.nan, collapsed=True, rounds_run=0,
-                   byzantine_majority_rounds=0, seconds=0.0, num_classes=0,
-                   spec=dict(spec or {}), run_dir=run_dir, error=reason)
+        return cls(
+            final_accuracy=math.nan,
+            final_loss=math.nan,
+            collapsed=True,
+            rounds_run=0,
+            byzantine_majority_rounds=0,
+            seconds=0.0,
+            num_classes=0,
+            spec=dict(spec or {}),
+            run_dir=run_dir,
+            error=reason,
+        )
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "RunSummary":
+    def from_dict(cls, values: Mapping[str, Any]) -> RunSummary:
         """Read summary.json's content; null figures become NaN. A missing ``collapsed`` is
         judged from the accuracy (``is_collapsed``); keys this class does not know are ignored
         (summaries written by newer versions stay readable)."""
@@ -194,18 +216,26 @@ class RunSummary:
         classes = int(data.get("num_classes") or 0)
         collapsed = data.get("collapsed")
         if collapsed is None:
-            collapsed = is_collapsed(accuracy, classes, False) if classes else not math.isfinite(accuracy)
-        return cls(final_accuracy=accuracy, final_loss=_number(data.get("final_loss")),
-                   collapsed=bool(collapsed), rounds_run=int(data.get("rounds_run") or 0),
-                   byzantine_majority_rounds=int(data.get("byzantine_majority_rounds") or 0),
-                   seconds=_number(data.get("seconds")), num_classes=classes,
-                   spec=dict(data.get("spec") or {}),
-                   stopped_early=bool(data.get("stopped_early", False)),
-                   run_dir=data.get("run_dir"), error=data.get("error"),
-                   mean_aggregation_error=_number(data.get("mean_aggregation_error")),
-                   mean_honest_input_spread=_number(data.get("mean_honest_input_spread")),
-                   final_validation_accuracy=_number(data.get("final_validation_accuracy")),
-                   float_path=data.get("float_path"))
+            collapsed = (
+                is_collapsed(accuracy, classes, False) if classes else not math.isfinite(accuracy)
+            )
+        return cls(
+            final_accuracy=accuracy,
+            final_loss=_number(data.get("final_loss")),
+            collapsed=bool(collapsed),
+            rounds_run=int(data.get("rounds_run") or 0),
+            byzantine_majority_rounds=int(data.get("byzantine_majority_rounds") or 0),
+            seconds=_number(data.get("seconds")),
+            num_classes=classes,
+            spec=dict(data.get("spec") or {}),
+            stopped_early=bool(data.get("stopped_early", False)),
+            run_dir=data.get("run_dir"),
+            error=data.get("error"),
+            mean_aggregation_error=_number(data.get("mean_aggregation_error")),
+            mean_honest_input_spread=_number(data.get("mean_honest_input_spread")),
+            final_validation_accuracy=_number(data.get("final_validation_accuracy")),
+            float_path=data.get("float_path"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN and infinities as None; ``run_dir``, ``error`` and ``float_path`` only when set."""
@@ -214,14 +244,16 @@ class RunSummary:
         for key in ("run_dir", "error", "float_path"):
             if out[key] is None:
                 del out[key]
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in out.items()}
+        return {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in out.items()
+        }
 
-    def at(self, run_dir: str | None) -> "RunSummary":
+    def at(self, run_dir: str | None) -> RunSummary:
         """The same summary, pointing at its run folder."""
         return replace(self, run_dir=None if run_dir is None else str(run_dir))
 
-    def stopped(self) -> "RunSummary":
+    def stopped(self) -> RunSummary:
         """The same summary, marked as ended before its last round."""
         return replace(self, stopped_early=True)
 

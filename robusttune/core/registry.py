@@ -9,9 +9,10 @@ import contextlib
 import importlib
 import inspect
 import threading
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Callable[..., Any])  # an entry: a class or a function that builds one
 
 BUILT_IN = "built-in"
 
@@ -26,7 +27,7 @@ CONTEXT_KEYS = frozenset({"f", "n_byzantine", "n_total", "num_classes", "device"
 
 # The tool's registries (robusttune.core.registries fills it), so the knobs of plugin entries
 # can be gathered across concepts.
-_REGISTRIES: list["Registry[Any]"] = []
+_REGISTRIES: list[Registry[Any]] = []
 # The plugin whose import is registering entries now (set by robusttune.core.plugins).
 _source = threading.local()
 # Bumped by every registration: what is derived from all entries is cached per version.
@@ -49,7 +50,7 @@ def registering_from(source: str) -> Iterator[None]:
 def _source_of(entry: Any) -> str:
     module = getattr(entry, "__module__", "") or ""
     if module == "robusttune" or module.startswith("robusttune."):
-        return BUILT_IN   # even when a plugin's import is what brought the built-ins in
+        return BUILT_IN  # even when a plugin's import is what brought the built-ins in
     name = getattr(_source, "name", None)
     return module if name is None else name
 
@@ -69,9 +70,14 @@ class Registry(Generic[T]):
     # every registry's built-ins, then the installed packages' plugins)
     after_builtins: Callable[[], None] | None = None
 
-    def __init__(self, concept: str, passthrough: frozenset[str] = frozenset(),
-                 builtins: str | None = None, base: str | None = None,
-                 standard: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        concept: str,
+        passthrough: frozenset[str] = frozenset(),
+        builtins: str | None = None,
+        base: str | None = None,
+        standard: frozenset[str] = frozenset(),
+    ) -> None:
         self.concept = concept
         self.passthrough = frozenset(passthrough) | CONTEXT_KEYS
         self.builtins = builtins
@@ -113,20 +119,20 @@ class Registry(Generic[T]):
             source = _source_of(entry)
             known = self._entries.get(name)
             if known is not None and not _same_definition(known, entry):
-                raise SpecError(f"{self.concept} {name!r} from {source} clashes with the "
-                                f"{self._sources[name]} {self.concept} of that name; allowed: "
-                                f"a name not in use ({', '.join(sorted(self._entries))})")
+                raise SpecError(
+                    f"{self.concept} {name!r} from {source} clashes with the "
+                    f"{self._sources[name]} {self.concept} of that name; allowed: "
+                    f"a name not in use ({', '.join(sorted(self._entries))})"
+                )
             if source != BUILT_IN:
                 self._check_kind(name, entry, source)
-            global _version
+            global _version  # noqa: PLW0603 - counts registrations process-wide (caches key on it)
             self._entries[name] = entry
             self._sources[name] = source
             _version += 1
             for key, value in {"name": name, **attributes}.items():
-                try:
+                with contextlib.suppress(AttributeError, TypeError):
                     setattr(entry, key, value)
-                except (AttributeError, TypeError):
-                    pass
             return entry
 
         return decorate
@@ -134,17 +140,21 @@ class Registry(Generic[T]):
     def _check_kind(self, name: str, entry: Any, source: str) -> None:
         if self.base is None:
             if not callable(entry):
-                raise SpecError(f"{self.concept} {name!r} from {source} is a "
-                                f"{type(entry).__name__}, not a callable")
+                raise SpecError(
+                    f"{self.concept} {name!r} from {source} is a "
+                    f"{type(entry).__name__}, not a callable"
+                )
             return
         module, _, attribute = self.base.partition(":")
         base = getattr(importlib.import_module(module), attribute)
         if not (isinstance(entry, type) and issubclass(entry, base)):
             what = entry.__name__ if isinstance(entry, type) else type(entry).__name__
             # named where plugins import it from, not where it lives (which may move)
-            raise SpecError(f"{self.concept} {name!r} from {source}: {what} is not a subclass "
-                            f"of {attribute}; allowed: a subclass of it (from robusttune.plugin "
-                            f"import {attribute})")
+            raise SpecError(
+                f"{self.concept} {name!r} from {source}: {what} is not a subclass "
+                f"of {attribute}; allowed: a subclass of it (from robusttune.plugin "
+                f"import {attribute})"
+            )
 
     def __getitem__(self, name: str) -> T:
         self._load()
@@ -190,9 +200,14 @@ class Registry(Generic[T]):
             parameters = inspect.signature(entry).parameters
         except (TypeError, ValueError):
             return {}
-        return {key: parameter for key, parameter in parameters.items()
-                if key not in self.passthrough and key not in self.standard and key != "self"
-                and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)}
+        return {
+            key: parameter
+            for key, parameter in parameters.items()
+            if key not in self.passthrough
+            and key not in self.standard
+            and key != "self"
+            and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+        }
 
     def takes(self, name: str, key: str) -> bool:
         """Whether entry ``name``'s constructor takes keyword ``key``."""
@@ -230,7 +245,8 @@ def _same_definition(known: Any, entry: Any) -> bool:
     """The same class or function defined again (a re-run notebook cell, a re-imported file)."""
     return known is entry or (
         getattr(known, "__module__", None) == getattr(entry, "__module__", None)
-        and getattr(known, "__qualname__", None) == getattr(entry, "__qualname__", None))
+        and getattr(known, "__qualname__", None) == getattr(entry, "__qualname__", None)
+    )
 
 
 def plugin_parameters() -> dict[str, list[tuple[Registry[Any], str, inspect.Parameter]]]:

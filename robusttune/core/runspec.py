@@ -14,9 +14,10 @@ dataset). A method preset fixes its algorithm and rule; a conflicting explicit `
 
 from __future__ import annotations
 
-import json
 import inspect
-from typing import Any, Mapping
+import json
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ConfigDict, PrivateAttr, ValidationError
 
@@ -25,13 +26,14 @@ from robusttune.core.registry import Registry, SpecError, plugin_keys, plugin_pa
 from robusttune.core.schema import RUNSPEC_KEYS, RunSchema, default_numerics
 from robusttune.core.validation import check_model, check_value, spec_error
 
-__all__ = ["RunSpec", "SpecError", "RUNSPEC_KEYS", "method_presets", "run_keys"]
+__all__ = ["RUNSPEC_KEYS", "RunSpec", "SpecError", "method_presets", "run_keys"]
 
 
 def run_keys() -> frozenset[str]:
     """Every key a run may be given: the RunSpec's, and the own knobs of the plugin entries
     loaded in this process (`robusttune.core.plugins`)."""
     return RUNSPEC_KEYS | plugin_keys()
+
 
 # Aggregator entries that are not rules of their own (a wrapper around another rule).
 _NOT_METHODS = ("bucketing",)
@@ -47,8 +49,13 @@ def method_presets() -> dict[str, tuple[str, str]]:
         for method, rule in entry.methods.items():
             named[method] = (algorithm, rule)
         if entry.rule_methods:
-            by_rule.update({rule: (algorithm, rule) for rule in AGGREGATORS.names()
-                            if rule not in _NOT_METHODS})
+            by_rule.update(
+                {
+                    rule: (algorithm, rule)
+                    for rule in AGGREGATORS.names()
+                    if rule not in _NOT_METHODS
+                }
+            )
     return {**by_rule, **named}
 
 
@@ -72,8 +79,9 @@ class RunSpec(RunSchema):
         own = {k: values.pop(k) for k in list(values) if k not in RUNSPEC_KEYS}
         unknown = sorted(set(own) - plugin_keys())
         if unknown:
-            raise SpecError(f"unknown key {unknown[0]!r}; allowed keys: "
-                            f"{', '.join(sorted(run_keys()))}")
+            raise SpecError(
+                f"unknown key {unknown[0]!r}; allowed keys: {', '.join(sorted(run_keys()))}"
+            )
         typed = check_model(RunSchema, values)
         resolved = _resolve({k: getattr(typed, k) for k in values}, explicit)
         own = _own_knobs(resolved, own)
@@ -90,7 +98,7 @@ class RunSpec(RunSchema):
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "RunSpec":
+    def from_dict(cls, values: Mapping[str, Any]) -> RunSpec:
         """Build from a mapping (YAML, ``--set``, a Tune config); unknown keys are errors."""
         return cls(**dict(values))
 
@@ -99,7 +107,7 @@ class RunSpec(RunSchema):
         """The keys this spec was given (the rest were resolved)."""
         return self._explicit
 
-    def updated(self, **changes: Any) -> "RunSpec":
+    def updated(self, **changes: Any) -> RunSpec:
         """A new spec from this one's explicit values plus ``changes``, re-resolving defaults (so
         changing the dataset brings that dataset's defaults for keys that were not given)."""
         values = {k: getattr(self, k) for k in self._explicit}
@@ -128,9 +136,21 @@ class RunSpec(RunSchema):
     def aggregator_params(self) -> dict[str, Any]:
         """The knobs a rule may take, spelled as RunSpec keys, and the plugin knobs this spec
         sets (a rule that does not take one drops it: `Registry.make`)."""
-        keys = ("trim_ratio", "krum_m", "cclip_tau", "cclip_scale", "cclip_iters", "gm_iters",
-                "bucket_size", "pre_aggregator", "swb_chunk", "swb_views", "swb_rotation",
-                "median_even", "seed")
+        keys = (
+            "trim_ratio",
+            "krum_m",
+            "cclip_tau",
+            "cclip_scale",
+            "cclip_iters",
+            "gm_iters",
+            "bucket_size",
+            "pre_aggregator",
+            "swb_chunk",
+            "swb_views",
+            "swb_rotation",
+            "median_even",
+            "seed",
+        )
         return {**{k: getattr(self, k) for k in keys}, **self.own_knobs}
 
     @property
@@ -169,7 +189,8 @@ def _resolve(given: dict[str, Any], explicit: frozenset[str]) -> dict[str, Any]:
         values["aggregate_weights"] = ALGORITHMS[algorithm].default_weights
     if values.get("trim_ratio") is None:
         values["trim_ratio"] = AGGREGATORS[aggregator].calibrated_trim_ratio(
-            values["assumed_byzantine_fraction"])
+            values["assumed_byzantine_fraction"]
+        )
     return values
 
 
@@ -177,27 +198,33 @@ def _own_knobs(resolved: dict[str, Any], given: dict[str, Any]) -> dict[str, Any
     """The plugin knobs of a run: each given one checked against the annotation of an entry
     that takes it (the run's own entries first), then the defaults of the run's entries' knobs
     that were not given; a knob without a default that the run's entry needs is an error."""
-    entries = [(AGGREGATORS, resolved["aggregator"]), (ATTACKS, resolved.get("attack", "none")),
-               (ALGORITHMS, resolved["algorithm"]),
-               (DATASETS, resolved.get("dataset", RunSchema.model_fields["dataset"].default)),
-               (MODELS, resolved.get("model", RunSchema.model_fields["model"].default))]
+    entries = [
+        (AGGREGATORS, resolved["aggregator"]),
+        (ATTACKS, resolved.get("attack", "none")),
+        (ALGORITHMS, resolved["algorithm"]),
+        (DATASETS, resolved.get("dataset", RunSchema.model_fields["dataset"].default)),
+        (MODELS, resolved.get("model", RunSchema.model_fields["model"].default)),
+    ]
     own = dict(given)
     declared = plugin_parameters()
     for key, value in given.items():
         mine = [(r, n, p) for r, n, p in declared[key] if (r, n) in entries]
         registry, name, parameter = (mine or declared[key])[0]
         if parameter.annotation is not inspect.Parameter.empty and not isinstance(
-                parameter.annotation, str):
+            parameter.annotation, str
+        ):
             own[key] = check_value(key, value, parameter.annotation)
     for registry, name in entries:
         for key, parameter in registry.own_parameters(name).items():
             if key in own:
                 continue
             if parameter.default is inspect.Parameter.empty:
-                raise SpecError(f"{registry.concept} {name!r} needs {key!r}; allowed: set it "
-                                f"in the run (run: in YAML, or --set {key}=VALUE)")
+                raise SpecError(
+                    f"{registry.concept} {name!r} needs {key!r}; allowed: set it "
+                    f"in the run (run: in YAML, or --set {key}=VALUE)"
+                )
             if isinstance(parameter.default, (type(None), bool, int, float, str)):
-                own[key] = parameter.default   # shown in the run's summary and tables
+                own[key] = parameter.default  # shown in the run's summary and tables
     return own
 
 
@@ -222,18 +249,24 @@ def _method(values: dict[str, Any], explicit: frozenset[str]) -> tuple[str, str]
             # written to summary.json must read back (RunSpec.from_dict(spec.to_dict()))
             preset_algorithm, preset_rule = method.split("+")
         else:
-            raise SpecError(f"method {method!r} is unknown; allowed: {', '.join(sorted(presets))}"
-                            f", or ALGORITHM+AGGREGATOR")
+            raise SpecError(
+                f"method {method!r} is unknown; allowed: {', '.join(sorted(presets))}"
+                f", or ALGORITHM+AGGREGATOR"
+            )
         if "algorithm" in explicit and algorithm != preset_algorithm:
-            raise SpecError(f"method {method!r} runs algorithm {preset_algorithm!r}, not "
-                            f"{algorithm!r}; leave algorithm out, or choose a method of "
-                            f"{algorithm!r} (or {algorithm}+{aggregator})")
+            raise SpecError(
+                f"method {method!r} runs algorithm {preset_algorithm!r}, not "
+                f"{algorithm!r}; leave algorithm out, or choose a method of "
+                f"{algorithm!r} (or {algorithm}+{aggregator})"
+            )
         _known("algorithm", preset_algorithm, ALGORITHMS)
         overridable = ALGORITHMS[preset_algorithm].rule_overridable and "+" not in method
         if "aggregator" in explicit and aggregator != preset_rule and not overridable:
-            raise SpecError(f"method {method!r} runs aggregator {preset_rule!r}, not "
-                            f"{aggregator!r}; leave aggregator out, or use method "
-                            f"{_label(preset_algorithm, aggregator, None)!r}")
+            raise SpecError(
+                f"method {method!r} runs aggregator {preset_rule!r}, not "
+                f"{aggregator!r}; leave aggregator out, or use method "
+                f"{_label(preset_algorithm, aggregator, None)!r}"
+            )
         algorithm = preset_algorithm
         aggregator = aggregator if "aggregator" in explicit else preset_rule
     _known("algorithm", algorithm, ALGORITHMS)
@@ -247,8 +280,7 @@ def _label(algorithm: str, aggregator: str, requested: str | None) -> str:
     presets = method_presets()
     if requested in presets and presets[requested] == (algorithm, aggregator):
         return requested
-    named = [m for algorithm_name in ALGORITHMS.names()
-             for m in ALGORITHMS[algorithm_name].methods]
+    named = [m for algorithm_name in ALGORITHMS.names() for m in ALGORITHMS[algorithm_name].methods]
     matching = [m for m, pair in presets.items() if pair == (algorithm, aggregator)]
     preferred = [m for m in matching if m in named] or matching
     return preferred[0] if preferred else f"{algorithm}+{aggregator}"

@@ -14,10 +14,17 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from robusttune.core.registry import SpecError
-from robusttune.core.validation import (Finite, Int, Number, OptionalStr, check_value,
-                                        optional_finite, optional_int)
+from robusttune.core.validation import (
+    Finite,
+    Int,
+    Number,
+    OptionalStr,
+    check_value,
+    optional_finite,
+    optional_int,
+)
 
-__all__ = ["RunSchema", "RUNSPEC_KEYS", "check_key", "NUMERICS_ENV", "default_numerics"]
+__all__ = ["NUMERICS_ENV", "RUNSPEC_KEYS", "RunSchema", "check_key", "default_numerics"]
 
 
 NUMERICS_ENV = "ROBUSTTUNE_NUMERICS"
@@ -50,8 +57,9 @@ class RunSchema(BaseModel):
     keys the resolver fills (method, assumed fraction, trim ratio, server step)."""
 
     # each key's docstring is its description (the reference and the JSON schema show it)
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
-                              use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, use_attribute_docstrings=True
+    )
 
     dataset: str = "digits"
     """The dataset (`robusttune list dataset`): `digits` ships with scikit-learn; others are
@@ -204,38 +212,44 @@ class RunSchema(BaseModel):
     (robusttune.core.numerics). Default: $ROBUSTTUNE_NUMERICS, else portable."""
 
     @model_validator(mode="after")
-    def _across_keys(self) -> "RunSchema":
+    def _across_keys(self) -> RunSchema:
         if self.sample_size is not None and self.sample_size > self.clients:
-            raise ValueError(f"sample_size must be in [1, clients={self.clients}]; got {self.sample_size}")
+            raise ValueError(
+                f"sample_size must be in [1, clients={self.clients}]; got {self.sample_size}"
+            )
         if math.isnan(self.dirichlet_alpha):
             raise ValueError("dirichlet_alpha must be > 0 (inf: IID); got nan")
         if self.attack != "none" and self.byzantine_fraction > 0 and self.n_byzantine < 1:
             raise ValueError(
                 f"byzantine_fraction {self.byzantine_fraction} gives no Byzantine client among "
-                f"clients={self.clients}; use at least {1 / self.clients:.3g}")
+                f"clients={self.clients}; use at least {1 / self.clients:.3g}"
+            )
         return self
 
     # -- derived quantities ------------------------------------------------------------------
     @property
     def n_byzantine(self) -> int:
         """B = floor(beta * N), with a tolerance so 0.3 * 10 counts as 3, not 2."""
-        return int(math.floor(self.byzantine_fraction * self.clients + 1e-9))
+        return math.floor(self.byzantine_fraction * self.clients + 1e-9)
 
     @property
     def beta_assumed(self) -> float:
-        return (self.byzantine_fraction if self.assumed_byzantine_fraction is None
-                else self.assumed_byzantine_fraction)
+        return (
+            self.byzantine_fraction
+            if self.assumed_byzantine_fraction is None
+            else self.assumed_byzantine_fraction
+        )
 
     def assumed_f(self, n_inputs: int) -> int:
         """f = floor(n_in * beta_assumed): the corruption a rule is told to expect."""
-        return int(math.floor(n_inputs * self.beta_assumed + 1e-9))
+        return math.floor(n_inputs * self.beta_assumed + 1e-9)
 
     @property
     def expected_sample_size(self) -> int:
         """n = sample_size, or max(1, round(p * N)) (the fixed-size draw of SWB-DM)."""
         if self.sample_size is not None:
             return self.sample_size
-        return max(1, int(round(self.participation * self.clients)))
+        return max(1, round(self.participation * self.clients))
 
 
 RUNSPEC_KEYS: frozenset[str] = frozenset(RunSchema.model_fields)
@@ -245,5 +259,6 @@ def check_key(key: str, value: Any) -> Any:
     """``value`` validated as RunSpec key ``key`` is (the schema's type and range): a rule's
     constructor checks its RunSpec-named parameters with the one rule the RunSpec uses."""
     field = RunSchema.model_fields[key]
-    annotation = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    arguments = (field.annotation, *field.metadata)
+    annotation = Annotated[arguments] if field.metadata else field.annotation
     return check_value(key, value, annotation)

@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping, Sequence
 from types import UnionType
-from typing import (Annotated, Any, ClassVar, Optional, Sequence, Union, get_args,
-                    get_origin)
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from robusttune.core.registry import SpecError
 
-__all__ = ["Checked", "KeyedError", "spec_error", "check_model", "check_value", "dotted",
-           "Number", "Int", "Finite", "OptionalStr", "optional_int", "optional_finite"]
+__all__ = [
+    "Checked",
+    "Finite",
+    "Int",
+    "KeyedError",
+    "Number",
+    "OptionalStr",
+    "check_model",
+    "check_value",
+    "dotted",
+    "optional_finite",
+    "optional_int",
+    "spec_error",
+]
 
 
 def _not_bool(value: Any) -> Any:
@@ -40,18 +52,19 @@ Number = BeforeValidator(_not_bool)
 NoneWord = BeforeValidator(_none_word)
 Int = Annotated[int, Number]
 Finite = Annotated[float, Number, Field(allow_inf_nan=False)]
-OptionalStr = Annotated[Optional[str], NoneWord]
+OptionalStr = Annotated[str | None, NoneWord]
 
 
 def optional_int(**bounds: Any) -> Any:
     """An integer within ``bounds`` (pydantic's ge/gt/le/lt), or None (also spelt none/null)."""
-    return Annotated[Optional[Annotated[int, Number, Field(**bounds)]], NoneWord]
+    return Annotated[Annotated[int, Number, Field(**bounds)] | None, NoneWord]
 
 
 def optional_finite(**bounds: Any) -> Any:
     """A finite number within ``bounds``, or None (also spelt none/null)."""
-    return Annotated[Optional[Annotated[float, Number, Field(allow_inf_nan=False, **bounds)]],
-                     NoneWord]
+    return Annotated[
+        Annotated[float, Number, Field(allow_inf_nan=False, **bounds)] | None, NoneWord
+    ]
 
 
 class Checked(BaseModel):
@@ -97,8 +110,9 @@ def check_model(model: type[BaseModel], values: Any, *, where: str = "") -> Any:
         raise spec_error(error, where, model) from None
 
 
-def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] | None = None,
-               section: str = "") -> SpecError:
+def spec_error(
+    error: ValidationError, where: str = "", model: type[BaseModel] | None = None, section: str = ""
+) -> SpecError:
     """One line from pydantic's first error: the key (dotted path, under ``section`` when the
     model is one section of a file), what is allowed, the value. ``where`` (a file name)
     prefixes the line; ``model`` (the one validated) names the allowed keys of an unknown one
@@ -130,11 +144,13 @@ def spec_error(error: ValidationError, where: str = "", model: type[BaseModel] |
         return SpecError(f"{prefix}{shown(loc)} {message}; got {value!r}")
     if first["type"] == "invalid_key" or loc[-1:] == ("[key]",):  # a mapping's key, not a value
         parent = loc[:-1] if first["type"] == "invalid_key" else loc[:-2]
-        owner = f"{shown(parent)} key" if parent else "key"
-        return SpecError(f"{prefix}{owner} {first.get('input')!r} must be text")
+        what = f"{shown(parent)} key" if parent else "key"
+        return SpecError(f"{prefix}{what} {first.get('input')!r} must be text")
     field = _field_at(model, loc)
-    return SpecError(f"{prefix}{shown(loc) or 'value'} must be {_allowed(first, field)}; "
-                     f"got {first.get('input')!r}")
+    return SpecError(
+        f"{prefix}{shown(loc) or 'value'} must be {_allowed(first, field)}; "
+        f"got {first.get('input')!r}"
+    )
 
 
 def _walk(model: type[BaseModel] | None, loc: Sequence[str | int]) -> tuple[Any, Any]:
@@ -146,8 +162,9 @@ def _walk(model: type[BaseModel] | None, loc: Sequence[str | int]) -> tuple[Any,
     for part in loc:
         annotation = _unwrap(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            field = next((f for name, f in annotation.model_fields.items()
-                          if part in (name, f.alias)), None)
+            field = next(
+                (f for name, f in annotation.model_fields.items() if part in (name, f.alias)), None
+            )
             if field is None:
                 return None, None
             annotation = field.annotation
@@ -156,8 +173,11 @@ def _walk(model: type[BaseModel] | None, loc: Sequence[str | int]) -> tuple[Any,
         if origin is dict and len(arguments) == 2:
             annotation = arguments[1]
         elif origin in (list, tuple, set, frozenset) and arguments:
-            fixed = origin is tuple and Ellipsis not in arguments and isinstance(part, int)
-            annotation = arguments[part] if fixed and part < len(arguments) else arguments[0]
+            fixed = origin is tuple and Ellipsis not in arguments
+            if fixed and isinstance(part, int) and part < len(arguments):
+                annotation = arguments[part]
+            else:
+                annotation = arguments[0]
         else:
             return None, None
         field = FieldInfo.from_annotation(annotation)
@@ -180,7 +200,9 @@ def _unwrap(annotation: Any) -> Any:
 
 def _model_at(model: type[BaseModel] | None, loc: Sequence[str | int]) -> type[BaseModel] | None:
     annotation = _unwrap(_walk(model, loc)[0])
-    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return (
+        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    )
 
 
 def _field_at(model: type[BaseModel] | None, loc: Sequence[str | int]) -> Any:
@@ -219,16 +241,32 @@ def _constraints(field: Any) -> tuple[str, dict[str, float]]:
     return kind, bounds
 
 
-def _allowed(first: dict[str, Any], field: Any) -> str:
+def _allowed(first: Mapping[str, Any], field: Any) -> str:
     kind, ctx = first["type"], first.get("ctx", {})
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
         number, bounds = _constraints(field)
-        low = f"[{bounds['ge']:g}" if "ge" in bounds else f"({bounds['gt']:g}" if "gt" in bounds else None
-        high = f"{bounds['le']:g}]" if "le" in bounds else f"{bounds['lt']:g})" if "lt" in bounds else None
+        low = (
+            f"[{bounds['ge']:g}"
+            if "ge" in bounds
+            else f"({bounds['gt']:g}"
+            if "gt" in bounds
+            else None
+        )
+        high = (
+            f"{bounds['le']:g}]"
+            if "le" in bounds
+            else f"{bounds['lt']:g})"
+            if "lt" in bounds
+            else None
+        )
         if low and high:
             return f"{'an integer' if number == 'integer' else 'a number'} in {low}, {high}"
-        sign = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
-                "less_than": "<"}[kind]
+        sign = {
+            "greater_than_equal": ">=",
+            "greater_than": ">",
+            "less_than_equal": "<=",
+            "less_than": "<",
+        }[kind]
         limit = next(iter(ctx.values()))
         return f"{'an integer' if number == 'integer' else 'a number'} {sign} {limit:g}"
     if kind == "literal_error":
@@ -250,12 +288,14 @@ def _allowed(first: dict[str, Any], field: Any) -> str:
     if kind in ("too_short", "too_long"):
         count = ctx.get("min_length" if kind == "too_short" else "max_length", 0)
         what = ("a mapping", "key") if ctx.get("field_type") == "Dictionary" else ("a list", "item")
-        return f"{what[0]} of at {'least' if kind == 'too_short' else 'most'} {count} " \
-               f"{what[1]}{'' if count == 1 else 's'}"
+        return (
+            f"{what[0]} of at {'least' if kind == 'too_short' else 'most'} {count} "
+            f"{what[1]}{'' if count == 1 else 's'}"
+        )
     return first["msg"].lower()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adapter(annotation: Any) -> TypeAdapter:
     return TypeAdapter(annotation)
 
@@ -268,7 +308,9 @@ def check_value(key: str, value: Any, annotation: Any) -> Any:
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         if first["type"] == "value_error":
-            message = str(first.get("ctx", {}).get("error", first["msg"])).removeprefix("Value error, ")
+            message = str(first.get("ctx", {}).get("error", first["msg"])).removeprefix(
+                "Value error, "
+            )
             raise SpecError(f"{key} {message}; got {value!r}") from None
         field = FieldInfo.from_annotation(annotation)
         raise SpecError(f"{key} must be {_allowed(first, field)}; got {value!r}") from None

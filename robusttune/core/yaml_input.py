@@ -13,18 +13,29 @@ the 43 million values they stand for.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
 from robusttune.core.plugins import absolute_references
-from robusttune.core.runspec import run_keys
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import run_keys
 
-__all__ = ["parse_assignment", "parse_assignments", "parse_yaml", "read_yaml", "find_yaml",
-           "packaged_spaces", "stored_plugins", "read_yaml_text", "BoundedSafeLoader",
-           "MAX_YAML_BYTES", "MAX_YAML_NODES"]
+__all__ = [
+    "MAX_YAML_BYTES",
+    "MAX_YAML_NODES",
+    "BoundedSafeLoader",
+    "find_yaml",
+    "packaged_spaces",
+    "parse_assignment",
+    "parse_assignments",
+    "parse_yaml",
+    "read_yaml",
+    "read_yaml_text",
+    "stored_plugins",
+]
 
 # A search space, plan or run file is a few kilobytes; these bounds are far above any real one.
 MAX_YAML_BYTES = 4 * 1024 * 1024
@@ -57,14 +68,18 @@ def expanded_size(root: yaml.Node, limit: int) -> int:
                 inner = 0
             sizes[key] = 1 + inner
             if sizes[key] > limit:
-                raise YamlTooLarge(f"its aliases expand it to more than {limit:,} values; "
-                                   f"allowed: YAML whose aliases stay under that")
+                raise YamlTooLarge(
+                    f"its aliases expand it to more than {limit:,} values; "
+                    f"allowed: YAML whose aliases stay under that"
+                )
             continue
         if key in sizes:
             continue
         if key in open_nodes:
-            raise YamlTooLarge("an alias refers to a node that contains it (a recursive "
-                               "structure); allowed: aliases of complete values")
+            raise YamlTooLarge(
+                "an alias refers to a node that contains it (a recursive "
+                "structure); allowed: aliases of complete values"
+            )
         open_nodes.add(key)
         stack.append((node, True))
         if isinstance(node, yaml.MappingNode):
@@ -95,14 +110,18 @@ def read_yaml_text(path: str | Path, source: str | None = None) -> str:
         raise SpecError(f"{where}: not a file; allowed: a YAML file")
     size = path.stat().st_size
     if size > MAX_YAML_BYTES:
-        raise SpecError(f"{where}: {size:,} bytes; allowed: a YAML file of at most "
-                        f"{MAX_YAML_BYTES:,} bytes")
+        raise SpecError(
+            f"{where}: {size:,} bytes; allowed: a YAML file of at most {MAX_YAML_BYTES:,} bytes"
+        )
     data = path.read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise SpecError(f"{where}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
-                        f"{error.start}); allowed: a UTF-8 YAML file") from None
+        raise SpecError(
+            f"{where}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+            f"{error.start}); allowed: a UTF-8 YAML file"
+        ) from None
+
 
 # the inputs a results folder keeps (a sweep's, a map's or a study's), which name its plugins
 STORED_INPUTS = ("sweep.yaml", "plan.yaml")
@@ -134,8 +153,9 @@ def parse_yaml(text: str, source: str) -> Any:
     """YAML text -> Python (`BoundedSafeLoader`), or one SpecError line naming ``source`` and
     the parser's first line."""
     if len(text) > MAX_YAML_BYTES:
-        raise SpecError(f"{source}: {len(text):,} characters; allowed: YAML of at most "
-                        f"{MAX_YAML_BYTES:,}")
+        raise SpecError(
+            f"{source}: {len(text):,} characters; allowed: YAML of at most {MAX_YAML_BYTES:,}"
+        )
     try:
         return yaml.load(text, Loader=BoundedSafeLoader)
     except YamlTooLarge as error:
@@ -144,8 +164,9 @@ def parse_yaml(text: str, source: str) -> Any:
         first = str(error).splitlines()[0] if str(error) else "parse error"
         raise SpecError(f"{source}: not valid YAML ({first})") from None
     except RecursionError:
-        raise SpecError(f"{source}: YAML nested too deeply; allowed: a search space's few "
-                        f"levels of nesting") from None
+        raise SpecError(
+            f"{source}: YAML nested too deeply; allowed: a search space's few levels of nesting"
+        ) from None
 
 
 # the example spaces shipped inside the package (`robusttune sweep quickstart`)
@@ -155,8 +176,10 @@ PACKAGED_SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 def packaged_spaces() -> dict[str, Path]:
     """The search spaces that ship with the package, by name: ``quickstart``,
     ``findings/claim3_bulyan`` ..."""
-    return {p.relative_to(PACKAGED_SPACES).with_suffix("").as_posix(): p
-            for p in sorted(PACKAGED_SPACES.rglob("*.yaml"))}
+    return {
+        p.relative_to(PACKAGED_SPACES).with_suffix("").as_posix(): p
+        for p in sorted(PACKAGED_SPACES.rglob("*.yaml"))
+    }
 
 
 def find_yaml(path: str | Path, what: str) -> Path:
@@ -169,8 +192,10 @@ def find_yaml(path: str | Path, what: str) -> Path:
     if packaged is not None:
         return packaged
     names = ", ".join(n for n in packaged_spaces() if "/" not in n)
-    raise SpecError(f"{what} {str(path)!r} does not exist; allowed: a YAML file, or a space "
-                    f"shipped with robusttune ({names}; robusttune list space)")
+    raise SpecError(
+        f"{what} {str(path)!r} does not exist; allowed: a YAML file, or a space "
+        f"shipped with robusttune ({names}; robusttune list space)"
+    )
 
 
 def read_yaml(path: str | Path, what: str) -> Any:

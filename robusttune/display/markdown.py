@@ -28,17 +28,19 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".2f", index: bool | Non
     show_index = index if index is not None else any(n is not None for n in frame.index.names)
     if isinstance(frame.columns, pd.MultiIndex):
         names = [_axis_label(n) for n in frame.columns.names]
-        headers = [", ".join(f"{n}={_cell(v, 'g')}" for n, v in zip(names, col)) for col in frame.columns]
+        headers = [
+            ", ".join(f"{n}={_cell(v, 'g')}" for n, v in zip(names, col)) for col in frame.columns
+        ]
     else:
         headers = [str(c) for c in frame.columns]
     if show_index:
-        headers = [" / ".join(str(n) for n in frame.index.names)] + headers
+        headers = [" / ".join(str(n) for n in frame.index.names), *headers]
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] * len(headers)) + "|"]
     for key, row in zip(frame.index, frame.itertuples(index=False)):
         cells = [_cell(v, floatfmt) for v in row]
         if show_index:
             label = " / ".join(map(str, key)) if isinstance(key, tuple) else str(key)
-            cells = [label] + cells
+            cells = [label, *cells]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -18,16 +18,25 @@ global figure state, no GUI backend, safe in a headless sweep driver or a Ray wo
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["round_curves", "aggregation_error_vs_corruption", "classification_error_vs_corruption",
-           "corruption_curves", "breakdown_heatmap", "breakdown_frontier", "fit_sqrt_bound",
-           "threat_label"]
+__all__ = [
+    "aggregation_error_vs_corruption",
+    "breakdown_frontier",
+    "breakdown_heatmap",
+    "classification_error_vs_corruption",
+    "corruption_curves",
+    "fit_sqrt_bound",
+    "round_curves",
+    "threat_label",
+]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -51,13 +60,26 @@ def _run_label(run: pd.Series) -> str:
     if run.get("attack") not in (None, "none"):
         parts.append(str(run["attack"]))
     for key, short in (("byzantine_fraction", "β"), ("participation", "p"), ("seed", "s")):
-        if key in run and run[key] is not None and not (isinstance(run[key], float) and math.isnan(run[key])):
-            parts.append(f"{short}={run[key]:g}" if isinstance(run[key], (int, float)) else f"{short}={run[key]}")
+        if (
+            key in run
+            and run[key] is not None
+            and not (isinstance(run[key], float) and math.isnan(run[key]))
+        ):
+            parts.append(
+                f"{short}={run[key]:g}"
+                if isinstance(run[key], (int, float))
+                else f"{short}={run[key]}"
+            )
     return " ".join(parts)
 
 
-def round_curves(rounds: pd.DataFrame, runs: pd.DataFrame, run_ids: Sequence[str],
-                 path: str | Path, title: str | None = None) -> Path | None:
+def round_curves(
+    rounds: pd.DataFrame,
+    runs: pd.DataFrame,
+    run_ids: Sequence[str],
+    path: str | Path,
+    title: str | None = None,
+) -> Path | None:
     """Two panels over rounds (integer ticks): test accuracy (evaluated rounds only) and
     parameter norm, one line per run in ``run_ids``. None when there is nothing to draw."""
     chosen = [r for r in run_ids if (rounds["run_id"] == r).any()] if len(rounds) else []
@@ -70,7 +92,9 @@ def round_curves(rounds: pd.DataFrame, runs: pd.DataFrame, run_ids: Sequence[str
         rows = rounds[rounds["run_id"] == run_id].sort_values("round")
         label = _run_label(info.loc[run_id]) if run_id in info.index else run_id
         evaluated = rows[rows["accuracy"].notna()]
-        line, = left.plot(evaluated["round"], 100 * evaluated["accuracy"], marker=".", label=label)
+        (line,) = left.plot(
+            evaluated["round"], 100 * evaluated["accuracy"], marker=".", label=label
+        )
         right.plot(rows["round"], rows["param_norm"], color=line.get_color(), marker=".")
     from matplotlib.ticker import MaxNLocator
 
@@ -92,10 +116,12 @@ def fit_sqrt_bound(beta: np.ndarray, error: np.ndarray) -> tuple[float, float]:
     return float(e0), float(c)
 
 
-def classification_error_vs_corruption(runs: pd.DataFrame, path: str | Path,
-                                       attacks: Sequence[str] | None = None,
-                                       fit_method: str | None = None
-                                       ) -> tuple[Path | None, dict[str, str]]:
+def classification_error_vs_corruption(
+    runs: pd.DataFrame,
+    path: str | Path,
+    attacks: Sequence[str] | None = None,
+    fit_method: str | None = None,
+) -> tuple[Path | None, dict[str, str]]:
     """Mean test (classification) error, 100 (1 - final accuracy) in %, per method against beta,
     one panel per attack, with E0 + C sqrt(beta) fitted as in `corruption_curves`. This is the
     accuracy side of the paper's Section VII, not its Figure 2 (that is
@@ -103,26 +129,48 @@ def classification_error_vs_corruption(runs: pd.DataFrame, path: str | Path,
     if runs.empty or "final_accuracy" not in runs:
         return None, {}
     scored = runs.assign(test_error=100 * (1 - runs["final_accuracy"].astype(float)))
-    return corruption_curves(scored, "test_error", "test error (%)", path, attacks=attacks,
-                             fit_method=fit_method, number=".1f")
+    return corruption_curves(
+        scored,
+        "test_error",
+        "test error (%)",
+        path,
+        attacks=attacks,
+        fit_method=fit_method,
+        number=".1f",
+    )
 
 
-def aggregation_error_vs_corruption(runs: pd.DataFrame, path: str | Path,
-                                    attacks: Sequence[str] | None = None,
-                                    fit_method: str | None = None
-                                    ) -> tuple[Path | None, dict[str, str]]:
+def aggregation_error_vs_corruption(
+    runs: pd.DataFrame,
+    path: str | Path,
+    attacks: Sequence[str] | None = None,
+    fit_method: str | None = None,
+) -> tuple[Path | None, dict[str, str]]:
     """SWB-DM's Figure 2: the mean L2 aggregation error ||Agg - xbar_H|| (a run's
     ``aggregation_error`` column, its mean over rounds) per method against beta, one panel per
     attack, with E(beta) = E0 + C sqrt(beta) (Eq. 1) fitted to SWB when present."""
     if runs.empty or "aggregation_error" not in runs or runs["aggregation_error"].isna().all():
         return None, {}  # runs written before the error was recorded
-    return corruption_curves(runs, "aggregation_error", "aggregation error ‖Agg − x̄_H‖₂", path,
-                             attacks=attacks, fit_method=fit_method, number=".3g")
+    return corruption_curves(
+        runs,
+        "aggregation_error",
+        "aggregation error ‖Agg − x̄_H‖₂",
+        path,
+        attacks=attacks,
+        fit_method=fit_method,
+        number=".3g",
+    )
 
 
-def corruption_curves(runs: pd.DataFrame, value: str, ylabel: str, path: str | Path,
-                      attacks: Sequence[str] | None = None, fit_method: str | None = None,
-                      number: str = ".3g") -> tuple[Path | None, dict[str, str]]:
+def corruption_curves(
+    runs: pd.DataFrame,
+    value: str,
+    ylabel: str,
+    path: str | Path,
+    attacks: Sequence[str] | None = None,
+    fit_method: str | None = None,
+    number: str = ".3g",
+) -> tuple[Path | None, dict[str, str]]:
     """The mean of the runs' ``value`` per method against beta, one panel per attack at its
     strength (default: every attack present). The clean runs (beta = 0) are every panel's first
     point. A dashed E0 + C sqrt(beta) is fitted to ``fit_method`` (default swb if present, else
@@ -132,7 +180,9 @@ def corruption_curves(runs: pd.DataFrame, value: str, ylabel: str, path: str | P
     skipped: dict[str, str] = {}
     if runs.empty or "attack" not in runs:
         return None, skipped
-    strength = runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
+    strength = (
+        runs["attack_strength"] if "attack_strength" in runs else pd.Series(None, index=runs.index)
+    )
     labelled = runs.assign(threat=[threat_label(a, s) for a, s in zip(runs["attack"], strength)])
     attacked = labelled[labelled["attack"] != "none"]
     present = list(dict.fromkeys(attacked["threat"]))
@@ -154,21 +204,26 @@ def corruption_curves(runs: pd.DataFrame, value: str, ylabel: str, path: str | P
     figure = _figure(5 * len(panels), 3.8)
     axes = np.atleast_1d(figure.subplots(1, len(panels), sharey=True))
     for axis, threat in zip(axes, panels):
-        subset = pd.concat([clean, labelled[(labelled["threat"] == threat)
-                                            & (labelled["byzantine_fraction"] > 0)]])
+        subset = pd.concat(
+            [clean, labelled[(labelled["threat"] == threat) & (labelled["byzantine_fraction"] > 0)]]
+        )
         for method in methods:
             rows = subset[subset["method"] == method]
             if rows.empty:
                 continue
             curve = rows.groupby("byzantine_fraction")[value].mean().sort_index()
-            line, = axis.plot(curve.index, curve.values, marker="o", label=method)
+            (line,) = axis.plot(curve.index, curve.values, marker="o", label=method)
             finite = curve[np.isfinite(curve.to_numpy(float))]
             if method == fit_method and len(finite) >= 3:
                 e0, c = fit_sqrt_bound(finite.index.to_numpy(float), finite.to_numpy(float))
                 grid = np.linspace(0, finite.index.max(), 50)
-                axis.plot(grid, e0 + c * np.sqrt(grid), "--", color=line.get_color(),
-                          label=f"{method}: {e0:{number}} {'+' if c >= 0 else '-'} "
-                                f"{abs(c):{number}}√β")
+                axis.plot(
+                    grid,
+                    e0 + c * np.sqrt(grid),
+                    "--",
+                    color=line.get_color(),
+                    label=f"{method}: {e0:{number}} {'+' if c >= 0 else '-'} {abs(c):{number}}√β",
+                )
         axis.set(xlabel="Byzantine fraction β", title=threat)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
@@ -183,8 +238,13 @@ def threat_label(attack: str, strength: Any) -> str:
     return f"{attack} x{float(strength):g}"
 
 
-def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = None,
-                      column: str = "participation", panel: str = "attack") -> Path | None:
+def breakdown_heatmap(
+    table: pd.DataFrame,
+    path: str | Path,
+    row: str | None = None,
+    column: str = "participation",
+    panel: str = "attack",
+) -> Path | None:
     """Heatmap of ``breakdown_fraction``: rows = aggregator (or method), columns = participation,
     one panel per attack (and per dataset when several); a cell over several rows shows their
     minimum. With ``breakdown_min`` and ``breakdown_max`` (a map over several seeds: the square
@@ -214,7 +274,11 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
     panels = list(dict.fromkeys(table[panel]))
     rows = list(dict.fromkeys(table[row]))
     columns = sorted(dict.fromkeys(table[column]), key=str)
-    top = float(np.nanmax(table["breakdown_fraction"])) if table["breakdown_fraction"].notna().any() else 0.5
+    top = (
+        float(np.nanmax(table["breakdown_fraction"]))
+        if table["breakdown_fraction"].notna().any()
+        else 0.5
+    )
     figure = _figure(1.2 + 1.3 * len(columns) * len(panels) + 1.0, 0.9 + 0.45 * len(rows))
     axes = np.atleast_1d(figure.subplots(1, len(panels), sharey=True, squeeze=False)[0])
     from matplotlib import colormaps
@@ -231,12 +295,15 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
             i, j = rows.index(r), columns.index(c)
             grid[i, j] = group["breakdown_fraction"].min()
             if math.isnan(grid[i, j]):
-                marks[i][j] = "x"      # no row of the square has a baseline
+                marks[i][j] = "x"  # no row of the square has a baseline
                 continue
             # the square shows its lowest row: its marks and range are that row's
             shown = group[group["breakdown_fraction"] <= grid[i, j] + 1e-12]
-            broke = (shown["never_broke"].astype(str).str.lower().isin(["true", "1"])
-                     if "never_broke" in shown else shown["status"] == "survives_all")
+            broke = (
+                shown["never_broke"].astype(str).str.lower().isin(["true", "1"])
+                if "never_broke" in shown
+                else shown["status"] == "survives_all"
+            )
             never[i, j] = bool(broke.all())
             if "breakdown_min" in shown and "breakdown_max" in shown:
                 low = pd.to_numeric(shown["breakdown_min"], errors="coerce").min()
@@ -247,17 +314,31 @@ def breakdown_heatmap(table: pd.DataFrame, path: str | Path, row: str | None = N
                 marks[i][j] = "*"
             if (shown["status"] == "seeds_disagree").any():
                 marks[i][j] = "!"
-        image = axis.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=max(top, 1e-9),
-                            aspect="auto")
+        image = axis.imshow(
+            np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=max(top, 1e-9), aspect="auto"
+        )
         for i in range(len(rows)):
             for j in range(len(columns)):
                 # a cell that never broke survived the whole lattice: its fraction is a floor
-                text = "" if math.isnan(grid[i, j]) else \
-                    (f">={grid[i, j]:.2f}" if never[i, j] else f"{grid[i, j]:.2f}")
-                axis.text(j, i, text + marks[i][j] + spread[i][j], ha="center", va="center",
-                          fontsize=8 if not spread[i][j] else 7,
-                          color="white" if not math.isnan(grid[i, j]) and grid[i, j] < 0.6 * top else "black")
-        axis.set_xticks(range(len(columns)), [f"{c:g}" if isinstance(c, float) else str(c) for c in columns])
+                text = (
+                    ""
+                    if math.isnan(grid[i, j])
+                    else (f">={grid[i, j]:.2f}" if never[i, j] else f"{grid[i, j]:.2f}")
+                )
+                axis.text(
+                    j,
+                    i,
+                    text + marks[i][j] + spread[i][j],
+                    ha="center",
+                    va="center",
+                    fontsize=8 if not spread[i][j] else 7,
+                    color="white"
+                    if not math.isnan(grid[i, j]) and grid[i, j] < 0.6 * top
+                    else "black",
+                )
+        axis.set_xticks(
+            range(len(columns)), [f"{c:g}" if isinstance(c, float) else str(c) for c in columns]
+        )
         axis.set_yticks(range(len(rows)), [str(r) for r in rows])
         axis.set(xlabel=column, title=str(name))
     axes[0].set_ylabel(row)
@@ -283,7 +364,7 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
     colours = colormaps["tab20"]
     top = float(frontier["lattice_top"].max())
     ps = sorted(dict.fromkeys(frontier["participation"].astype(float)))
-    gap = min((b - a for a, b in zip(ps, ps[1:])), default=1.0)
+    gap = min((b - a for a, b in itertools.pairwise(ps)), default=1.0)
     shift = 0.25 * gap / max(len(methods), 1)
     for i, method in enumerate(methods):
         rows = frontier[frontier["method"] == method].sort_values("participation")
@@ -303,11 +384,20 @@ def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
         axis.plot(x[~never], y[~never], "o", color=colour, markersize=5)
         axis.plot(x[never], y[never], "o", markerfacecolor="white", color=colour, markersize=6)
     axis.axhline(top, color="grey", linestyle=":", linewidth=1)
-    axis.text(float(frontier["participation"].min()), top, " lattice top (open: never broke)",
-              va="bottom", fontsize=7, color="grey")
-    axis.set(xlabel="participation p", ylabel="breakdown fraction β*",
-             title="the p-frontier: worst case over attacks and sampling modes",
-             ylim=(-0.03, top + 0.06))
+    axis.text(
+        float(frontier["participation"].min()),
+        top,
+        " lattice top (open: never broke)",
+        va="bottom",
+        fontsize=7,
+        color="grey",
+    )
+    axis.set(
+        xlabel="participation p",
+        ylabel="breakdown fraction β*",
+        title="the p-frontier: worst case over attacks and sampling modes",
+        ylim=(-0.03, top + 0.06),
+    )
     axis.set_xticks(ps)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -324,16 +414,36 @@ def pareto_figure(proposals: pd.DataFrame, path: str | Path) -> Path | None:
     axis = figure.subplots(1, 1)
     front = proposals[proposals["pareto"]].sort_values("clean_validation")
     rest = proposals[~proposals["pareto"]]
-    axis.plot(rest["clean_validation"], rest["worst_validation"], "o", markerfacecolor="white",
-              color="grey", label="proposal")
-    axis.plot(front["clean_validation"], front["worst_validation"], "o-", color="tab:red",
-              label="Pareto front")
+    axis.plot(
+        rest["clean_validation"],
+        rest["worst_validation"],
+        "o",
+        markerfacecolor="white",
+        color="grey",
+        label="proposal",
+    )
+    axis.plot(
+        front["clean_validation"],
+        front["worst_validation"],
+        "o-",
+        color="tab:red",
+        label="Pareto front",
+    )
     if "recommended" in proposals:
         chosen = proposals[proposals["recommended"].astype(bool)]
-        axis.plot(chosen["clean_validation"], chosen["worst_validation"], "*", color="black",
-                  markersize=12, label="recommended")
-    axis.set(xlabel="clean validation accuracy", ylabel="worst-case validation accuracy",
-             title="robust tuning: clean vs worst case")
+        axis.plot(
+            chosen["clean_validation"],
+            chosen["worst_validation"],
+            "*",
+            color="black",
+            markersize=12,
+            label="recommended",
+        )
+    axis.set(
+        xlabel="clean validation accuracy",
+        ylabel="worst-case validation accuracy",
+        title="robust tuning: clean vs worst case",
+    )
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
     return _save(figure, path)

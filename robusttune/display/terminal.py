@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["BOX", "make_table", "print_table", "table_text", "duration"]
+__all__ = ["BOX", "duration", "make_table", "print_table", "table_text"]
 
 BOX = box.SIMPLE_HEAD
-WIDEST = 100_000   # a console wider than any table
+WIDEST = 100_000  # a console wider than any table
 
 
 def _columns_and_rows(data: Any, index: bool) -> tuple[list[str], list[list[Any]]]:
-    if hasattr(data, "columns") and hasattr(data, "itertuples"):      # a DataFrame
+    if hasattr(data, "columns") and hasattr(data, "itertuples"):  # a DataFrame
         columns = [str(c) for c in data.columns]
         rows = [list(row) for row in data.itertuples(index=index, name=None)]
-        return ([str(data.index.name or "")] + columns if index else columns), rows
+        return ([str(data.index.name or ""), *columns] if index else columns), rows
     records: Sequence[Mapping[str, Any]] = list(data)
     columns = list(dict.fromkeys(str(k) for record in records for k in record))
     return columns, [[record.get(c, "") for c in columns] for record in records]
@@ -55,38 +56,59 @@ def _numeric(cells: Iterable[str]) -> bool:
     return seen
 
 
-def make_table(data: Any, *, floatfmt: str = ".4g", index: bool = False,
-               show_header: bool = True) -> Table:
+def make_table(
+    data: Any, *, floatfmt: str = ".4g", index: bool = False, show_header: bool = True
+) -> Table:
     """The rich Table of ``data`` (a DataFrame, or rows as mappings) in the one terminal style;
     ``index`` adds a DataFrame's index as the first column."""
     columns, rows = _columns_and_rows(data, index)
     cells = [[_cell(v, floatfmt) for v in row] for row in rows]
-    table = Table(box=BOX, show_edge=False, pad_edge=False, show_header=show_header,
-                  header_style="bold")
+    table = Table(
+        box=BOX, show_edge=False, pad_edge=False, show_header=show_header, header_style="bold"
+    )
     for i, name in enumerate(columns):
         # Text, not str: a value such as "[alie]" is shown as it is, not read as rich markup
-        table.add_column(Text(name), justify="right" if _numeric(row[i] for row in cells) else "left")
+        table.add_column(
+            Text(name), justify="right" if _numeric(row[i] for row in cells) else "left"
+        )
     for row in cells:
         table.add_row(*(Text(text) for text in row))
     return table
 
 
-def print_table(data: Any, *, title: str | None = None, console: Console | None = None,
-                floatfmt: str = ".4g", index: bool = False, show_header: bool = True) -> None:
+def print_table(
+    data: Any,
+    *,
+    title: str | None = None,
+    console: Console | None = None,
+    floatfmt: str = ".4g",
+    index: bool = False,
+    show_header: bool = True,
+) -> None:
     """Print ``data`` as a table (see the module docstring) on ``console`` (default: stdout): on a
     terminal in rich's colours at the terminal's width, elsewhere as `table_text`."""
     console = console or Console()
     if not console.is_terminal:
-        console.print(table_text(data, title=title, floatfmt=floatfmt, index=index,
-                                 show_header=show_header), markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            table_text(data, title=title, floatfmt=floatfmt, index=index, show_header=show_header),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return
     if title:
         console.print(title, style="bold", markup=False, highlight=False, soft_wrap=True)
     console.print(make_table(data, floatfmt=floatfmt, index=index, show_header=show_header))
 
 
-def table_text(data: Any, *, title: str | None = None, floatfmt: str = ".4g", index: bool = False,
-               show_header: bool = True) -> str:
+def table_text(
+    data: Any,
+    *,
+    title: str | None = None,
+    floatfmt: str = ".4g",
+    index: bool = False,
+    show_header: bool = True,
+) -> str:
     """The table as plain text at its natural width (no colour, no trailing blanks), for output
     off a terminal or through an ``echo``."""
     table = make_table(data, floatfmt=floatfmt, index=index, show_header=show_header)
@@ -101,7 +123,7 @@ def table_text(data: Any, *, title: str | None = None, floatfmt: str = ".4g", in
 
 def duration(seconds: float) -> str:
     """A time as a progress line spells it: ``1h02m``, ``3m05s``, ``42s``."""
-    seconds = int(round(max(0.0, seconds)))
+    seconds = round(max(0.0, seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
     if hours:

@@ -15,11 +15,12 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["aggregation_error", "honest_input_spread", "honest_inputs", "error_from", "spread_from"]
+__all__ = ["aggregation_error", "error_from", "honest_input_spread", "honest_inputs", "spread_from"]
 
 
-def honest_inputs(rows: Tensor, byzantine: Tensor,
-                  weights: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor] | None:
+def honest_inputs(
+    rows: Tensor, byzantine: Tensor, weights: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor] | None:
     """The rule's honest input rows (at least float32), their weights (None: unweighted) and
     their (weighted) mean xbar_H; None when no row is honest. ``byzantine`` is a host mask, so
     selecting the rows reads nothing back from the device."""
@@ -43,8 +44,9 @@ def _infinite_if_nan(value: Tensor) -> Tensor:
     return torch.where(torch.isnan(value), torch.full_like(value, math.inf), value)
 
 
-def aggregation_error(aggregate: Tensor, rows: Tensor, byzantine: Tensor,
-                      weights: Tensor | None) -> Tensor | None:
+def aggregation_error(
+    aggregate: Tensor, rows: Tensor, byzantine: Tensor, weights: Tensor | None
+) -> Tensor | None:
     """The round's L2 aggregation error against the benign mean (SWB-DM, Eq. 1 and Figure 2),
     a 0-dim float64 tensor on the rows' device (no read-back here):
 

@@ -10,33 +10,55 @@ import dataclasses
 import io
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
-from robusttune.core.runspec import RunSpec
 from robusttune.core.files import write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 from robusttune.core.records import RoundRecord, RunSummary
+from robusttune.core.runspec import RunSpec
 from robusttune.engine.simulation import Simulation
 
 # Scalars worth a TensorBoard curve; the rest of a record stays in rounds.csv.
-TENSORBOARD_SCALARS = ("accuracy", "validation_accuracy", "loss", "param_norm", "nonfinite_params", "nonfinite_messages",
-                       "max_class_share",
-                       "byzantine_sampled", "byzantine_input_share", "train_seconds",
-                       "aggregate_seconds", "aggregation_error", "honest_input_spread")
+TENSORBOARD_SCALARS = (
+    "accuracy",
+    "validation_accuracy",
+    "loss",
+    "param_norm",
+    "nonfinite_params",
+    "nonfinite_messages",
+    "max_class_share",
+    "byzantine_sampled",
+    "byzantine_input_share",
+    "train_seconds",
+    "aggregate_seconds",
+    "aggregation_error",
+    "honest_input_spread",
+)
 # Hyperparameters shown in the HParams view: the knobs a sweep varies, not paths.
 HPARAM_EXCLUDE = ("data_root",)
 # The HParams view's metrics: (tag, display name, what it is).
-RUN_METRICS = (("final/accuracy", "final accuracy", "test accuracy after the last round (fraction)"),
-               ("final/validation_accuracy", "final validation accuracy",
-                "validation accuracy after the last round (fraction; what selection reads)"),
-               ("final/loss", "final loss", "test loss after the last round"),
-               ("final/collapsed", "collapsed", "1: accuracy at chance + 0.5 points or non-finite "
-                                                "parameters"))
+RUN_METRICS = (
+    ("final/accuracy", "final accuracy", "test accuracy after the last round (fraction)"),
+    (
+        "final/validation_accuracy",
+        "final validation accuracy",
+        "validation accuracy after the last round (fraction; what selection reads)",
+    ),
+    ("final/loss", "final loss", "test loss after the last round"),
+    ("final/collapsed", "collapsed", "1: accuracy at chance + 0.5 points or non-finite parameters"),
+)
 
 
 def _hparam_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
-            for k, v in values.items() if k not in HPARAM_EXCLUDE}
+    return {
+        k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+        for k, v in values.items()
+        if k not in HPARAM_EXCLUDE
+    }
 
 
 def experiment_summary(params: Mapping[str, Any], varied: Sequence[str] = ()) -> Any:
@@ -51,9 +73,12 @@ def experiment_summary(params: Mapping[str, Any], varied: Sequence[str] = ()) ->
     from torch.utils.tensorboard.summary import hparams
 
     inferred, _, _ = hparams(_hparam_values(params), {tag: 0.0 for tag, _, _ in RUN_METRICS})
-    infos = {info.name: info for info in
-             metadata.parse_experiment_plugin_data(inferred.value[0].metadata.plugin_data.content)
-             .hparam_infos}
+    infos = {
+        info.name: info
+        for info in metadata.parse_experiment_plugin_data(
+            inferred.value[0].metadata.plugin_data.content
+        ).hparam_infos
+    }
     order = [k for k in varied if k in infos] + sorted(k for k in infos if k not in varied)
     experiment = api_pb2.Experiment()
     for name in order:
@@ -61,21 +86,29 @@ def experiment_summary(params: Mapping[str, Any], varied: Sequence[str] = ()) ->
         info.differs = name in varied
         experiment.hparam_infos.append(info)
     for tag, display, description in RUN_METRICS:
-        experiment.metric_infos.append(api_pb2.MetricInfo(
-            name=api_pb2.MetricName(tag=tag), display_name=display, description=description))
+        experiment.metric_infos.append(
+            api_pb2.MetricInfo(
+                name=api_pb2.MetricName(tag=tag), display_name=display, description=description
+            )
+        )
     content = HParamsPluginData(experiment=experiment, version=metadata.PLUGIN_DATA_VERSION)
-    summary_metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(
-        plugin_name=metadata.PLUGIN_NAME, content=content.SerializeToString()))
+    summary_metadata = SummaryMetadata(
+        plugin_data=SummaryMetadata.PluginData(
+            plugin_name=metadata.PLUGIN_NAME, content=content.SerializeToString()
+        )
+    )
     return Summary(value=[Summary.Value(tag=metadata.EXPERIMENT_TAG, metadata=summary_metadata)])
 
 
-def declare_experiment(folder: str | Path, params: Mapping[str, Any],
-                       varied: Sequence[str] = ()) -> None:
+def declare_experiment(
+    folder: str | Path, params: Mapping[str, Any], varied: Sequence[str] = ()
+) -> None:
     """Write the sweep's HParams experiment (`experiment_summary`) into ``folder``, the logdir
     TensorBoard is pointed at; its trials then write only their own hyperparameter values."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(folder))
+    assert writer.file_writer is not None  # opened by the constructor
     writer.file_writer.add_summary(experiment_summary(params, varied))
     writer.close()
 
@@ -89,8 +122,14 @@ class RunWriter:
     k + 1 on (``SummaryWriter(purge_step=k + 1)``), so no round appears twice. ``resume_at=0`` is
     a run starting from round 1 in a folder an earlier attempt may have left rows in."""
 
-    def __init__(self, folder: str | Path, spec: RunSpec, tensorboard: bool = True,
-                 resume_at: int | None = None, declares_experiment: bool = True) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        spec: RunSpec,
+        tensorboard: bool = True,
+        resume_at: int | None = None,
+        declares_experiment: bool = True,
+    ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.spec = spec
@@ -98,9 +137,9 @@ class RunWriter:
         # sweep (`declare_experiment`): TensorBoard takes the first experiment it finds
         self.declares_experiment = declares_experiment
         self.csv_path = self.folder / "rounds.csv"
-        self._csv_file = None
+        self._csv_file: TextIO | None = None
         self._csv: csv.DictWriter | None = None
-        self._tensorboard = None
+        self._tensorboard: SummaryWriter | None = None
         purge_step = None
         if resume_at is not None:
             self._cut(resume_at)
@@ -139,6 +178,7 @@ class RunWriter:
             self._csv = csv.DictWriter(self._csv_file, fieldnames=list(row))
             if fresh:
                 self._csv.writeheader()
+        assert self._csv_file is not None  # opened with the writer
         self._csv.writerow(row)
         self._csv_file.flush()
         if self._tensorboard is not None:
@@ -165,37 +205,47 @@ class RunWriter:
         """Write summary.json and the HParams entry, then close every file."""
         write_json_atomic(self.folder / "summary.json", summary.to_dict())
         if self._tensorboard is not None:
-            self._write_hparams(summary)
+            self._write_hparams(self._tensorboard, summary)
             self._tensorboard.close()
         if self._csv_file is not None:
             self._csv_file.close()
 
-    def _write_hparams(self, summary: RunSummary) -> None:
+    def _write_hparams(self, writer: SummaryWriter, summary: RunSummary) -> None:
         from torch.utils.tensorboard.summary import hparams
 
-        metrics = {"final/accuracy": summary.final_accuracy,
-                   "final/validation_accuracy": summary.final_validation_accuracy,
-                   "final/loss": summary.final_loss,
-                   "final/collapsed": float(summary.collapsed)}
+        metrics = {
+            "final/accuracy": summary.final_accuracy,
+            "final/validation_accuracy": summary.final_validation_accuracy,
+            "final/loss": summary.final_loss,
+            "final/collapsed": float(summary.collapsed),
+        }
         _, session_start, session_end = hparams(_hparam_values(self.spec.to_dict()), metrics)
         entries = [session_start, session_end]
         if self.declares_experiment:
             entries.insert(0, experiment_summary(self.spec.to_dict()))
+        assert writer.file_writer is not None  # opened by the constructor
         for entry in entries:
-            self._tensorboard.file_writer.add_summary(entry)
+            writer.file_writer.add_summary(entry)
         for key, value in metrics.items():
-            self._tensorboard.add_scalar(key, value, summary.rounds_run)
+            writer.add_scalar(key, value, summary.rounds_run)
 
 
-def run_to_folder(spec: RunSpec, folder: str | Path | None, *, tensorboard: bool = True,
-                  on_record: Callable[[RoundRecord], None] | None = None) -> RunSummary:
+def run_to_folder(
+    spec: RunSpec,
+    folder: str | Path | None,
+    *,
+    tensorboard: bool = True,
+    on_record: Callable[[RoundRecord], None] | None = None,
+) -> RunSummary:
     """Run ``spec`` to the end, writing its run folder when ``folder`` is given, and return its
     summary (pointing at ``folder``). The simulation is built (data loaded, spec checked) before
     the folder is created, so bad input never leaves a half-written folder behind."""
     started = time.perf_counter()
     simulation = Simulation(spec)
     # resume_at 0: a folder a killed run left behind (no summary.json) starts over, not appended to
-    writer = None if folder is None else RunWriter(folder, spec, tensorboard=tensorboard, resume_at=0)
+    writer = (
+        None if folder is None else RunWriter(folder, spec, tensorboard=tensorboard, resume_at=0)
+    )
     for record in simulation:
         if writer is not None:
             writer.write(record)

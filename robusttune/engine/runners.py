@@ -8,18 +8,19 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import Protocol, TypeVar
 
 import torch
 
-from robusttune.core.runspec import RunSpec
 from robusttune.core.numerics import fresh_process_environment, pin, try_pin
 from robusttune.core.records import RunSummary
+from robusttune.core.runspec import RunSpec
 from robusttune.engine.recording import run_to_folder
 
-__all__ = ["Runner", "InProcessRunner", "drive"]
+__all__ = ["InProcessRunner", "Runner", "drive"]
 
 T = TypeVar("T")
 
@@ -49,8 +50,12 @@ class InProcessRunner:
     worker process started in that mode, kept for the runner's next runs: the same bits as a run
     in a fresh process, instead of a refusal (robusttune.core.numerics)."""
 
-    def __init__(self, out_dir: str | Path | None = None, tensorboard: bool = False,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path | None = None,
+        tensorboard: bool = False,
+        threads: int | None = None,
+    ) -> None:
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.tensorboard = tensorboard
         # torch threads while running, like a Tune trial's (its CPUs): on a busy 2-core machine
@@ -76,20 +81,31 @@ class InProcessRunner:
     def _run(self, spec: RunSpec) -> RunSummary:
         folder = None
         if self.out_dir is not None:
-            folder = self.out_dir / "trials" / (
-                f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
-                f"-p{spec.participation:g}-s{spec.seed}")
+            folder = (
+                self.out_dir
+                / "trials"
+                / (
+                    f"{self.count:05d}-{spec.method}-{spec.attack}-b{spec.byzantine_fraction:.4g}"
+                    f"-p{spec.participation:g}-s{spec.seed}"
+                )
+            )
         self.count += 1
         if try_pin(spec.numerics):
             return run_to_folder(spec, folder, tensorboard=self.tensorboard)
-        return self._worker(spec.numerics).submit(
-            _run_in_worker, spec, folder, self.tensorboard, self.threads).result()
+        return (
+            self._worker(spec.numerics)
+            .submit(_run_in_worker, spec, folder, self.tensorboard, self.threads)
+            .result()
+        )
 
     def _worker(self, mode: str) -> ProcessPoolExecutor:
         if mode not in self._workers:
             self._workers[mode] = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_worker, initargs=(fresh_process_environment(mode), mode))
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(fresh_process_environment(mode), mode),
+            )
         return self._workers[mode]
 
     def close(self) -> None:
@@ -107,8 +123,9 @@ def _start_worker(env: dict[str, str], mode: str) -> None:
     pin(mode)
 
 
-def _run_in_worker(spec: RunSpec, folder: Path | None, tensorboard: bool,
-                   threads: int | None) -> RunSummary:
+def _run_in_worker(
+    spec: RunSpec, folder: Path | None, tensorboard: bool, threads: int | None
+) -> RunSummary:
     if threads and spec.numerics != "portable":  # portable runs one thread
         torch.set_num_threads(threads)
     return run_to_folder(spec, folder, tensorboard=tensorboard)

@@ -11,27 +11,27 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from robusttune.methods.aggregators import Aggregator, make_rule
-from robusttune.methods.algorithms import RoundPlan, RoundState, ServerAlgorithm, make_algorithm
-from robusttune.methods.attacks import Attack, make_attack
-from robusttune.core.runspec import RunSpec
-from robusttune.problem.data import load_federated
-from robusttune.engine.input_statistics import error_from, honest_inputs, spread_from
-from robusttune.problem.models import flat_params, make_model
 from robusttune.core.numerics import float_path, pin
 from robusttune.core.records import RoundRecord, RunSummary, is_collapsed, selection_accuracy
 from robusttune.core.registries import ATTACKS, MODELS
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
+from robusttune.engine.input_statistics import error_from, honest_inputs, spread_from
+from robusttune.methods.aggregators import Aggregator, make_rule
+from robusttune.methods.algorithms import RoundPlan, RoundState, ServerAlgorithm, make_algorithm
+from robusttune.methods.attacks import Attack, make_attack
+from robusttune.problem.data import load_federated
+from robusttune.problem.models import flat_params, make_model
 from robusttune.problem.sampling import Sample, draw_clients, is_byzantine_majority
 from robusttune.problem.training import evaluate, resolve_trainer
-
 
 # RoundRecord figures whose run mean summary.json keeps as mean_<name>
 ROUND_MEANS = ("aggregation_error", "honest_input_spread")
@@ -66,11 +66,14 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise SpecError(f"device {name!r} needs a CUDA GPU and this process sees none; "
-                            f"allowed: cpu, auto")
+            raise SpecError(
+                f"device {name!r} needs a CUDA GPU and this process sees none; allowed: cpu, auto"
+            )
         if device.index is not None and device.index >= count:
-            raise SpecError(f"device {name!r} is not a GPU this process sees; allowed: cpu, auto, "
-                            f"cuda, cuda:0 .. cuda:{count - 1}")
+            raise SpecError(
+                f"device {name!r} is not a GPU this process sees; allowed: cpu, auto, "
+                f"cuda, cuda:0 .. cuda:{count - 1}"
+            )
     return device
 
 
@@ -80,9 +83,17 @@ def client_seed(seed: int, round_index: int, client: int) -> int:
     return (seed * 1_000_003 + round_index * 10_007 + client + 1) % (2**63 - 1)
 
 
-def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundState,
-                       model: Tensor, *, scope: str, generator: torch.Generator | None,
-                       rule: Aggregator | None = None, rule_f: int | None = None) -> Tensor:
+def byzantine_messages(
+    attack: Attack,
+    algorithm: ServerAlgorithm,
+    state: RoundState,
+    model: Tensor,
+    *,
+    scope: str,
+    generator: torch.Generator | None,
+    rule: Aggregator | Callable[..., Tensor] | None = None,
+    rule_f: int | None = None,
+) -> Tensor:
     """The round's messages: ``state.honest`` with the sampled Byzantine clients' rows replaced
     by what ``attack`` crafts (a new tensor; ``state.honest`` stays what they honestly computed).
 
@@ -111,12 +122,20 @@ def byzantine_messages(attack: Attack, algorithm: ServerAlgorithm, state: RoundS
         n_total, f = algorithm.spec.clients, algorithm.spec.n_byzantine
     context: dict[str, Any] = {}
     if attack.needs_cache:
+        assert view is not None  # read above for every cache attack
         context = {"cache": view.rows, "cache_byzantine": view.byzantine}
     if attack.needs_rule:
         context.update(rule=rule, rule_f=rule_f)
-    malicious = attack(reference, n_byzantine=sample.n_byzantine, n_total=n_total, f=f,
-                       n_sampled=sample.size, own=honest.index_select(0, sample.byzantine_rows),
-                       generator=generator, **context)
+    malicious = attack(
+        reference,
+        n_byzantine=sample.n_byzantine,
+        n_total=n_total,
+        f=f,
+        n_sampled=sample.size,
+        own=honest.index_select(0, sample.byzantine_rows),
+        generator=generator,
+        **context,
+    )
     return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
 
 
@@ -137,8 +156,13 @@ def sampling_generator(spec: RunSpec) -> torch.Generator:
 
 def draw_sample(spec: RunSpec, generator: torch.Generator) -> Tensor:
     """One round's sampled clients (sorted CPU long tensor) from the sampling stream."""
-    return draw_clients(spec.participation_mode, spec.clients, spec.participation,
-                        spec.expected_sample_size, generator)
+    return draw_clients(
+        spec.participation_mode,
+        spec.clients,
+        spec.participation,
+        spec.expected_sample_size,
+        generator,
+    )
 
 
 def byzantine_ever_sampled(spec: RunSpec) -> bool:
@@ -157,9 +181,11 @@ def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
     choose seeds by when the first such round comes (DeMoA, arXiv 2509.02970: FedAvg and FedCM
     fall right after it) without training. A method whose plan overrides the draw (Algorithm 1
     MARINA's full rounds) aggregates another set in those rounds."""
-    return [round_index for round_index, (n_byzantine, n_sampled)
-            in enumerate(_replayed_samples(spec), start=1)
-            if is_byzantine_majority(n_byzantine, n_sampled)]
+    return [
+        round_index
+        for round_index, (n_byzantine, n_sampled) in enumerate(_replayed_samples(spec), start=1)
+        if is_byzantine_majority(n_byzantine, n_sampled)
+    ]
 
 
 def _replayed_samples(spec: RunSpec) -> Iterator[tuple[int, int]]:
@@ -182,22 +208,34 @@ class Simulation:
         self.data = load_federated(spec, self.device)
         self.num_classes = self.data.num_classes
 
-        self.model = make_model(spec.model, self.data.input_shape, self.data.num_classes,
-                                seed=spec.seed, **spec.params_for(MODELS, spec.model)).to(self.device)
+        self.model = make_model(
+            spec.model,
+            self.data.input_shape,
+            self.data.num_classes,
+            seed=spec.seed,
+            **spec.params_for(MODELS, spec.model),
+        ).to(self.device)
         self.params = flat_params(self.model).detach().clone()
 
         self.sampling_rng = sampling_generator(spec)
         self.noise_rng = torch.Generator(device=self.device).manual_seed(spec.seed + 1)
         self.byzantine = byzantine_clients(spec)
 
-        self.attack = make_attack(spec.attack, attack_strength=spec.attack_strength,
-                                  attack_direction=spec.attack_direction,
-                                  **spec.params_for(ATTACKS, spec.attack))
+        self.attack = make_attack(
+            spec.attack,
+            attack_strength=spec.attack_strength,
+            attack_direction=spec.attack_direction,
+            **spec.params_for(ATTACKS, spec.attack),
+        )
         self.client_x = self.data.client_x
-        self.client_y = [
-            self.attack.poison_labels(y, self.num_classes) if bool(self.byzantine[i]) else y
-            for i, y in enumerate(self.data.client_y)
-        ] if self.attack.data_side else self.data.client_y
+        self.client_y = (
+            [
+                self.attack.poison_labels(y, self.num_classes) if bool(self.byzantine[i]) else y
+                for i, y in enumerate(self.data.client_y)
+            ]
+            if self.attack.data_side
+            else self.data.client_y
+        )
         counts = torch.tensor([len(y) for y in self.client_y], dtype=torch.float32)
 
         self.aggregator = make_rule(spec.aggregator, **spec.aggregator_params())
@@ -216,8 +254,9 @@ class Simulation:
     def _sample(self) -> Tensor:
         return draw_sample(self.spec, self.sampling_rng)
 
-    def _client_work(self, plan: RoundPlan, data: list[tuple[Tensor, Tensor]],
-                     seeds: list[int]) -> Tensor:
+    def _client_work(
+        self, plan: RoundPlan, data: list[tuple[Tensor, Tensor]], seeds: list[int]
+    ) -> Tensor:
         """What each of ``data``'s owners computes at the global model, as the algorithm asks
         (trained states, one minibatch gradient, full gradients ...). Returns [len(data), d]."""
         return self.algorithm.local_work(plan, self.model, self.params, data, seeds, self.trainer)
@@ -227,8 +266,9 @@ class Simulation:
         if not clients:
             return self.params.new_zeros((0, self.params.numel()))
         data = [(self.client_x[c], self.client_y[c]) for c in clients]
-        return self._client_work(plan, data,
-                                 [client_seed(self.spec.seed, round_index, c) for c in clients])
+        return self._client_work(
+            plan, data, [client_seed(self.spec.seed, round_index, c) for c in clients]
+        )
 
     def _server_reference(self, plan: RoundPlan, round_index: int) -> Tensor | None:
         """FLTrust's server message: the server does the clients' work on its clean root set."""
@@ -258,15 +298,23 @@ class Simulation:
         if n_byzantine and not self.attack.data_side and self.attack.name != "none":
             # the rule's input is the round's sample, or all N rows under a cache
             n_inputs = spec.clients if self.algorithm.aggregates_cache else n_sampled
-            rule = self.aggregator
-            if rule.needs_reference:
+            rule: Aggregator | Callable[..., Tensor] = self.aggregator
+            if self.aggregator.needs_reference:
                 # the rule as this round calls it: FLTrust scores every row against the server's
                 # own update (its message minus the current model), which it cannot do without
-                rule = functools.partial(rule, reference=reference,
-                                         previous=self.algorithm.previous(self.params))
-            messages = byzantine_messages(self.attack, self.algorithm, state, self.params,
-                                          scope=spec.attack_scope, generator=self.noise_rng,
-                                          rule=rule, rule_f=spec.assumed_f(n_inputs))
+                rule = functools.partial(
+                    rule, reference=reference, previous=self.algorithm.previous(self.params)
+                )
+            messages = byzantine_messages(
+                self.attack,
+                self.algorithm,
+                state,
+                self.params,
+                scope=spec.attack_scope,
+                generator=self.noise_rng,
+                rule=rule,
+                rule_f=spec.assumed_f(n_inputs),
+            )
         # read back with the record's other figures, not here in the middle of the round
         bad_messages = (~torch.isfinite(messages)).any(dim=1).sum()
 
@@ -280,11 +328,19 @@ class Simulation:
             held_assumed = self.aggregator.precondition(n_inputs, f_assumed)
             held_actual = self.aggregator.precondition(n_inputs, byzantine_rows)
             if held_assumed or not spec.guarded:
-                previous = (inputs.previous if inputs.previous is not None
-                            else self.algorithm.previous(self.params))
-                aggregate = self.aggregator(inputs.rows, f=f_assumed, weights=inputs.weights,
-                                            reference=reference, previous=previous,
-                                            generator=self.noise_rng)
+                previous = (
+                    inputs.previous
+                    if inputs.previous is not None
+                    else self.algorithm.previous(self.params)
+                )
+                aggregate = self.aggregator(
+                    inputs.rows,
+                    f=f_assumed,
+                    weights=inputs.weights,
+                    reference=reference,
+                    previous=previous,
+                    generator=self.noise_rng,
+                )
                 self.params = self.algorithm.step(self.params, aggregate, state)
                 aggregated = True
             share = byzantine_rows / n_inputs
@@ -294,8 +350,11 @@ class Simulation:
         # measured after the timing: aggregate_seconds stays the rule's (and the caches') cost
         # one selection of the honest rows for both; the spread is defined in a refused round
         # too: it describes the inputs, not the rule's answer
-        honest = None if inputs is None else honest_inputs(inputs.rows, inputs.byzantine_rows,
-                                                            inputs.weights)
+        honest = (
+            None
+            if inputs is None
+            else honest_inputs(inputs.rows, inputs.byzantine_rows, inputs.weights)
+        )
         error = None if aggregate is None or honest is None else error_from(aggregate, honest)
         spread = None if honest is None else spread_from(honest)
 
@@ -304,11 +363,15 @@ class Simulation:
         # long before they overflow, and a float32 norm would record inf beside 0 non-finite
         # parameters (seed 42's claim-2 mlp run on an AVX-512 Xeon under ATen's default kernels).
         undefined = torch.full((), math.nan, dtype=torch.float64, device=self.params.device)
-        figures = torch.stack([bad_messages.double(),
-                               (~torch.isfinite(self.params)).sum().double(),
-                               torch.linalg.vector_norm(self.params, dtype=torch.float64),
-                               undefined if error is None else error,
-                               undefined if spread is None else spread]).tolist()
+        figures = torch.stack(
+            [
+                bad_messages.double(),
+                (~torch.isfinite(self.params)).sum().double(),
+                torch.linalg.vector_norm(self.params, dtype=torch.float64),
+                undefined if error is None else error,
+                undefined if spread is None else spread,
+            ]
+        ).tolist()
         nonfinite_messages, nonfinite, param_norm = int(figures[0]), int(figures[1]), figures[2]
         round_error, round_spread = figures[3], figures[4]
         self.round_means["aggregation_error"].add(round_error)
@@ -319,25 +382,44 @@ class Simulation:
         last = round_index == spec.rounds
         if nonfinite or last or round_index % spec.eval_every == 0:
             evaluation = evaluate(self.model, self.params, self.data.test_x, self.data.test_y)
-            accuracy, loss, max_share = evaluation.accuracy, evaluation.loss, evaluation.max_class_share
-            if self.data.validation_y is not None:   # NaN for an empty validation part
-                validation_accuracy = evaluate(self.model, self.params, self.data.validation_x,
-                                               self.data.validation_y).accuracy
+            accuracy, loss, max_share = (
+                evaluation.accuracy,
+                evaluation.loss,
+                evaluation.max_class_share,
+            )
+            # NaN for an empty validation part
+            if self.data.validation_x is not None and self.data.validation_y is not None:
+                validation_accuracy = evaluate(
+                    self.model, self.params, self.data.validation_x, self.data.validation_y
+                ).accuracy
             self.last_accuracy, self.last_loss = accuracy, loss
             self.last_validation_accuracy = validation_accuracy
-        self.collapsed = nonfinite > 0 or (last and is_collapsed(self.selection_accuracy(), self.num_classes, False))
+        self.collapsed = nonfinite > 0 or (
+            last and is_collapsed(self.selection_accuracy(), self.num_classes, False)
+        )
         self.rounds_done = round_index
         return RoundRecord(
-            round=round_index, accuracy=accuracy, loss=loss,
-            param_norm=param_norm, nonfinite_params=nonfinite,
-            max_class_share=max_share, sampled=n_sampled, byzantine_sampled=n_byzantine,
+            round=round_index,
+            accuracy=accuracy,
+            loss=loss,
+            param_norm=param_norm,
+            nonfinite_params=nonfinite,
+            max_class_share=max_share,
+            sampled=n_sampled,
+            byzantine_sampled=n_byzantine,
             nonfinite_messages=nonfinite_messages,
-            byzantine_input_share=share, byzantine_majority=majority,
-            f_assumed=f_assumed, precondition_held_assumed=bool(held_assumed),
-            precondition_held_actual=bool(held_actual), aggregated=aggregated,
-            collapsed=self.collapsed, train_seconds=train_seconds,
-            aggregate_seconds=aggregate_seconds, aggregation_error=round_error,
-            honest_input_spread=round_spread, validation_accuracy=validation_accuracy,
+            byzantine_input_share=share,
+            byzantine_majority=majority,
+            f_assumed=f_assumed,
+            precondition_held_assumed=bool(held_assumed),
+            precondition_held_actual=bool(held_actual),
+            aggregated=aggregated,
+            collapsed=self.collapsed,
+            train_seconds=train_seconds,
+            aggregate_seconds=aggregate_seconds,
+            aggregation_error=round_error,
+            honest_input_spread=round_spread,
+            validation_accuracy=validation_accuracy,
         )
 
     @property
@@ -367,8 +449,11 @@ class Simulation:
             "last_validation_accuracy": self.last_validation_accuracy,
             "byzantine_majority_rounds": self.byzantine_majority_rounds,
             "collapsed": self.collapsed,
-            **{f"{name}_{part}": value for name, mean in self.round_means.items()
-               for part, value in (("sum", mean.total), ("rounds", mean.count))},
+            **{
+                f"{name}_{part}": value
+                for name, mean in self.round_means.items()
+                for part, value in (("sum", mean.total), ("rounds", mean.count))
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -386,28 +471,35 @@ class Simulation:
         self.byzantine_majority_rounds = state["byzantine_majority_rounds"]
         self.collapsed = state["collapsed"]
         # a checkpoint written before a figure was recorded starts its mean afresh
-        self.round_means = {name: RunningMean(state.get(f"{name}_sum", 0.0),
-                                              state.get(f"{name}_rounds", 0))
-                            for name in ROUND_MEANS}
+        self.round_means = {
+            name: RunningMean(state.get(f"{name}_sum", 0.0), state.get(f"{name}_rounds", 0))
+            for name in ROUND_MEANS
+        }
 
     def selection_accuracy(self) -> float:
         """The accuracy a collapse is judged on, as `RunSummary.selection_accuracy`: validation
         where the run has a validation part, test where it has none (``validation_fraction:
         0``). Collapse decides survival in every selection (map, calibrate, tuning), and
         selections read no test data (issue 23)."""
-        return selection_accuracy(self.last_accuracy, self.last_validation_accuracy,
-                                  self.spec.validation_fraction > 0)
+        return selection_accuracy(
+            self.last_accuracy, self.last_validation_accuracy, self.spec.validation_fraction > 0
+        )
 
     def summary(self, seconds: float) -> RunSummary:
         """The run's final figures and its resolved RunSpec (summary.json)."""
         return RunSummary(
-            final_accuracy=self.last_accuracy, final_loss=self.last_loss,
+            final_accuracy=self.last_accuracy,
+            final_loss=self.last_loss,
             final_validation_accuracy=self.last_validation_accuracy,
             collapsed=is_collapsed(self.selection_accuracy(), self.num_classes, self.nonfinite),
-            rounds_run=self.rounds_done, byzantine_majority_rounds=self.byzantine_majority_rounds,
-            seconds=seconds, num_classes=self.num_classes, spec=self.spec.to_dict(),
+            rounds_run=self.rounds_done,
+            byzantine_majority_rounds=self.byzantine_majority_rounds,
+            seconds=seconds,
+            num_classes=self.num_classes,
+            spec=self.spec.to_dict(),
             float_path=float_path().label(),
-            **{f"mean_{name}": mean.mean for name, mean in self.round_means.items()},
+            mean_aggregation_error=self.round_means["aggregation_error"].mean,
+            mean_honest_input_spread=self.round_means["honest_input_spread"].mean,
         )
 
 

@@ -28,20 +28,30 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Sequence, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from robusttune.methods.adversary import Adversary, score, worst_of
 from robusttune.core.plugins import declare_plugins
 from robusttune.core.registry import SpecError
 from robusttune.core.validation import Checked, Number
 from robusttune.core.yaml_input import parse_assignments, read_yaml
+from robusttune.methods.adversary import Adversary, score, worst_of
 
-__all__ = ["TuningPlan", "Proposal", "TuningResult", "load_tuning", "parse_tuning", "run_study",
-           "pareto_front", "study_cost", "NOT_KNOBS"]
+__all__ = [
+    "NOT_KNOBS",
+    "Proposal",
+    "TuningPlan",
+    "TuningResult",
+    "load_tuning",
+    "pareto_front",
+    "parse_tuning",
+    "run_study",
+    "study_cost",
+]
 
 # The adversary's keys and the lattice's: never a knob a defence is tuned over.
 NOT_KNOBS = ("attack", "attack_strength", "attack_scope", "byzantine_fraction", "seed")
@@ -57,10 +67,12 @@ class TuningSection(Checked):
     batch: Annotated[int, Number, Field(ge=1)] = 2
     population: Annotated[int, Number, Field(ge=2)] = 8
     seed: Annotated[int, Number, Field(ge=0)] = 0
-    seeds: Annotated[list[Annotated[int, Number, Field(ge=0)]], Field(min_length=1)] = [42]
+    seeds: Annotated[list[Annotated[int, Number, Field(ge=0)]], Field(min_length=1)] = [42]  # noqa: RUF012 - pydantic copies a default per model
     # default: every default_adversary attack over its ladder; a mapping narrows or widens it;
     # adaptive: the default attacks plus adaptive_budget strength-search runs per attack
-    adversary: Union[Literal["default", "adaptive"], dict[str, Annotated[list[Any], Field(min_length=1)]]] = "default"
+    adversary: (
+        Literal["default", "adaptive"] | dict[str, Annotated[list[Any], Field(min_length=1)]]
+    ) = "default"
     adaptive_budget: Annotated[int, Number, Field(ge=1)] = 4
 
 
@@ -88,7 +100,7 @@ class TuningPlan:
     @property
     def byzantine(self) -> int:
         """k = floor(beta N), the lattice point the worst case is measured at."""
-        return int(math.floor(self.byzantine_fraction * self.clients + 1e-9))
+        return math.floor(self.byzantine_fraction * self.clients + 1e-9)
 
     def identity(self) -> dict[str, Any]:
         """What a resumed study must match (`identity_of` its mapping)."""
@@ -100,17 +112,25 @@ class TuningPlan:
         max_concurrent and tuning.num_samples. A resume with more (or fewer) proposals replays
         the seeded study from its first proposal and reuses every run runs.jsonl has, so it
         ends as a fresh study of that size ends."""
-        kept = {k: v for k, v in mapping.items()
-                if k not in ("name", "resources", "max_concurrent", "plugins")}
+        kept = {
+            k: v
+            for k, v in mapping.items()
+            if k not in ("name", "resources", "max_concurrent", "plugins")
+        }
         if isinstance(kept.get("tuning"), dict):
             kept["tuning"] = {k: v for k, v in kept["tuning"].items() if k != "num_samples"}
         return kept
 
 
-def load_tuning(path: str | Path, run: Mapping[str, Any] | None = None,
-                num_samples: int | None = None, cpu: float | None = None,
-                gpu: float | str | None = None, max_concurrent: int | None = None,
-                assignments: Sequence[str] = ()) -> TuningPlan:
+def load_tuning(
+    path: str | Path,
+    run: Mapping[str, Any] | None = None,
+    num_samples: int | None = None,
+    cpu: float | None = None,
+    gpu: float | str | None = None,
+    max_concurrent: int | None = None,
+    assignments: Sequence[str] = (),
+) -> TuningPlan:
     """Read a tuning YAML (see `parse_tuning`); ``run`` (``--set``, or ``assignments`` as typed,
     read once the file's plugins are loaded: their knobs are keys), ``num_samples`` and the
     per-trial ``cpu``/``gpu`` and ``max_concurrent`` (None: the file's) are written into the
@@ -144,29 +164,36 @@ def parse_tuning(mapping: Any, *, source: str, default_name: str) -> TuningPlan:
         raise SpecError(f"{source}: a tuning space is a mapping (run, space, tuning ...)")
     check_sections(mapping, source)
     kept = copy.deepcopy(mapping)
-    declare_plugins(kept, source)   # first: the names a plugin registers are checked below
+    declare_plugins(kept, source)  # first: the names a plugin registers are checked below
     raw = copy.deepcopy(kept)
     section_values = raw.pop("tuning", None) or {}
     if not isinstance(section_values, dict):
-        raise SpecError(f"{source}: tuning must be a mapping with keys "
-                        f"{', '.join(TuningSection.model_fields)}")
+        raise SpecError(
+            f"{source}: tuning must be a mapping with keys {', '.join(TuningSection.model_fields)}"
+        )
     try:
         section = TuningSection(**section_values)
     except SpecError as error:
         raise SpecError(f"{source}: {error}") from None
     if "search" in raw:
-        raise SpecError(f"{source}: search is a sweep's; a tuning space's study is its tuning: "
-                        f"section (objectives, num_samples, seed ...)")
+        raise SpecError(
+            f"{source}: search is a sweep's; a tuning space's study is its tuning: "
+            f"section (objectives, num_samples, seed ...)"
+        )
     space = raw.get("space") or {}
     run = raw.get("run") or {}
     for key in NOT_KNOBS:
         if key in space:
-            raise SpecError(f"{source}: space.{key} is the adversary's or the run's, never a knob "
-                            f"a defence is tuned over; allowed in space: the defence's knobs "
-                            f"(trim_ratio, demoa_alpha, server_lr, participation, ...)")
+            raise SpecError(
+                f"{source}: space.{key} is the adversary's or the run's, never a knob "
+                f"a defence is tuned over; allowed in space: the defence's knobs "
+                f"(trim_ratio, demoa_alpha, server_lr, participation, ...)"
+            )
     if run.get("attack", "none") != "none":
-        raise SpecError(f"{source}: run.attack {run['attack']!r}: the attacks are tuning.adversary's "
-                        f"(default: every default_adversary attack over its ladder); remove it from run")
+        raise SpecError(
+            f"{source}: run.attack {run['attack']!r}: the attacks are tuning.adversary's "
+            f"(default: every default_adversary attack over its ladder); remove it from run"
+        )
     if not space:
         raise SpecError(f"{source}: space lists no knob to tune")
     raw["constraints"] = {**(raw.get("constraints") or {}), "attack_matches_byzantine": False}
@@ -179,8 +206,10 @@ def parse_tuning(mapping: Any, *, source: str, default_name: str) -> TuningPlan:
     spec = RunSpec.from_dict({**base, "attack": "none"})
     beta = float(base.get("byzantine_fraction", 0.0))
     if spec.n_byzantine < 1:
-        raise SpecError(f"{source}: run.byzantine_fraction {beta:g} gives no Byzantine client of "
-                        f"clients={spec.clients}; robust tuning needs an attacked setting")
+        raise SpecError(
+            f"{source}: run.byzantine_fraction {beta:g} gives no Byzantine client of "
+            f"clients={spec.clients}; robust tuning needs an attacked setting"
+        )
     adversary = section.adversary
     if adversary == "default":
         threat = Adversary.default()
@@ -190,12 +219,22 @@ def parse_tuning(mapping: Any, *, source: str, default_name: str) -> TuningPlan:
         threat = Adversary.of(adversary)
     base = {k: v for k, v in base.items() if k != "byzantine_fraction"}
     return TuningPlan(
-        name=sweep.name, base={**base, "attack": "none"}, knobs=knobs, byzantine_fraction=beta,
-        clients=spec.clients, threat=threat, objectives=section.objectives,
-        num_samples=section.num_samples, batch=section.batch, population=section.population,
-        sampler_seed=section.seed, seeds=list(section.seeds),
+        name=sweep.name,
+        base={**base, "attack": "none"},
+        knobs=knobs,
+        byzantine_fraction=beta,
+        clients=spec.clients,
+        threat=threat,
+        objectives=section.objectives,
+        num_samples=section.num_samples,
+        batch=section.batch,
+        population=section.population,
+        sampler_seed=section.seed,
+        seeds=list(section.seeds),
         resources={"cpu": sweep.resources.cpu, "gpu": sweep.resources.gpu},
-        max_concurrent=sweep.max_concurrent, raw=kept)
+        max_concurrent=sweep.max_concurrent,
+        raw=kept,
+    )
 
 
 def study_cost(plan: TuningPlan) -> str:
@@ -209,16 +248,22 @@ def study_cost(plan: TuningPlan) -> str:
     attacked = plan.threat.runs_per_point("none")
     per_proposal = len(plan.seeds) * (1 + attacked)
     knobs = ", ".join(f"{name} {domain.describe()}" for name, domain in plan.knobs.items())
-    search = "TPE on the worst case" if plan.objectives == "worst" else \
-        f"NSGA-II on clean and worst-case accuracy, population {plan.population}"
-    return "\n".join([
-        f"{plan.name}: {plan.num_samples} proposals ({search}, seed {plan.sampler_seed}), "
-        f"{plan.batch} per wave; knobs: {knobs}",
-        f"each proposal: 1 clean run and {attacked} attacked at k = {plan.byzantine} of "
-        f"{plan.clients} ({plan.threat.describe()}), per seed of {plan.seeds}: {per_proposal} runs",
-        f"runs: at most {plan.num_samples * per_proposal} (fewer where a ladder stops at a zero "
-        f"score); per trial {plan.resources.get('cpu', 1):g} CPU, {format_value(plan.resources.get('gpu', 0))} GPU, at most {plan.max_concurrent or 'as resources allow'} "
-        f"at once on Ray"])
+    search = (
+        "TPE on the worst case"
+        if plan.objectives == "worst"
+        else f"NSGA-II on clean and worst-case accuracy, population {plan.population}"
+    )
+    return "\n".join(
+        [
+            f"{plan.name}: {plan.num_samples} proposals ({search}, seed {plan.sampler_seed}), "
+            f"{plan.batch} per wave; knobs: {knobs}",
+            f"each proposal: 1 clean run and {attacked} attacked at k = {plan.byzantine} of "
+            f"{plan.clients} ({plan.threat.describe()}), per seed of {plan.seeds}: {per_proposal} runs",
+            f"runs: at most {plan.num_samples * per_proposal} (fewer where a ladder stops at a zero "
+            f"score); per trial {plan.resources.get('cpu', 1):g} CPU, {format_value(plan.resources.get('gpu', 0))} GPU, at most {plan.max_concurrent or 'as resources allow'} "
+            f"at once on Ray",
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -239,12 +284,17 @@ class Proposal:
         return score(self.clean), score(self.worst)
 
     def row(self) -> dict[str, Any]:
-        return {"proposal": self.number, **self.knobs,
-                "clean_validation": self.values[0], "worst_validation": self.values[1],
-                "worst_attack": " ".join(f"{a}={b}" for a, b in self.worst.breaker),
-                "worst_seed": self.worst_seed,
-                "clean_test": self.clean.test_accuracy, "worst_test": self.worst.test_accuracy,
-                "worst_collapsed": self.worst.collapsed}
+        return {
+            "proposal": self.number,
+            **self.knobs,
+            "clean_validation": self.values[0],
+            "worst_validation": self.values[1],
+            "worst_attack": " ".join(f"{a}={b}" for a, b in self.worst.breaker),
+            "worst_seed": self.worst_seed,
+            "clean_test": self.clean.test_accuracy,
+            "worst_test": self.worst.test_accuracy,
+            "worst_collapsed": self.worst.collapsed,
+        }
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[bool]:
@@ -283,16 +333,23 @@ def seed_mean(outcomes: Sequence[Any]) -> Any:
     from robusttune.experiments.breakdown import Outcome
 
     first = outcomes[0]
-    return Outcome(mean_accuracy(o.accuracy for o in outcomes),
-                   any(o.collapsed for o in outcomes), sum(o.trials for o in outcomes),
-                   tuple(d for o in outcomes for d in o.detail), first.breaker,
-                   test_accuracy=mean_accuracy(o.test_accuracy for o in outcomes),
-                   chance=first.chance)
+    return Outcome(
+        mean_accuracy(o.accuracy for o in outcomes),
+        any(o.collapsed for o in outcomes),
+        sum(o.trials for o in outcomes),
+        tuple(d for o in outcomes for d in o.detail),
+        first.breaker,
+        test_accuracy=mean_accuracy(o.test_accuracy for o in outcomes),
+        chance=first.chance,
+    )
 
 
-def run_study(plan: TuningPlan, runner: Any,
-              on_wave: Callable[[list[Proposal]], None] | None = None,
-              staged: bool = True) -> TuningResult:
+def run_study(
+    plan: TuningPlan,
+    runner: Any,
+    on_wave: Callable[[list[Proposal]], None] | None = None,
+    staged: bool = True,
+) -> TuningResult:
     """Run the study of ``plan`` through ``runner`` (module docstring): waves of ``batch``
     proposals, each wave's clean and attacked points handed to one `spec_evaluator`, with
     shared runs. ``staged``: one runner call per adversary variant for every point of the wave,
@@ -309,31 +366,55 @@ def run_study(plan: TuningPlan, runner: Any,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = {k: optuna_distribution(d) for k, d in plan.knobs.items()}
     if plan.objectives == "worst":
-        study = optuna.create_study(direction="maximize",
-                                    sampler=optuna.samplers.TPESampler(seed=plan.sampler_seed))
+        study = optuna.create_study(
+            direction="maximize", sampler=optuna.samplers.TPESampler(seed=plan.sampler_seed)
+        )
     else:
         study = optuna.create_study(
             directions=["maximize", "maximize"],
-            sampler=optuna.samplers.NSGAIISampler(seed=plan.sampler_seed,
-                                                  population_size=plan.population))
-    evaluate = spec_evaluator(plan.base, runner, seeds=plan.seeds, adversary=plan.threat,
-                              sampler_seed=plan.sampler_seed, staged=staged)
+            sampler=optuna.samplers.NSGAIISampler(
+                seed=plan.sampler_seed, population_size=plan.population
+            ),
+        )
+    evaluate = spec_evaluator(
+        plan.base,
+        runner,
+        seeds=plan.seeds,
+        adversary=plan.threat,
+        sampler_seed=plan.sampler_seed,
+        staged=staged,
+    )
     proposals: list[Proposal] = []
     while len(proposals) < plan.num_samples:
-        asked = [study.ask(distributions) for _ in range(min(plan.batch, plan.num_samples - len(proposals)))]
+        asked = [
+            study.ask(distributions)
+            for _ in range(min(plan.batch, plan.num_samples - len(proposals)))
+        ]
         # one replicate per seed: the worst case is each seed's worst variant, then the worst seed
-        cells = [Cell.of(plan.clients, **trial.params, seed=seed)
-                 for trial in asked for seed in plan.seeds]
-        outcomes = evaluate([Point(c, 0) for c in cells] + [Point(c, plan.byzantine) for c in cells])
+        cells = [
+            Cell.of(plan.clients, **trial.params, seed=seed)
+            for trial in asked
+            for seed in plan.seeds
+        ]
+        outcomes = evaluate(
+            [Point(c, 0) for c in cells] + [Point(c, plan.byzantine) for c in cells]
+        )
         S = len(plan.seeds)
         wave = []
         for i, trial in enumerate(asked):
-            clean = outcomes[i * S:(i + 1) * S]
-            attacked = outcomes[len(cells) + i * S:len(cells) + (i + 1) * S]
+            clean = outcomes[i * S : (i + 1) * S]
+            attacked = outcomes[len(cells) + i * S : len(cells) + (i + 1) * S]
             worst = worst_of(attacked)
-            proposal = Proposal(trial.number, dict(trial.params), seed_mean(clean),
-                                attacked[worst], plan.seeds[worst])
-            study.tell(trial, proposal.values[1] if plan.objectives == "worst" else list(proposal.values))
+            proposal = Proposal(
+                trial.number,
+                dict(trial.params),
+                seed_mean(clean),
+                attacked[worst],
+                plan.seeds[worst],
+            )
+            study.tell(
+                trial, proposal.values[1] if plan.objectives == "worst" else list(proposal.values)
+            )
             wave.append(proposal)
         proposals += wave
         if on_wave is not None:

@@ -9,7 +9,11 @@ batch); this module is one study: `StrengthSearch`."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = ["StrengthSearch", "spans_a_range"]
 
@@ -30,22 +34,29 @@ class StrengthSearch:
     Deterministic: the same seed and the same told scores give the same proposals, so a resumed
     map asks for the same runs again and finds them in its runs.jsonl."""
 
-    def __init__(self, ladder: Sequence[float], tried: Sequence[tuple[float, float]],
-                 seed: int) -> None:
+    def __init__(
+        self, ladder: Sequence[float], tried: Sequence[tuple[float, float]], seed: int
+    ) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         low, high = min(ladder), max(ladder)
         if not 0 < low < high:
-            raise ValueError(f"an adaptive search needs a ladder of positive strengths spanning "
-                             f"a range; got {list(ladder)}")
+            raise ValueError(
+                f"an adaptive search needs a ladder of positive strengths spanning "
+                f"a range; got {list(ladder)}"
+            )
         self.distribution = optuna.distributions.FloatDistribution(low, high, log=True)
-        self.study = optuna.create_study(direction="minimize",
-                                         sampler=optuna.samplers.TPESampler(seed=seed))
+        self.study = optuna.create_study(
+            direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed)
+        )
         for strength, score in tried:
-            self.study.add_trial(optuna.trial.create_trial(
-                params={KEY: strength}, distributions={KEY: self.distribution}, value=score))
-        self._asked = None
+            self.study.add_trial(
+                optuna.trial.create_trial(
+                    params={KEY: strength}, distributions={KEY: self.distribution}, value=score
+                )
+            )
+        self._asked: optuna.trial.Trial | None = None
 
     def ask(self) -> dict[str, float]:
         """The next strength to run, as an adversary variant ``{attack_strength: s}``."""

@@ -33,14 +33,23 @@ tuned over: the defence maximises this minimum.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from robusttune.core.registry import SpecError
 
-__all__ = ["Adversary", "default_attacks", "score", "worst_of", "adversary_variants",
-           "STRENGTH", "staged_order", "family_of"]
+__all__ = [
+    "STRENGTH",
+    "Adversary",
+    "adversary_variants",
+    "default_attacks",
+    "family_of",
+    "score",
+    "staged_order",
+    "worst_of",
+]
 
 STRENGTH = "attack_strength"
 
@@ -50,8 +59,9 @@ def default_attacks() -> tuple[str, ...]:
     (sign_flip and ipm, and the rule-aware attacks), in `staged_order`."""
     from robusttune.methods.attacks import ATTACKS
 
-    return staged_order([name for name in ATTACKS.names()
-                         if getattr(ATTACKS[name], "default_adversary", False)])
+    return staged_order(
+        [name for name in ATTACKS.names() if getattr(ATTACKS[name], "default_adversary", False)]
+    )
 
 
 def staged_order(attacks: Sequence[str]) -> tuple[str, ...]:
@@ -89,7 +99,9 @@ def _ladder(attack: str) -> tuple[float, ...]:
     from robusttune.methods.attacks import ATTACKS
 
     if attack not in ATTACKS:
-        raise SpecError(f"adversary attack must be one of {', '.join(ATTACKS.names())}; got {attack!r}")
+        raise SpecError(
+            f"adversary attack must be one of {', '.join(ATTACKS.names())}; got {attack!r}"
+        )
     return ATTACKS[attack].strength_ladder
 
 
@@ -104,7 +116,9 @@ class Adversary:
     adaptive: int = 0
 
     @classmethod
-    def of(cls, settings: Mapping[str, Sequence[Any]] | None = None, adaptive: int = 0) -> "Adversary":
+    def of(
+        cls, settings: Mapping[str, Sequence[Any]] | None = None, adaptive: int = 0
+    ) -> Adversary:
         """Validated: values listed, adaptive >= 0, no adaptive search over strengths given;
         the attacks listed in `staged_order`."""
         settings = dict(settings or {})
@@ -114,14 +128,16 @@ class Adversary:
         if adaptive < 0:
             raise SpecError(f"adaptive must be >= 0 runs; got {adaptive}")
         if adaptive and STRENGTH in settings:
-            raise SpecError("the adaptive adversary searches each attack's own strength range; "
-                            "allowed with it: no adversary.attack_strength")
+            raise SpecError(
+                "the adaptive adversary searches each attack's own strength range; "
+                "allowed with it: no adversary.attack_strength"
+            )
         if "attack" in settings:
             settings["attack"] = list(staged_order(settings["attack"]))
         return cls(tuple((k, tuple(v)) for k, v in settings.items()), int(adaptive))
 
     @classmethod
-    def default(cls, attacks: Sequence[str] = (), adaptive: int = 0) -> "Adversary":
+    def default(cls, attacks: Sequence[str] = (), adaptive: int = 0) -> Adversary:
         """Every attack in ``attacks`` (default: `default_attacks`) over its ladder."""
         return cls.of({"attack": list(attacks) or list(default_attacks())}, adaptive)
 

@@ -26,7 +26,8 @@ them too.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -35,9 +36,18 @@ from robusttune.core.registry import SpecError
 from robusttune.core.validation import Checked, optional_int
 
 __all__ = [
-    "Deployment", "byzantine_law", "p_majority_round", "p_exceeds_trim_round", "p_any_round",
-    "calibrated_trim_ratio", "smallest_safe_trim", "analyze", "aggregator_inputs",
-    "lattice_byzantine", "check_trim", "EPS",
+    "EPS",
+    "Deployment",
+    "aggregator_inputs",
+    "analyze",
+    "byzantine_law",
+    "calibrated_trim_ratio",
+    "check_trim",
+    "lattice_byzantine",
+    "p_any_round",
+    "p_exceeds_trim_round",
+    "p_majority_round",
+    "smallest_safe_trim",
 ]
 
 # floor(x + EPS): the same tolerance as RunSpec.n_byzantine, so 0.3 * 10 counts as 3, not 2, and
@@ -62,14 +72,17 @@ class Deployment(Checked):
     mode: Literal["fixed", "bernoulli"] = "fixed"
 
     @model_validator(mode="after")
-    def _sample_size_fits(self) -> "Deployment":
+    def _sample_size_fits(self) -> Deployment:
         if self.sample_size is not None:
             if self.mode == "bernoulli":
-                raise ValueError("sample_size applies to fixed sampling only; bernoulli draws each "
-                                 "client with probability participation")
+                raise ValueError(
+                    "sample_size applies to fixed sampling only; bernoulli draws each "
+                    "client with probability participation"
+                )
             if self.sample_size > self.clients:
-                raise ValueError(f"sample_size must be in [1, clients={self.clients}]; got "
-                                 f"{self.sample_size}")
+                raise ValueError(
+                    f"sample_size must be in [1, clients={self.clients}]; got {self.sample_size}"
+                )
         return self
 
     @property
@@ -82,7 +95,7 @@ class Deployment(Checked):
         """n for fixed sampling; the expected size round(p N) (at least 1) for bernoulli."""
         if self.sample_size is not None:
             return self.sample_size
-        return max(1, int(round(self.participation * self.clients)))
+        return max(1, round(self.participation * self.clients))
 
 
 def check_trim(trim_ratio: float) -> None:
@@ -140,15 +153,15 @@ def p_exceeds_trim_round(d: Deployment, trim_ratio: float, cache: bool = False) 
     check_trim(trim_ratio)
     B, N = d.n_byzantine, d.clients
     if cache:
-        return float(B > int(floor_eps(N * trim_ratio)))
+        return float(int(floor_eps(N * trim_ratio)) < B)
     if d.mode == "fixed":
         n = d.n_sampled
         return float(stats.hypergeom.sf(int(floor_eps(n * trim_ratio)), N, B, n))
-    trims = floor_eps(np.arange(N + 1) * trim_ratio)            # floor(n r) for n = 0..N
+    trims = floor_eps(np.arange(N + 1) * trim_ratio)  # floor(n r) for n = 0..N
     k = np.arange(1, B + 1)
     # first sample size whose trim reaches k; every smaller n (>= k) leaves k > floor(n r)
     first_covering = np.searchsorted(trims, k, side="left")
-    h_max = np.minimum(first_covering - 1 - k, N - B)        # may be < 0: never exceeds
+    h_max = np.minimum(first_covering - 1 - k, N - B)  # may be < 0: never exceeds
     p = d.participation
     inside = np.where(h_max >= 0, stats.binom.cdf(np.maximum(h_max, 0), N - B, p), 0.0)
     return float((stats.binom.pmf(k, B, p) * inside).sum())
@@ -173,7 +186,7 @@ def smallest_safe_trim(d: Deployment, risk: float = 0.05, cache: bool = False) -
     An analytic lower bound on what the trim sweep recommends: it ignores what an attack does
     inside the trimmed band."""
     n_in = d.clients if cache else d.n_sampled
-    for j in range(0, math.ceil(n_in / 2)):
+    for j in range(math.ceil(n_in / 2)):
         r = j / n_in
         if r >= 0.5:
             break
@@ -198,18 +211,23 @@ def analyze(d: Deployment, trim_ratios: Sequence[float] = (), risk: float = 0.05
     for r in trims:
         e = p_exceeds_trim_round(d, r)
         e_cache = p_exceeds_trim_round(d, r, cache=True)
-        per_trim.append({
-            "trim_ratio": r,
-            "trimmed_per_side": int(floor_eps(d.n_sampled * r)),
-            "trimmed_per_side_cache": int(floor_eps(d.clients * r)),
-            "p_exceeds_trim_round": e,
-            "p_exceeds_trim_any": p_any_round(e, d.rounds),
-            "p_exceeds_trim_round_cache": e_cache,
-            "p_exceeds_trim_any_cache": p_any_round(e_cache, d.rounds),
-        })
+        per_trim.append(
+            {
+                "trim_ratio": r,
+                "trimmed_per_side": int(floor_eps(d.n_sampled * r)),
+                "trimmed_per_side_cache": int(floor_eps(d.clients * r)),
+                "p_exceeds_trim_round": e,
+                "p_exceeds_trim_any": p_any_round(e, d.rounds),
+                "p_exceeds_trim_round_cache": e_cache,
+                "p_exceeds_trim_any_cache": p_any_round(e_cache, d.rounds),
+            }
+        )
     return {
-        "clients": d.clients, "participation": d.participation, "mode": d.mode,
-        "byzantine_fraction": d.byzantine_fraction, "n_byzantine": d.n_byzantine,
+        "clients": d.clients,
+        "participation": d.participation,
+        "mode": d.mode,
+        "byzantine_fraction": d.byzantine_fraction,
+        "n_byzantine": d.n_byzantine,
         "sample_size": d.n_sampled if d.mode == "fixed" else None,
         "expected_sample_size": d.n_sampled if d.mode == "fixed" else d.participation * d.clients,
         "rounds": d.rounds,

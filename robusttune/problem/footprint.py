@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,8 +44,17 @@ from robusttune.problem.data.base import DataShape
 from robusttune.problem.models import make_model
 from robusttune.problem.training import EVALUATION_CHUNK
 
-__all__ = ["Footprint", "data_shape", "model_profile", "run_footprint", "round_clients",
-           "CUDA_CONTEXT_BYTES", "SAMPLED_COPIES", "CACHED_COPIES", "ACTIVATION_COPIES"]
+__all__ = [
+    "ACTIVATION_COPIES",
+    "CACHED_COPIES",
+    "CUDA_CONTEXT_BYTES",
+    "SAMPLED_COPIES",
+    "Footprint",
+    "data_shape",
+    "model_profile",
+    "round_clients",
+    "run_footprint",
+]
 
 # A process's CUDA context and PyTorch's loaded kernels, outside the caching allocator (a few
 # hundred MiB on current drivers with lazy module loading); every trial process pays it once.
@@ -87,8 +97,9 @@ def data_shape(spec: Any) -> DataShape | None:
     return declared if isinstance(declared, DataShape) else None
 
 
-def model_profile(name: str, input_shape: Sequence[int], num_classes: int,
-                  **params: Any) -> tuple[int, int, int]:
+def model_profile(
+    name: str, input_shape: Sequence[int], num_classes: int, **params: Any
+) -> tuple[int, int, int]:
     """(d, a, a_max): the parameter count of model ``name``, and the sum and the largest of the
     output sizes of its leaf modules in one forward pass of one input, read on the ``meta``
     device. Kept per registered model, shape and knobs: a driver sizes every trial of a map, and
@@ -102,8 +113,13 @@ def model_profile(name: str, input_shape: Sequence[int], num_classes: int,
     return _kept_profile(MODELS[name], name, shape, int(num_classes), knobs)
 
 
-def _measured_profile(entry: Any, name: str, shape: tuple[int, ...], num_classes: int,
-                      knobs: tuple[tuple[str, Any], ...]) -> tuple[int, int, int]:
+def _measured_profile(
+    entry: Any,
+    name: str,
+    shape: tuple[int, ...],
+    num_classes: int,
+    knobs: tuple[tuple[str, Any], ...],
+) -> tuple[int, int, int]:
     # ``entry`` (the registered class) only keys the cache: a model registered again is new
     with torch.device("meta"):
         model = make_model(name, shape, num_classes, **dict(knobs))
@@ -113,8 +129,11 @@ def _measured_profile(entry: Any, name: str, shape: tuple[int, ...], num_classes
             if isinstance(output, torch.Tensor):
                 sizes.append(output.numel())
 
-        hooks = [module.register_forward_hook(count) for module in model.modules()
-                 if not list(module.children())]
+        hooks = [
+            module.register_forward_hook(count)
+            for module in model.modules()
+            if not list(module.children())
+        ]
         try:
             with torch.no_grad():
                 model(torch.empty(1, *shape))
@@ -143,15 +162,19 @@ def run_footprint(spec: Any) -> Footprint | None:
     if shape is None:
         return None
     try:
-        d, per_input, largest = model_profile(spec.model, shape.input_shape, shape.num_classes,
-                                              **spec.params_for(MODELS, spec.model))
+        d, per_input, largest = model_profile(
+            spec.model, shape.input_shape, shape.num_classes, **spec.params_for(MODELS, spec.model)
+        )
     except (SpecError, RuntimeError, NotImplementedError, TypeError, ValueError):
         return None  # a plugin model that needs real tensors to be built
     features = math.prod(shape.input_shape)
     clients, n, batch = int(spec.clients), round_clients(spec), int(spec.batch_size)
     return Footprint(
-        parameters=d, activations_per_input=per_input, context=CUDA_CONTEXT_BYTES,
+        parameters=d,
+        activations_per_input=per_input,
+        context=CUDA_CONTEXT_BYTES,
         data=FLOAT_BYTES * (shape.samples + int(spec.fltrust_root_size)) * features,
         state=FLOAT_BYTES * (SAMPLED_COPIES * n + CACHED_COPIES * clients) * d,
         training=FLOAT_BYTES * ACTIVATION_COPIES * n * batch * per_input,
-        evaluation=FLOAT_BYTES * 2 * EVALUATION_CHUNK * largest)
+        evaluation=FLOAT_BYTES * 2 * EVALUATION_CHUNK * largest,
+    )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -24,10 +25,19 @@ from robusttune.core.registries import MODELS
 from robusttune.core.registry import SpecError
 
 __all__ = [
-    "MODELS", "make_model", "flat_params", "load_flat_params", "ParamLayout", "param_layout",
-    "param_views", "bound_copy", "CNN2", "ConvNet", "MLP", "resnet18",
+    "CNN2",
+    "MLP",
+    "MODELS",
+    "ConvNet",
+    "ParamLayout",
+    "bound_copy",
+    "flat_params",
+    "load_flat_params",
+    "make_model",
+    "param_layout",
+    "param_views",
+    "resnet18",
 ]
-
 
 
 def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
@@ -40,7 +50,7 @@ def _image_shape(name: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
             f"model {name!r} needs an image input_shape (C, H, W); got {tuple(input_shape)} "
             f"(use model mlp for flat inputs)"
         )
-    return shape  # type: ignore[return-value]
+    return shape
 
 
 @MODELS.register("cnn2")
@@ -105,8 +115,9 @@ class ConvNet(nn.Module):
         super().__init__()
         c, h, w = _image_shape("convnet", input_shape)
         if min(h, w) < 6:
-            raise SpecError(f"model 'convnet' needs images of at least 6x6; got {h}x{w} "
-                            f"(cnn2 takes any size)")
+            raise SpecError(
+                f"model 'convnet' needs images of at least 6x6; got {h}x{w} (cnn2 takes any size)"
+            )
         self.image_shape = (c, h, w)
         self.conv1 = nn.Conv2d(c, 32, kernel_size=3)
         self.conv2 = nn.Conv2d(32, 64, kernel_size=3)
@@ -116,7 +127,9 @@ class ConvNet(nn.Module):
         self.relu = nn.ReLU()
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x.reshape(x.shape[0], *self.image_shape)  # reshape: vmap's batches may not be contiguous
+        x = x.reshape(
+            x.shape[0], *self.image_shape
+        )  # reshape: vmap's batches may not be contiguous
         x = self.pool(self.relu(self.conv2(self.relu(self.conv1(x)))))
         x = self.relu(self.fc1(x.flatten(1)))
         return self.fc2(x)
@@ -135,8 +148,10 @@ class MLP(nn.Module):
         if features < 1:
             raise SpecError(f"model 'mlp' needs a non-empty input_shape; got {tuple(input_shape)}")
         self.net = nn.Sequential(
-            nn.Linear(features, self.hidden), nn.ReLU(),
-            nn.Linear(self.hidden, self.hidden), nn.ReLU(),
+            nn.Linear(features, self.hidden),
+            nn.ReLU(),
+            nn.Linear(self.hidden, self.hidden),
+            nn.ReLU(),
             nn.Linear(self.hidden, num_classes),
         )
 
@@ -157,8 +172,12 @@ def resnet18(input_shape: Sequence[int], num_classes: int) -> nn.Module:
     from torchvision.models.resnet import BasicBlock, ResNet
 
     c, h, w = _image_shape("resnet18", input_shape)
-    model = ResNet(BasicBlock, [2, 2, 2, 2], num_classes=num_classes,
-                   norm_layer=lambda channels: nn.GroupNorm(RESNET_GROUPS, channels))
+    model = ResNet(
+        BasicBlock,
+        [2, 2, 2, 2],
+        num_classes=num_classes,
+        norm_layer=lambda channels: nn.GroupNorm(RESNET_GROUPS, channels),
+    )
     model.conv1 = nn.Conv2d(c, 64, kernel_size=3, stride=1, padding=1, bias=False)
     model.maxpool = nn.Identity()
     return _Reshape((c, h, w), model)
@@ -238,7 +257,7 @@ class ParamLayout:
         stack of k clients gives tensors of shape (k, *shape)). Slices of a contiguous last
         dimension reshape without a copy, so gradients w.r.t. ``flat`` come back flat."""
         lead = flat.shape[:-1]
-        chunks = torch.split(flat, self.sizes, dim=-1)
+        chunks = torch.split(flat, list(self.sizes), dim=-1)
         return {n: c.view(*lead, *s) for n, c, s in zip(self.names, chunks, self.shapes)}
 
 
@@ -255,7 +274,9 @@ def _flat_layout(model: nn.Module, flat: Tensor) -> ParamLayout:
     """The model's layout, once ``flat`` is checked to be one vector of it (Tensor[d])."""
     layout = param_layout(model)
     if flat.shape != (layout.numel,):
-        raise ValueError(f"expected a flat vector of {layout.numel} values; got shape {tuple(flat.shape)}")
+        raise ValueError(
+            f"expected a flat vector of {layout.numel} values; got shape {tuple(flat.shape)}"
+        )
     return layout
 
 
@@ -264,7 +285,7 @@ def param_views(model: nn.Module, flat: Tensor) -> dict[str, Tensor]:
     return param_layout(model).views(flat)
 
 
-def bound_copy(model: nn.Module, flat: Tensor) -> tuple[nn.Module, list[nn.Parameter]]:
+def bound_copy(model: nn.Module, flat: Tensor) -> tuple[nn.Module, list[Tensor]]:
     """A copy of ``model`` whose parameters are leaf views of ``flat`` (Tensor[d], the layout of
     `flat_params`), and those parameters in that order: ``copy(x)`` computes f(x; flat), the
     gradient of a loss comes back per parameter, and an in-place update of a parameter writes
@@ -276,7 +297,7 @@ def bound_copy(model: nn.Module, flat: Tensor) -> tuple[nn.Module, list[nn.Param
     fifth of one of its steps on the CPU). The arithmetic is the same kernels on the same values,
     so the results are the same bits as ``functional_call``'s."""
     layout = _flat_layout(model, flat)
-    bound = [nn.Parameter(view) for view in layout.views(flat).values()]
+    bound: list[Tensor] = [nn.Parameter(view) for view in layout.views(flat).values()]
     # deepcopy takes a memo of objects already copied: the parameters map to the views
     memo = {id(p): b for p, b in zip(model.parameters(), bound)}
     return copy.deepcopy(model, memo), bound

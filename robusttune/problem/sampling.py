@@ -12,8 +12,9 @@ from torch import Tensor
 __all__ = ["Sample", "draw_clients", "is_byzantine_majority"]
 
 
-def draw_clients(mode: str, clients: int, participation: float, sample_size: int,
-                 generator: torch.Generator) -> Tensor:
+def draw_clients(
+    mode: str, clients: int, participation: float, sample_size: int, generator: torch.Generator
+) -> Tensor:
     """The sampled clients, sorted, as a CPU long tensor. ``fixed``: ``sample_size`` clients
     without replacement (a random permutation's head); ``bernoulli``: each client independently
     with probability ``participation`` (possibly nobody)."""
@@ -34,14 +35,14 @@ def is_byzantine_majority(n_byzantine: int, n_sampled: int) -> bool:
 class Sample:
     """This round's sampled clients and which of them are Byzantine."""
 
-    clients_cpu: Tensor      # long[k]
-    byzantine_cpu: Tensor    # bool[k]
-    clients: Tensor          # long[k] on the run's device
-    byzantine_rows: Tensor   # long[b] positions of the Byzantine clients in the sample, device
-    honest_rows: Tensor      # long[k - b] positions of the honest ones, device
+    clients_cpu: Tensor  # long[k]
+    byzantine_cpu: Tensor  # bool[k]
+    clients: Tensor  # long[k] on the run's device
+    byzantine_rows: Tensor  # long[b] positions of the Byzantine clients in the sample, device
+    honest_rows: Tensor  # long[k - b] positions of the honest ones, device
 
     @classmethod
-    def of(cls, clients: Tensor, byzantine: Tensor, device: torch.device | str) -> "Sample":
+    def of(cls, clients: Tensor, byzantine: Tensor, device: torch.device | str) -> Sample:
         """From the clients and their Byzantine flags (any device); copies to ``device`` are
         non-blocking, so building a Sample never waits for queued GPU work."""
         clients_cpu = clients.detach().cpu().long()
@@ -51,8 +52,13 @@ class Sample:
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=True)
 
-        return cls(clients_cpu, byzantine_cpu, move(clients_cpu), move(positions[byzantine_cpu]),
-                   move(positions[~byzantine_cpu]))
+        return cls(
+            clients_cpu,
+            byzantine_cpu,
+            move(clients_cpu),
+            move(positions[byzantine_cpu]),
+            move(positions[~byzantine_cpu]),
+        )
 
     @property
     def size(self) -> int:

@@ -65,20 +65,25 @@ an operation that has no deterministic CUDA kernel raises (``bench/gpu.py`` list
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from robusttune.problem.models import bound_copy, param_layout
 from robusttune.core.registry import SpecError
+from robusttune.problem.models import bound_copy, param_layout
 
 __all__ = [
-    "Evaluation", "STRATEGIES", "train_clients", "client_gradients", "evaluate", "resolve_trainer",
+    "STRATEGIES",
+    "Evaluation",
     "batch_orders",
+    "client_gradients",
+    "evaluate",
+    "resolve_trainer",
+    "train_clients",
 ]
 
 STRATEGIES = ("sequential", "batched")
@@ -113,7 +118,9 @@ def resolve_trainer(trainer: str, device: torch.device | str) -> str:
     if trainer == "auto":
         return "batched" if torch.device(device).type == "cuda" else "sequential"
     if trainer not in STRATEGIES:
-        raise SpecError(f"trainer {trainer!r} is not allowed; allowed: auto, {', '.join(STRATEGIES)}")
+        raise SpecError(
+            f"trainer {trainer!r} is not allowed; allowed: auto, {', '.join(STRATEGIES)}"
+        )
     return trainer
 
 
@@ -132,8 +139,10 @@ def batch_orders(n: int, *, epochs: int, batch_size: int, seed: int) -> list[Ten
 
 def _check_args(start: Tensor, data: ClientData, seeds: Sequence[int], batch_size: int) -> None:
     if start.dim() not in (1, 2) or (start.dim() == 2 and len(start) != len(data)):
-        raise ValueError(f"start must be a flat parameter vector Tensor[d] or one per client, "
-                         f"Tensor[{len(data)}, d]; got shape {tuple(start.shape)}")
+        raise ValueError(
+            f"start must be a flat parameter vector Tensor[d] or one per client, "
+            f"Tensor[{len(data)}, d]; got shape {tuple(start.shape)}"
+        )
     if len(seeds) != len(data):
         raise ValueError(f"need one seed per client: {len(data)} clients, {len(seeds)} seeds")
     if batch_size < 1:
@@ -174,8 +183,10 @@ def train_clients(
     start = start.detach()
     if len(data) == 0:
         return start.new_empty((0, start.shape[-1]))
-    orders = [batch_orders(len(y), epochs=epochs, batch_size=batch_size, seed=s)
-              for (_, y), s in zip(data, seeds)]
+    orders = [
+        batch_orders(len(y), epochs=epochs, batch_size=batch_size, seed=s)
+        for (_, y), s in zip(data, seeds)
+    ]
     if drift is not None:
         drift = drift.detach().to(start.device, start.dtype)
     starts = start.expand(len(data), -1)  # one row per client: a view of a shared start
@@ -184,9 +195,16 @@ def train_clients(
     return _train_sequential(model, starts, data, orders, batch_size, lr, momentum, drift)
 
 
-def _train_sequential(model: nn.Module, starts: Tensor, data: ClientData, orders: list[list[Tensor]],
-                      batch_size: int, lr: float, momentum: float,
-                      drift: Tensor | None = None) -> Tensor:
+def _train_sequential(
+    model: nn.Module,
+    starts: Tensor,
+    data: ClientData,
+    orders: list[list[Tensor]],
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    drift: Tensor | None = None,
+) -> Tensor:
     layout = param_layout(model)
     drifts = None if drift is None else list(layout.views(drift).values())
     out = starts.clone(memory_format=torch.contiguous_format)
@@ -210,7 +228,7 @@ def _train_sequential(model: nn.Module, starts: Tensor, data: ClientData, orders
             with torch.no_grad():
                 if drifts is not None:
                     grads = torch._foreach_add(grads, drifts)
-                if buf is None:
+                if bufs is None:
                     torch._foreach_add_(params, grads, alpha=-lr)
                 else:
                     torch._foreach_mul_(bufs, momentum)
@@ -221,7 +239,9 @@ def _train_sequential(model: nn.Module, starts: Tensor, data: ClientData, orders
     return out
 
 
-def _epoch_batches(x: Tensor, y: Tensor, batches: list[Tensor], batch_size: int):
+def _epoch_batches(
+    x: Tensor, y: Tensor, batches: list[Tensor], batch_size: int
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Yield (x_b, y_b) in order, gathering each epoch's permutation once (batches within an
     epoch are consecutive slices of one permutation)."""
     n = len(y)
@@ -229,13 +249,14 @@ def _epoch_batches(x: Tensor, y: Tensor, batches: list[Tensor], batch_size: int)
         return
     per_epoch = math.ceil(n / batch_size)
     for e in range(0, len(batches), per_epoch):
-        perm = torch.cat(batches[e:e + per_epoch]).to(x.device, non_blocking=True)
+        perm = torch.cat(batches[e : e + per_epoch]).to(x.device, non_blocking=True)
         xs, ys = x[perm], y[perm]
         yield from zip(xs.split(batch_size), ys.split(batch_size))
 
 
-def _padded_index(orders: list[list[Tensor]], offsets: list[int], batch_size: int,
-                  steps: int) -> tuple[Tensor, Tensor]:
+def _padded_index(
+    orders: list[list[Tensor]], offsets: list[int], batch_size: int, steps: int
+) -> tuple[Tensor, Tensor]:
     """Index table ``Tensor[k, steps, B]`` into the concatenated data and the weights
     ``Tensor[k, steps, B]`` (1 for a real sample, 0 for padding). A short batch is padded with its
     own first index; steps past a client's end point at row 0 with weight 0 (never used)."""
@@ -250,14 +271,14 @@ def _padded_index(orders: list[list[Tensor]], offsets: list[int], batch_size: in
         # where each step starts in `flat` and how many real samples it has: one gather per client
         sizes = torch.tensor([len(b) for b in batches])
         first = torch.cumsum(sizes, 0) - sizes
-        real = slot < sizes[:, None]                                    # [T_i, B]
+        real = slot < sizes[:, None]  # [T_i, B]
         pos = torch.where(real, first[:, None] + slot, first[:, None])  # pad = the batch's first
-        index[i, :len(batches)] = flat[pos] + offsets[i]
-        weight[i, :len(batches)] = real.float()
+        index[i, : len(batches)] = flat[pos] + offsets[i]
+        weight[i, : len(batches)] = real.float()
     return index, weight
 
 
-def _weighted_loss(model: nn.Module):
+def _weighted_loss(model: nn.Module) -> Callable[..., Tensor]:
     """L(theta; x, y, w) = sum_j w_j CE(f(x_j; theta), y_j) / sum_j w_j for one client, theta a
     ``{name: tensor}`` dict (gradients come back as a dict of the same views, no concatenation)."""
 
@@ -268,15 +289,25 @@ def _weighted_loss(model: nn.Module):
     return loss
 
 
-def _train_batched(model: nn.Module, starts: Tensor, data: ClientData, orders: list[list[Tensor]],
-                   batch_size: int, lr: float, momentum: float,
-                   drift: Tensor | None = None) -> Tensor:
+def _train_batched(
+    model: nn.Module,
+    starts: Tensor,
+    data: ClientData,
+    orders: list[list[Tensor]],
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    drift: Tensor | None = None,
+) -> Tensor:
     k, device = len(data), starts.device
     steps = [len(b) for b in orders]
     # clients in decreasing number of steps: those still training at step t are a prefix
     rank = sorted(range(k), key=lambda i: -steps[i])
-    active = (torch.tensor(steps)[None, :] > torch.arange(max(steps))[:, None]).sum(1).tolist() \
-        if max(steps) > 0 else []
+    active = (
+        (torch.tensor(steps)[None, :] > torch.arange(max(steps))[:, None]).sum(1).tolist()
+        if max(steps) > 0
+        else []
+    )
     if not active:
         return starts.clone(memory_format=torch.contiguous_format)
     # the stack is in `rank` order (clients by decreasing steps); indexing copies the starts
@@ -306,14 +337,14 @@ def _train_batched(model: nn.Module, starts: Tensor, data: ClientData, orders: l
             if drift is not None:  # one add per parameter tensor, broadcast over the clients
                 for g, b in zip(grads, layout.views(drift).values()):
                     g.add_(b)
-            params = list(params.values())
+            tensors = list(params.values())
             if buf is None:
-                torch._foreach_add_(params, grads, alpha=-lr)
+                torch._foreach_add_(tensors, grads, alpha=-lr)
             else:
                 bufs = list(layout.views(buf[:a]).values())
                 torch._foreach_mul_(bufs, momentum)
                 torch._foreach_add_(bufs, grads)
-                torch._foreach_add_(params, bufs, alpha=-lr)
+                torch._foreach_add_(tensors, bufs, alpha=-lr)
     out = torch.empty_like(theta)
     # torch.tensor(..., device=cuda) would copy and then synchronise the stream
     out[order] = theta
@@ -364,8 +395,9 @@ def client_gradients(
     # one gather per client of just its batch, padded to B with its first sample at weight 0;
     # the index table and the weights are built on the host and copied once
     sizes = torch.tensor([len(batches[i]) for i in live])
-    table = torch.stack([torch.cat([batches[i], batches[i][:1].expand(batch_size - len(batches[i]))])
-                         for i in live])
+    table = torch.stack(
+        [torch.cat([batches[i], batches[i][:1].expand(batch_size - len(batches[i]))]) for i in live]
+    )
     table = _to_data_device(table, [data[i] for i in live])
     xs = [data[i][0][table[j]] for j, i in enumerate(live)]
     ys = [data[i][1][table[j]] for j, i in enumerate(live)]
@@ -408,8 +440,9 @@ def _first_batch(n: int, batch_size: int, seed: int) -> Tensor:
 EVALUATION_CHUNK = 4096
 
 
-def evaluate(model: nn.Module, params: Tensor, x: Tensor, y: Tensor, *,
-             chunk_size: int = EVALUATION_CHUNK) -> Evaluation:
+def evaluate(
+    model: nn.Module, params: Tensor, x: Tensor, y: Tensor, *, chunk_size: int = EVALUATION_CHUNK
+) -> Evaluation:
     """accuracy = (1/n) sum_j [argmax f(x_j) = y_j];  loss = (1/n) sum_j CE(f(x_j), y_j);
     max_class_share = max_c (1/n) #{j : argmax f(x_j) = c}.
 
@@ -435,8 +468,14 @@ def evaluate(model: nn.Module, params: Tensor, x: Tensor, y: Tensor, *,
             counts = c if counts is None else counts + c
         assert counts is not None
         # one device-to-host read for the four figures (each .item() is a stream sync)
-        read = torch.stack([correct.double(), loss_sum, counts.max().double(),
-                            torch.isfinite(params).all().double()]).tolist()
+        read = torch.stack(
+            [
+                correct.double(),
+                loss_sum,
+                counts.max().double(),
+                torch.isfinite(params).all().double(),
+            ]
+        ).tolist()
     n_correct, total_loss, top_count, finite = read
     loss = total_loss / n if finite else math.nan
     return Evaluation(accuracy=n_correct / n, loss=loss, max_class_share=top_count / n)

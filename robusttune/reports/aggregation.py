@@ -16,12 +16,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from robusttune.reports import axes
 from robusttune.display.markdown import markdown_table
 from robusttune.display.plots import aggregation_error_vs_corruption, fit_sqrt_bound
+from robusttune.reports import axes
 
-__all__ = ["run_aggregation_errors", "aggregation_error_table", "sqrt_fit_table", "write_figure_two",
-           "figure_two_section"]
+__all__ = [
+    "aggregation_error_table",
+    "figure_two_section",
+    "run_aggregation_errors",
+    "sqrt_fit_table",
+    "write_figure_two",
+]
 
 
 def run_aggregation_errors(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataFrame:
@@ -30,8 +35,11 @@ def run_aggregation_errors(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataF
     round makes the run's mean infinite). Runs whose rounds.csv lacks the column (written before
     it was recorded) keep the summary's ``mean_aggregation_error`` when there is one, else NaN."""
     out = runs.copy()
-    fallback = out["mean_aggregation_error"].astype(float) if "mean_aggregation_error" in out \
+    fallback = (
+        out["mean_aggregation_error"].astype(float)
+        if "mean_aggregation_error" in out
         else pd.Series(math.nan, index=out.index)
+    )
     if len(rounds) and "aggregation_error" in rounds:
         values = pd.to_numeric(rounds["aggregation_error"], errors="coerce")
         means = values.groupby(rounds["run_id"]).mean()
@@ -43,7 +51,7 @@ def run_aggregation_errors(runs: pd.DataFrame, rounds: pd.DataFrame) -> pd.DataF
 
 def _cell_keys(runs: pd.DataFrame) -> list[str]:
     extra = [k for k in ("dataset", "participation") if k in runs and runs[k].nunique() > 1]
-    return extra + ["method", "threat", "byzantine_fraction"]
+    return [*extra, "method", "threat", "byzantine_fraction"]
 
 
 def aggregation_error_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -77,22 +85,35 @@ def sqrt_fit_table(runs: pd.DataFrame) -> pd.DataFrame:
         clean = group[group["byzantine_fraction"] == 0]
         for threat in sorted(set(group.loc[group["attack"] != "none", "threat"])):
             attacked = group[(group["threat"] == threat) & (group["byzantine_fraction"] > 0)]
-            curve = pd.concat([clean, attacked]).groupby("byzantine_fraction")["aggregation_error"].mean()
+            curve = (
+                pd.concat([clean, attacked])
+                .groupby("byzantine_fraction")["aggregation_error"]
+                .mean()
+            )
             curve = curve[np.isfinite(curve.to_numpy(float))]
             if len(curve) < 3:
                 continue
             beta, error = curve.index.to_numpy(float), curve.to_numpy(float)
             e0, c = fit_sqrt_bound(beta, error)
             residual = float(np.max(np.abs(e0 + c * np.sqrt(beta) - error)))
-            rows.append({**dict(zip(keys, group_key)), "threat": threat, "E0": e0, "C": c,
-                         "points": len(curve), "max_residual": residual})
+            rows.append(
+                {
+                    **dict(zip(keys, group_key)),
+                    "threat": threat,
+                    "E0": e0,
+                    "C": c,
+                    "points": len(curve),
+                    "max_residual": residual,
+                }
+            )
     if not rows:
         return pd.DataFrame()
-    return pd.DataFrame(rows).set_index(keys + ["threat"])
+    return pd.DataFrame(rows).set_index([*keys, "threat"])
 
 
-def write_figure_two(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path
-                     ) -> tuple[pd.DataFrame, pd.DataFrame, Path | None, dict[str, str]]:
+def write_figure_two(
+    runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path
+) -> tuple[pd.DataFrame, pd.DataFrame, Path | None, dict[str, str]]:
     """The report's Figure 2 material in ``out_dir``: ``aggregation_error.csv`` (the per-cell
     table), ``aggregation_error_fit.csv`` (the fits) and ``aggregation_error_vs_corruption.png``.
     Returns (table, fits, figure path or None, attacks without a panel and why); nothing is
@@ -104,7 +125,9 @@ def write_figure_two(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path
     fits = sqrt_fit_table(scored)
     table.to_csv(out_dir / "aggregation_error.csv")
     fits.to_csv(out_dir / "aggregation_error_fit.csv")
-    figure, skipped = aggregation_error_vs_corruption(scored, out_dir / "aggregation_error_vs_corruption.png")
+    figure, skipped = aggregation_error_vs_corruption(
+        scored, out_dir / "aggregation_error_vs_corruption.png"
+    )
     return table, fits, figure, skipped
 
 
@@ -114,13 +137,17 @@ def figure_two_section(runs: pd.DataFrame, rounds: pd.DataFrame, out_dir: Path) 
     table, fits, figure, skipped = write_figure_two(runs, rounds, out_dir)
     if table.empty:
         return []
-    lines = ["## Figure 2: aggregation error against corruption", "",
-             "Per round, ||Agg − x̄_H||₂: the rule's output against the mean of its honest inputs, "
-             "in the space it aggregates (under a cache, the honest cached rows). A run's figure "
-             "is its mean over rounds; the table averages runs (std over runs, ddof = 1). Dashed: "
-             "E(β) = E0 + C sqrt(β) (SWB-DM Eq. 1) fitted to SWB when present, else to the first "
-             "method, where at least three points exist. CSVs: aggregation_error.csv, "
-             "aggregation_error_fit.csv.", ""]
+    lines = [
+        "## Figure 2: aggregation error against corruption",
+        "",
+        "Per round, ||Agg − x̄_H||₂: the rule's output against the mean of its honest inputs, "
+        "in the space it aggregates (under a cache, the honest cached rows). A run's figure "
+        "is its mean over rounds; the table averages runs (std over runs, ddof = 1). Dashed: "
+        "E(β) = E0 + C sqrt(β) (SWB-DM Eq. 1) fitted to SWB when present, else to the first "
+        "method, where at least three points exist. CSVs: aggregation_error.csv, "
+        "aggregation_error_fit.csv.",
+        "",
+    ]
     if figure is not None:
         lines += [f"![aggregation error against corruption]({figure.name})", ""]
     lines += [f"- no panel for {attack}: {reason}" for attack, reason in skipped.items()]

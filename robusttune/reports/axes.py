@@ -17,21 +17,46 @@ is dropped when every group of runs that agrees on the kept keys has one value o
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
 from robusttune.core.runspec import run_keys
 
-__all__ = ["AXIS_ORDER", "NOT_AXES", "THREAT_KEYS", "varying_axes", "split_label", "labelled",
-           "row_axes", "cell_index", "accuracy_percent", "seed_table", "NOT_CONFIGURATION",
-           "distinct_runs", "ablation_labelled"]
+__all__ = [
+    "AXIS_ORDER",
+    "NOT_AXES",
+    "NOT_CONFIGURATION",
+    "THREAT_KEYS",
+    "ablation_labelled",
+    "accuracy_percent",
+    "cell_index",
+    "distinct_runs",
+    "labelled",
+    "row_axes",
+    "seed_table",
+    "split_label",
+    "varying_axes",
+]
 
 # The order keys are considered in: a key earlier here is kept, and the later keys it fixes are
 # dropped (method before algorithm/aggregator, participation before what is coupled to it).
-AXIS_ORDER = ("dataset", "model", "method", "attack", "attack_strength", "byzantine_fraction",
-              "participation", "participation_mode", "sample_size", "dirichlet_alpha",
-              "demoa_ablation", "clients", "rounds")
+AXIS_ORDER = (
+    "dataset",
+    "model",
+    "method",
+    "attack",
+    "attack_strength",
+    "byzantine_fraction",
+    "participation",
+    "participation_mode",
+    "sample_size",
+    "dirichlet_alpha",
+    "demoa_ablation",
+    "clients",
+    "rounds",
+)
 # Keys that differ between runs without being what a comparison varies: the seed (averaged
 # over), where the data lives and where and how often the run was saved.
 NOT_AXES = ("seed", "data_root", "device", "checkpoint_every", "trainer")
@@ -102,7 +127,7 @@ def cell_index(runs: pd.DataFrame) -> list[str]:
     just before ``method`` when the attack varies."""
     index = row_axes(runs)
     if "attack" in varying_axes(runs):
-        index = index[:-1] + ["threat"] + index[-1:]
+        index = [*index[:-1], "threat", *index[-1:]]
     return index
 
 
@@ -122,9 +147,14 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["runs", "mean", "sd", "min", "max", "collapsed"])
     frame = labelled(runs)
     grouped = frame.assign(accuracy=accuracy_percent(frame)).groupby(cell_index(frame), sort=True)
-    table = grouped.agg(runs=("accuracy", "size"), mean=("accuracy", "mean"),
-                        sd=("accuracy", "std"), min=("accuracy", "min"),
-                        max=("accuracy", "max"), collapsed=("collapsed", "sum"))
+    table = grouped.agg(
+        runs=("accuracy", "size"),
+        mean=("accuracy", "mean"),
+        sd=("accuracy", "std"),
+        min=("accuracy", "min"),
+        max=("accuracy", "max"),
+        collapsed=("collapsed", "sum"),
+    )
     table["collapsed"] = table["collapsed"].astype(int)
     return table
 
@@ -146,7 +176,9 @@ def distinct_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         return runs, 0
     spelled = pd.DataFrame({k: runs[k].map(_comparable) for k in keys}, index=runs.index)
     recorded = runs.notna().sum(axis=1)
-    order = runs.assign(_recorded=-recorded).sort_values(["_recorded", "run_id"], kind="stable").index
+    order = (
+        runs.assign(_recorded=-recorded).sort_values(["_recorded", "run_id"], kind="stable").index
+    )
     keep = ~spelled.loc[order].duplicated(keep="first")
     kept = runs.loc[keep[keep].index].sort_index()
     return kept, len(runs) - len(kept)
@@ -162,5 +194,9 @@ def ablation_labelled(runs: pd.DataFrame) -> pd.DataFrame:
     ablated = ablation != "none"
     if not ablated.any():
         return runs
-    method = runs["method"].astype(str).where(~ablated, runs["method"].astype(str) + "[" + ablation + "]")
+    method = (
+        runs["method"]
+        .astype(str)
+        .where(~ablated, runs["method"].astype(str) + "[" + ablation + "]")
+    )
     return runs.assign(method=method)

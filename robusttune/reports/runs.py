@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -15,12 +16,27 @@ from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec, run_keys
 
-__all__ = ["load_runs", "load_rounds", "SUMMARY_KEYS", "IDENTITY", "ROUND_REQUIRED",
-           "ROUND_NUMERIC"]
+__all__ = [
+    "IDENTITY",
+    "ROUND_NUMERIC",
+    "ROUND_REQUIRED",
+    "SUMMARY_KEYS",
+    "load_rounds",
+    "load_runs",
+]
 
-SUMMARY_KEYS = ("final_accuracy", "final_validation_accuracy", "final_loss", "collapsed", "rounds_run",
-                "byzantine_majority_rounds", "seconds", "num_classes", "mean_aggregation_error",
-                "mean_honest_input_spread")
+SUMMARY_KEYS = (
+    "final_accuracy",
+    "final_validation_accuracy",
+    "final_loss",
+    "collapsed",
+    "rounds_run",
+    "byzantine_majority_rounds",
+    "seconds",
+    "num_classes",
+    "mean_aggregation_error",
+    "mean_honest_input_spread",
+)
 IDENTITY = ("dataset", "method", "attack", "byzantine_fraction", "participation", "seed")
 
 
@@ -32,14 +48,14 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
     left out unless ``include_partial``: their last accuracy is not a final one."""
     root = Path(results_dir)
     rows = []
-    keys = run_keys()   # a plugin's knobs are columns too
+    keys = run_keys()  # a plugin's knobs are columns too
     for path in sorted(root.rglob("summary.json")):
         try:
             summary = json.loads(path.read_bytes().decode("utf-8"))
         except (OSError, ValueError):
-            continue                     # a run being written; summary.json is atomic otherwise
+            continue  # a run being written; summary.json is atomic otherwise
         if not isinstance(summary, dict) or not isinstance(summary.get("spec"), dict):
-            continue                     # some other tool's summary.json
+            continue  # some other tool's summary.json
         try:
             # the spec resolved again: a key missing (a summary written before the key existed)
             # takes its default, and a spec no run could have had is not a run of this tool
@@ -49,8 +65,10 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
             continue
         if run.stopped_early and not include_partial:
             continue
-        row: dict[str, Any] = {"run_id": path.parent.relative_to(root).as_posix() or ".",
-                               "run_dir": str(path.parent)}
+        row: dict[str, Any] = {
+            "run_id": path.parent.relative_to(root).as_posix() or ".",
+            "run_dir": str(path.parent),
+        }
         row.update({key: getattr(run, key) for key in SUMMARY_KEYS})
         row.update({k: v for k, v in run.spec.items() if k in keys})
         rows.append(row)
@@ -68,10 +86,23 @@ def load_runs(results_dir: str | Path, include_partial: bool = False) -> pd.Data
 
 # what a report reads of a rounds.csv: these columns, as numbers
 ROUND_REQUIRED = ("round", "accuracy", "param_norm")
-ROUND_NUMERIC = ("round", "accuracy", "loss", "param_norm", "nonfinite_params", "max_class_share",
-                 "sampled", "byzantine_sampled", "byzantine_input_share", "f_assumed",
-                 "train_seconds", "aggregate_seconds", "aggregation_error",
-                 "honest_input_spread", "validation_accuracy")
+ROUND_NUMERIC = (
+    "round",
+    "accuracy",
+    "loss",
+    "param_norm",
+    "nonfinite_params",
+    "max_class_share",
+    "sampled",
+    "byzantine_sampled",
+    "byzantine_input_share",
+    "f_assumed",
+    "train_seconds",
+    "aggregate_seconds",
+    "aggregation_error",
+    "honest_input_spread",
+    "validation_accuracy",
+)
 
 
 def load_rounds(results_dir: str | Path, runs: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from robusttune.reports import axes
 from robusttune.display.markdown import markdown_table
+from robusttune.reports import axes
 
-__all__ = ["spread_table", "spread_section"]
+__all__ = ["spread_section", "spread_table"]
 
 COLUMN = "mean_honest_input_spread"
 
@@ -37,10 +37,16 @@ def spread_table(runs: pd.DataFrame) -> pd.DataFrame:
     frame = axes.labelled(recorded)
     spread = pd.to_numeric(frame[COLUMN], errors="coerce").astype(float)
     grouped = frame.assign(spread=spread, accuracy=axes.accuracy_percent(frame)).groupby(
-        axes.cell_index(recorded), sort=True)
-    return grouped.agg(runs=("spread", "size"), mean=("spread", "mean"), sd=("spread", "std"),
-                       min=("spread", "min"), max=("spread", "max"),
-                       accuracy=("accuracy", "mean"))
+        axes.cell_index(recorded), sort=True
+    )
+    return grouped.agg(
+        runs=("spread", "size"),
+        mean=("spread", "mean"),
+        sd=("spread", "std"),
+        min=("spread", "min"),
+        max=("spread", "max"),
+        accuracy=("accuracy", "mean"),
+    )
 
 
 def spread_section(runs: pd.DataFrame, out_dir: Path) -> list[str]:
@@ -50,9 +56,14 @@ def spread_section(runs: pd.DataFrame, out_dir: Path) -> list[str]:
     if table.empty:
         return []
     table.to_csv(out_dir / "honest_input_spread.csv")
-    return ["## Spread of the honest inputs the rule aggregated", "",
-            "Per round, V = mean over the honest inputs of ||x_i − x̄_H||² in the space the rule "
-            "aggregates (under a cache, the honest cached rows: DeMoA's momenta); a run's figure "
-            "is its mean over rounds. Per cell: the mean over seeds, its sd (ddof = 1), range, "
-            "and the mean final accuracy (%). CSV: honest_input_spread.csv.", "",
-            markdown_table(table, floatfmt=".4g"), ""]
+    return [
+        "## Spread of the honest inputs the rule aggregated",
+        "",
+        "Per round, V = mean over the honest inputs of ||x_i − x̄_H||² in the space the rule "
+        "aggregates (under a cache, the honest cached rows: DeMoA's momenta); a run's figure "
+        "is its mean over rounds. Per cell: the mean over seeds, its sd (ddof = 1), range, "
+        "and the mean final accuracy (%). CSV: honest_input_spread.csv.",
+        "",
+        markdown_table(table, floatfmt=".4g"),
+        "",
+    ]

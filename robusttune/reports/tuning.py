@@ -19,15 +19,23 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from robusttune.core.csv_input import read_table
-
-from robusttune.display.markdown import markdown_table
 from robusttune.core.registry import SpecError
+from robusttune.display.markdown import markdown_table
 
 if TYPE_CHECKING:
     from robusttune.experiments.tuning import TuningPlan, TuningResult
 
-__all__ = ["write_tuning", "RESULT_COLUMNS", "RESULT_COLUMN_DOCS", "knob_columns", "front_table", "recommended_line", "study_intro",
-           "study_lines", "tuning_section"]
+__all__ = [
+    "RESULT_COLUMNS",
+    "RESULT_COLUMN_DOCS",
+    "front_table",
+    "knob_columns",
+    "recommended_line",
+    "study_intro",
+    "study_lines",
+    "tuning_section",
+    "write_tuning",
+]
 
 TUNING_FILE = "tuning.csv"
 # tuning.csv's columns beside the knobs (one column per knob searched), as the reference
@@ -54,18 +62,27 @@ def knob_columns(table: pd.DataFrame) -> list[str]:
 
 
 def _knobs_text(row: pd.Series, knobs: list[str]) -> str:
-    return ", ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}"
-                     for k in knobs)
+    return ", ".join(
+        f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in knobs
+    )
 
 
 def front_table(table: pd.DataFrame) -> pd.DataFrame:
     """The front's proposals, highest worst case first (then highest clean accuracy): the
     proposal, its knobs, both validation scores, the worst attack and both test accuracies."""
     front = table[table["pareto"].astype(bool)]
-    front = front.sort_values(["worst_validation", "clean_validation", "proposal"],
-                              ascending=[False, False, True])
-    columns = ["proposal", *knob_columns(table), "clean_validation", "worst_validation",
-               "worst_attack", "clean_test", "worst_test"]
+    front = front.sort_values(
+        ["worst_validation", "clean_validation", "proposal"], ascending=[False, False, True]
+    )
+    columns = [
+        "proposal",
+        *knob_columns(table),
+        "clean_validation",
+        "worst_validation",
+        "worst_attack",
+        "clean_test",
+        "worst_test",
+    ]
     return front[columns].fillna({"worst_attack": "-"})
 
 
@@ -73,38 +90,63 @@ def recommended_line(table: pd.DataFrame, source: str = TUNING_FILE) -> str:
     """**Recommended:** the recommended proposal's knobs, its validation scores and the test
     accuracy of the same runs. A table without exactly one recommended row is refused."""
     if "recommended" not in table:
-        raise SpecError(f"{source} has no recommended column (written by an older robusttune); "
-                        f"rewrite it with the study's `robusttune tune ... --resume`, which runs "
-                        f"nothing again")
+        raise SpecError(
+            f"{source} has no recommended column (written by an older robusttune); "
+            f"rewrite it with the study's `robusttune tune ... --resume`, which runs "
+            f"nothing again"
+        )
     chosen = table[table["recommended"].astype(bool)]
     if len(chosen) != 1:
-        raise SpecError(f"{source}: {len(chosen)} rows are marked recommended; allowed: exactly one")
+        raise SpecError(
+            f"{source}: {len(chosen)} rows are marked recommended; allowed: exactly one"
+        )
     row = chosen.iloc[0]
-    attack = row["worst_attack"] if isinstance(row["worst_attack"], str) and row["worst_attack"] else "none"
-    return (f"**Recommended:** {_knobs_text(row, knob_columns(table))} (proposal "
-            f"{int(row['proposal'])}): worst-case validation {row['worst_validation']:.3f} (by "
-            f"{attack}), clean validation {row['clean_validation']:.3f}; test accuracy of the "
-            f"same runs: worst case {row['worst_test']:.3f}, clean {row['clean_test']:.3f}.")
+    attack = (
+        row["worst_attack"]
+        if isinstance(row["worst_attack"], str) and row["worst_attack"]
+        else "none"
+    )
+    return (
+        f"**Recommended:** {_knobs_text(row, knob_columns(table))} (proposal "
+        f"{int(row['proposal'])}): worst-case validation {row['worst_validation']:.3f} (by "
+        f"{attack}), clean validation {row['clean_validation']:.3f}; test accuracy of the "
+        f"same runs: worst case {row['worst_test']:.3f}, clean {row['clean_test']:.3f}."
+    )
 
 
 def study_intro(plan: Any, proposals: int) -> str:
     """One sentence: how many proposals, the search, the adversary, beta and the seeds."""
     search = "TPE" if plan.objectives == "worst" else "NSGA-II"
-    return (f"{proposals} proposals ({plan.objectives.replace('_', ' ')}; {search}, seed "
-            f"{plan.sampler_seed}), each scored clean (beta = 0) and against the worst case of "
-            f"{plan.threat.describe()} at beta = {plan.byzantine_fraction:g} (k = {plan.byzantine} "
-            f"of {plan.clients}), on validation accuracy (0 when collapsed), over seeds {plan.seeds}.")
+    return (
+        f"{proposals} proposals ({plan.objectives.replace('_', ' ')}; {search}, seed "
+        f"{plan.sampler_seed}), each scored clean (beta = 0) and against the worst case of "
+        f"{plan.threat.describe()} at beta = {plan.byzantine_fraction:g} (k = {plan.byzantine} "
+        f"of {plan.clients}), on validation accuracy (0 when collapsed), over seeds {plan.seeds}."
+    )
 
 
-def study_lines(table: pd.DataFrame, intro: str, figure: str | None, heading: str = "##",
-                source: str = TUNING_FILE) -> list[str]:
+def study_lines(
+    table: pd.DataFrame,
+    intro: str,
+    figure: str | None,
+    heading: str = "##",
+    source: str = TUNING_FILE,
+) -> list[str]:
     """Markdown lines: ``intro``, the recommendation, the front's table and the figure."""
-    return [intro, "", recommended_line(table, source), "",
-            f"{heading} Pareto front (clean vs worst-case validation accuracy)", "",
-            f"{int(table['pareto'].astype(bool).sum())} of {len(table)} proposals are on the front "
-            f"(no other proposal is at least as good on both scores and better on one).", "",
-            markdown_table(front_table(table), floatfmt=".3f", index=False), "",
-            *([f"![Pareto front]({figure})", ""] if figure else [])]
+    return [
+        intro,
+        "",
+        recommended_line(table, source),
+        "",
+        f"{heading} Pareto front (clean vs worst-case validation accuracy)",
+        "",
+        f"{int(table['pareto'].astype(bool).sum())} of {len(table)} proposals are on the front "
+        f"(no other proposal is at least as good on both scores and better on one).",
+        "",
+        markdown_table(front_table(table), floatfmt=".3f", index=False),
+        "",
+        *([f"![Pareto front]({figure})", ""] if figure else []),
+    ]
 
 
 def _plan_of(folder: Path) -> Any:
@@ -133,8 +175,10 @@ def tuning_section(root: Path, out_dir: Path) -> list[str]:
 
     studies = sorted(p for p in root.rglob(TUNING_FILE) if out_dir not in p.parents)
     lines: list[str] = []
-    tables = [(csv, read_table(csv, required=NUMERIC_RESULTS[:3], numeric=NUMERIC_RESULTS))
-              for csv in studies]
+    tables = [
+        (csv, read_table(csv, required=NUMERIC_RESULTS[:3], numeric=NUMERIC_RESULTS))
+        for csv in studies
+    ]
     # a tuning.csv that is not one (broken, or another tool's) is passed over
     studies = [csv for csv, table in tables if table is not None]
     for index, (csv, table) in enumerate((c, t) for c, t in tables if t is not None):
@@ -142,12 +186,23 @@ def tuning_section(root: Path, out_dir: Path) -> list[str]:
         figure = pareto_figure(table, out_dir / f"pareto{suffix}.png")
         front_table(table).to_csv(out_dir / f"tuning_front{suffix}.csv", index=False)
         plan = _plan_of(csv.parent)
-        intro = (study_intro(plan, len(table)) if not isinstance(plan, str)
-                 else f"{len(table)} proposals ({plan}).")
+        intro = (
+            study_intro(plan, len(table))
+            if not isinstance(plan, str)
+            else f"{len(table)} proposals ({plan})."
+        )
         where = csv.parent.relative_to(root) if csv.parent != root else Path(".")
-        lines += [f"## Robust tuning: {csv.parent.name}", "",
-                  *study_lines(table, f"From `{where / TUNING_FILE}`: {intro}",
-                               figure.name if figure else None, heading="###", source=str(csv))]
+        lines += [
+            f"## Robust tuning: {csv.parent.name}",
+            "",
+            *study_lines(
+                table,
+                f"From `{where / TUNING_FILE}`: {intro}",
+                figure.name if figure else None,
+                heading="###",
+                source=str(csv),
+            ),
+        ]
     return lines
 
 
@@ -162,9 +217,13 @@ def write_tuning(result: TuningResult, plan: TuningPlan, out: Path) -> Path:
     table = result.frame()
     table.to_csv(out / "tuning.csv", index=False)
     figure = pareto_figure(table, out / "pareto.png")
-    lines = [f"# {plan.name}: robust tuning", "",
-             *study_lines(table, study_intro(plan, len(result.proposals)),
-                          figure.name if figure else None)]
+    lines = [
+        f"# {plan.name}: robust tuning",
+        "",
+        *study_lines(
+            table, study_intro(plan, len(result.proposals)), figure.name if figure else None
+        ),
+    ]
     path = out / "tuning.md"
     write_text_atomic(path, "\n".join(lines))
     return path

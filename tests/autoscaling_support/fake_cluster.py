@@ -11,6 +11,7 @@ starts and by their workers), and `FakeCluster.stop` ends exactly the processes 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,8 +42,14 @@ class FakeCluster:
     """One fake cluster: ``head_resources`` (e.g. cluster.yaml's head, ``{"CPU": 0}``) and
     ``worker_types`` (autoscaler node types: resources, min_workers, max_workers)."""
 
-    def __init__(self, head_resources: dict[str, float], worker_types: dict[str, dict[str, Any]],
-                 *, idle_timeout_minutes: float, round_delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        head_resources: dict[str, float],
+        worker_types: dict[str, dict[str, Any]],
+        *,
+        idle_timeout_minutes: float,
+        round_delay_s: float = 0.0,
+    ) -> None:
         self.head_resources = head_resources
         self.worker_types = worker_types
         self.idle_timeout_minutes = idle_timeout_minutes
@@ -60,26 +67,50 @@ class FakeCluster:
     def config(self) -> dict[str, Any]:
         """The autoscaling config (what fake_multi_node/example.yaml would have given, written
         out): no setup commands, the provider told where the GCS is (its default is port 6379)."""
-        workers = {name: {"node_config": {}, **body,
-                          "resources": {**body["resources"], "object_store_memory": OBJECT_STORE_BYTES}}
-                   for name, body in self.worker_types.items()}
+        workers = {
+            name: {
+                "node_config": {},
+                **body,
+                "resources": {**body["resources"], "object_store_memory": OBJECT_STORE_BYTES},
+            }
+            for name, body in self.worker_types.items()
+        }
         return {
             "cluster_name": f"robusttune-fake-{self.marker[:8]}",
             "max_workers": sum(t["max_workers"] for t in self.worker_types.values()),
             "upscaling_speed": 1.0,
             "idle_timeout_minutes": self.idle_timeout_minutes,
-            "provider": {"type": "external", "module": "terminable_provider.TerminableFakeProvider",
-                         "gcs_address": self.address, "disable_node_updaters": True,
-                         "disable_launch_config_check": True, "use_node_id_as_ip": True,
-                         "event_log": str(self.events_path), "requests": str(self.requests)},
-            "available_node_types": {HEAD_TYPE: {"resources": dict(self.head_resources),
-                                                 "node_config": {}, "max_workers": 0},
-                                     **workers},
+            "provider": {
+                "type": "external",
+                "module": "terminable_provider.TerminableFakeProvider",
+                "gcs_address": self.address,
+                "disable_node_updaters": True,
+                "disable_launch_config_check": True,
+                "use_node_id_as_ip": True,
+                "event_log": str(self.events_path),
+                "requests": str(self.requests),
+            },
+            "available_node_types": {
+                HEAD_TYPE: {
+                    "resources": dict(self.head_resources),
+                    "node_config": {},
+                    "max_workers": 0,
+                },
+                **workers,
+            },
             "head_node_type": HEAD_TYPE,
-            "auth": {}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [],
-            "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
-            "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
-            "worker_setup_commands": [], "head_start_ray_commands": [],
+            "auth": {},
+            "docker": {},
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False,
+            "rsync_exclude": [],
+            "rsync_filter": [],
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+            "head_start_ray_commands": [],
             "worker_start_ray_commands": [],
         }
 
@@ -87,12 +118,19 @@ class FakeCluster:
         """The environment of the cluster's processes and of the drivers run against it:
         ``--address auto`` finds this cluster through RAY_ADDRESS, never another on the machine."""
         path = [str(SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, MARKER: self.marker, "RAY_FAKE_CLUSTER": "1",
-               "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_AUTH_MODE": "disabled",
-               "RAY_ADDRESS": self.address, "RAY_TMPDIR": str(self.temp_dir),
-               "RAY_USAGE_STATS_ENABLED": "0",
-               "ROBUSTTUNE_TEST_ROUND_DELAY_S": str(self.round_delay_s),
-               "PYTHONPATH": os.pathsep.join(filter(None, path)), **extra}
+        env = {
+            **os.environ,
+            MARKER: self.marker,
+            "RAY_FAKE_CLUSTER": "1",
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_ADDRESS": self.address,
+            "RAY_TMPDIR": str(self.temp_dir),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "ROBUSTTUNE_TEST_ROUND_DELAY_S": str(self.round_delay_s),
+            "PYTHONPATH": os.pathsep.join(filter(None, path)),
+            **extra,
+        }
         return env
 
     # -- start and stop -------------------------------------------------------------------------
@@ -100,14 +138,23 @@ class FakeCluster:
         config_path = self.temp_dir / "autoscaling.json"
         config_path.write_text(json.dumps(self.config()))
         head = dict(self.head_resources)
-        command = [str(Path(sys.executable).with_name("ray")), "start", "--head",
-                   f"--port={self.port}", "--node-ip-address=127.0.0.1",
-                   f"--num-cpus={int(head.pop('CPU', 0))}", f"--num-gpus={int(head.pop('GPU', 0))}",
-                   f"--autoscaling-config={config_path}", f"--temp-dir={self.temp_dir}",
-                   "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                   f"--ray-client-server-port={free_port()}",
-                   f"--dashboard-agent-listen-port={free_port()}",
-                   f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats"]
+        command = [
+            str(Path(sys.executable).with_name("ray")),
+            "start",
+            "--head",
+            f"--port={self.port}",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={int(head.pop('CPU', 0))}",
+            f"--num-gpus={int(head.pop('GPU', 0))}",
+            f"--autoscaling-config={config_path}",
+            f"--temp-dir={self.temp_dir}",
+            "--include-dashboard=false",
+            f"--dashboard-port={free_port()}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--object-store-memory={OBJECT_STORE_BYTES}",
+            "--disable-usage-stats",
+        ]
         if head:
             command.append(f"--resources={json.dumps(head)}")
         env = self.env()
@@ -134,10 +181,8 @@ class FakeCluster:
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
             pids = self.processes()
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
             deadline = time.time() + wait
             while pids and time.time() < deadline:
                 time.sleep(0.2)
@@ -167,7 +212,7 @@ class FakeCluster:
         except OSError:
             return None
         prefix = b"RAY_OVERRIDE_NODE_ID_FOR_TESTING="
-        return next((v[len(prefix):].decode() for v in environ if v.startswith(prefix)), None)
+        return next((v[len(prefix) :].decode() for v in environ if v.startswith(prefix)), None)
 
     def terminate(self, node_id: str) -> None:
         """Ask the provider to terminate ``node_id`` (served on the autoscaler's next update)."""

@@ -17,7 +17,7 @@ class _SlowRounds:
 
     name = "robusttune.engine.simulation"
 
-    def find_spec(self, fullname, path, target=None):  # noqa: ANN001, ANN201
+    def find_spec(self, fullname, path, target=None):
         if fullname != self.name:
             return None
         import importlib.util
@@ -26,13 +26,13 @@ class _SlowRounds:
         spec = importlib.util.find_spec(fullname)
         load = spec.loader.exec_module
 
-        def exec_module(module):  # noqa: ANN001, ANN202
+        def exec_module(module):
             import time
 
             load(module)
             step = module.Simulation.step
 
-            def slowed(simulation):  # noqa: ANN001, ANN202
+            def slowed(simulation):
                 time.sleep(_DELAY_S)
                 return step(simulation)
 

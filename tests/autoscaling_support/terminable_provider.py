@@ -34,14 +34,17 @@ class TerminableFakeProvider(FakeMultiNodeProvider):
 
     def _log(self, event: str, node_id: str, **extra: Any) -> None:
         with self._event_log.open("a") as handle:
-            handle.write(json.dumps({"event": event, "node_id": node_id, "time": time.time(),
-                                     **extra}) + "\n")
+            handle.write(
+                json.dumps({"event": event, "node_id": node_id, "time": time.time(), **extra})
+                + "\n"
+            )
 
-    def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):  # noqa: ANN001, D401
+    def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):
         with self.lock:
             before = set(self._nodes)
-            super()._create_node_with_resources_and_labels(node_config, tags, count, resources,
-                                                           labels)
+            super()._create_node_with_resources_and_labels(
+                node_config, tags, count, resources, labels
+            )
             (created,) = set(self._nodes) - before
             self._log("create", created, node_type=tags[TAG_RAY_USER_NODE_TYPE])
 
@@ -53,7 +56,7 @@ class TerminableFakeProvider(FakeMultiNodeProvider):
             super().terminate_node(node_id)
             self._log("terminate", node_id, by=by)
 
-    def non_terminated_nodes(self, tag_filters):  # noqa: ANN001, ANN201
+    def non_terminated_nodes(self, tag_filters):
         for request in sorted(self._requests.glob("terminate-*")):
             node_id = request.name.removeprefix("terminate-")
             request.unlink()

@@ -18,19 +18,50 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 
 from __future__ import annotations
 
-from robusttune.experiments.breakdown.bisection import (BreakdownMap, Cell, CellResult, Evaluator, Outcome,
-                                            Point, Verdict, bisect_breakdown, bisect_concurrently,
-                                            lattice_top, survival_bar)
-from robusttune.experiments.breakdown.evaluate import adversary_variants, canonical_spec, spec_evaluator
+from robusttune.experiments.breakdown.bisection import (
+    BreakdownMap,
+    Cell,
+    CellResult,
+    Evaluator,
+    Outcome,
+    Point,
+    Verdict,
+    bisect_breakdown,
+    bisect_concurrently,
+    lattice_top,
+    survival_bar,
+)
+from robusttune.experiments.breakdown.evaluate import (
+    adversary_variants,
+    canonical_spec,
+    spec_evaluator,
+)
 from robusttune.experiments.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
 from robusttune.experiments.breakdown.prior import prior_starts, read_prior
 from robusttune.experiments.breakdown.replicates import ReplicatedMap, bisect_replicates
 from robusttune.experiments.breakdown.report import write_breakdown
 
 __all__ = [
-    "Cell", "Point", "Outcome", "CellResult", "BreakdownMap", "bisect_breakdown",
-    "bisect_concurrently", "lattice_top",
-    "Verdict", "Evaluator", "spec_evaluator", "adversary_variants", "canonical_spec", "PLAN_KEYS", "BreakdownPlan", "load_plan",
-    "write_breakdown", "survival_bar", "prior_starts", "read_prior", "ReplicatedMap",
+    "PLAN_KEYS",
+    "BreakdownMap",
+    "BreakdownPlan",
+    "Cell",
+    "CellResult",
+    "Evaluator",
+    "Outcome",
+    "Point",
+    "ReplicatedMap",
+    "Verdict",
+    "adversary_variants",
+    "bisect_breakdown",
+    "bisect_concurrently",
     "bisect_replicates",
+    "canonical_spec",
+    "lattice_top",
+    "load_plan",
+    "prior_starts",
+    "read_prior",
+    "spec_evaluator",
+    "survival_bar",
+    "write_breakdown",
 ]

@@ -6,14 +6,22 @@ breakdown_seeds.csv's."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import itertools
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
 from robusttune.experiments.breakdown.points import NO_ANSWER
 
-__all__ = ["frontier_table", "ordering_table", "regime_ordering_table", "method_names",
-           "method_key", "never_broke"]
+__all__ = [
+    "frontier_table",
+    "method_key",
+    "method_names",
+    "never_broke",
+    "ordering_table",
+    "regime_ordering_table",
+]
 
 
 def never_broke(row: Mapping[str, Any]) -> bool:
@@ -41,8 +49,9 @@ def method_names(table: Any, key: str) -> Any:
     return names
 
 
-def frontier_table(table: Any, base: Mapping[str, Any] | None = None,
-                   seeds_table: Any = None) -> Any:
+def frontier_table(
+    table: Any, base: Mapping[str, Any] | None = None, seeds_table: Any = None
+) -> Any:
     """The p-frontier beta*(p): one row per (method, participation p), its value the minimum
     breakdown fraction over every cell of that method at that p (the attacks, sampling modes and
     any other axis: the worst case),
@@ -59,40 +68,74 @@ def frontier_table(table: Any, base: Mapping[str, Any] | None = None,
     value is a floor (``>= top``); ``worst`` names the cell(s) at the minimum. The method is the
     ``method`` axis (else ``aggregator``, else ``algorithm``, else one method "all"); p is the
     ``participation`` axis, else ``base``'s participation (else the RunSpec default)."""
-    columns = ["method", "participation", "breakdown_fraction", "never_broke", "lattice_top",
-               "label", "cells", "fails_clean", "worst", "seed_min", "seed_max", "seed_values"]
+    columns = [
+        "method",
+        "participation",
+        "breakdown_fraction",
+        "never_broke",
+        "lattice_top",
+        "label",
+        "cells",
+        "fails_clean",
+        "worst",
+        "seed_min",
+        "seed_max",
+        "seed_values",
+    ]
     if table.empty:
         return pd.DataFrame(columns=columns)
     table = _with_method_and_p(table, base)
     key = method_key(table)
-    others = [c for c in ("attack", "participation_mode", "dataset", "aggregator", "algorithm")
-              if c in table and c != key and table[c].nunique(dropna=False) > 1]
+    others = [
+        c
+        for c in ("attack", "participation_mode", "dataset", "aggregator", "algorithm")
+        if c in table and c != key and table[c].nunique(dropna=False) > 1
+    ]
     per_seed = _seed_frontiers(seeds_table, base)
     rows = []
     for (method, p), group in table.groupby(["_method", "participation"], sort=False):
         measured = group[~group["status"].isin(NO_ANSWER) & group["_fraction"].notna()]
         values = per_seed.get((method, p), [])
         finite = [v for v in values if not pd.isna(v)]
-        row = {"method": method, "participation": p, "cells": len(group),
-               "fails_clean": int(group["status"].isin(NO_ANSWER).sum()),
-               "lattice_top": float(group["_top"].min()),
-               "seed_min": min(finite) if finite else float("nan"),
-               "seed_max": max(finite) if finite else float("nan"),
-               "seed_values": " ".join("-" if pd.isna(v) else f"{v:.3g}" for v in values)}
+        row = {
+            "method": method,
+            "participation": p,
+            "cells": len(group),
+            "fails_clean": int(group["status"].isin(NO_ANSWER).sum()),
+            "lattice_top": float(group["_top"].min()),
+            "seed_min": min(finite) if finite else float("nan"),
+            "seed_max": max(finite) if finite else float("nan"),
+            "seed_values": " ".join("-" if pd.isna(v) else f"{v:.3g}" for v in values),
+        }
         if measured.empty:
-            rows.append({**row, "breakdown_fraction": float("nan"), "never_broke": False,
-                         "label": "no baseline", "worst": ""})
+            rows.append(
+                {
+                    **row,
+                    "breakdown_fraction": float("nan"),
+                    "never_broke": False,
+                    "label": "no baseline",
+                    "worst": "",
+                }
+            )
             continue
         value = float(measured["_fraction"].min())
         at_min = measured[measured["_fraction"] <= value + 1e-12]
         never = all(never_broke(r) for _, r in at_min.iterrows())
-        worst = "; ".join(", ".join(f"{k}={r[k]}" for k in others) or "-"
-                          for _, r in at_min.iterrows())
+        worst = "; ".join(
+            ", ".join(f"{k}={r[k]}" for k in others) or "-" for _, r in at_min.iterrows()
+        )
         label = f">= {value:.3g}" if never else f"{value:.3g}"
         if len(finite) > 1 and max(finite) - min(finite) > 1e-9:
             label += f" [{min(finite):.3g}, {max(finite):.3g}]"
-        rows.append({**row, "breakdown_fraction": value, "never_broke": never,
-                     "label": label, "worst": worst})
+        rows.append(
+            {
+                **row,
+                "breakdown_fraction": value,
+                "never_broke": never,
+                "label": label,
+                "worst": worst,
+            }
+        )
     frontier = pd.DataFrame(rows, columns=columns)
     # methods in the map's order, p ascending within each
     order = {m: i for i, m in enumerate(dict.fromkeys(frontier["method"]))}
@@ -138,23 +181,40 @@ def ordering_table(frontier: Any) -> Any:
     every two neighbours A above B with beta*(A) > beta*(B), in how many seeds A's own frontier
     is above B's (``holds``), equal (``ties``) or below (``reversed``), of the seeds where both
     have one (``seeds``). Empty unless the frontier holds per-seed values of several seeds."""
-    columns = ["participation", "higher", "lower", "higher_fraction", "lower_fraction",
-               "holds", "ties", "reversed", "seeds"]
+    columns = [
+        "participation",
+        "higher",
+        "lower",
+        "higher_fraction",
+        "lower_fraction",
+        "holds",
+        "ties",
+        "reversed",
+        "seeds",
+    ]
     rows = []
     if frontier.empty or "seed_values" not in frontier:
         return pd.DataFrame(columns=columns)
     for p, group in frontier.groupby("participation", sort=True):
         ranked = group[group["breakdown_fraction"].notna()].sort_values(
-            "breakdown_fraction", ascending=False, kind="stable")
+            "breakdown_fraction", ascending=False, kind="stable"
+        )
         ranked = list(ranked.itertuples(index=False))
-        for above, below in zip(ranked, ranked[1:]):
+        for above, below in itertools.pairwise(ranked):
             if not above.breakdown_fraction > below.breakdown_fraction + 1e-12:
                 continue
             counts = _seed_comparison(above.seed_values, below.seed_values)
             if counts is not None:
-                rows.append({"participation": p, "higher": above.method, "lower": below.method,
-                             "higher_fraction": above.breakdown_fraction,
-                             "lower_fraction": below.breakdown_fraction, **counts})
+                rows.append(
+                    {
+                        "participation": p,
+                        "higher": above.method,
+                        "lower": below.method,
+                        "higher_fraction": above.breakdown_fraction,
+                        "lower_fraction": below.breakdown_fraction,
+                        **counts,
+                    }
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -164,25 +224,46 @@ def regime_ordering_table(frontier: Any) -> Any:
     many seeds the method's own frontier at the higher of the two values is above the other's
     (``holds``), equal (``ties``) or below (``reversed``), of the seeds where both have one.
     Empty unless the frontier holds per-seed values of several seeds."""
-    columns = ["method", "higher_p", "lower_p", "higher_fraction", "lower_fraction", "holds",
-               "ties", "reversed", "seeds"]
+    columns = [
+        "method",
+        "higher_p",
+        "lower_p",
+        "higher_fraction",
+        "lower_fraction",
+        "holds",
+        "ties",
+        "reversed",
+        "seeds",
+    ]
     rows = []
     if frontier.empty or "seed_values" not in frontier:
         return pd.DataFrame(columns=columns)
     for method, group in frontier.groupby("method", sort=False):
         ordered = list(group.sort_values("participation").itertuples(index=False))
-        for first, second in zip(ordered, ordered[1:]):
-            if pd.isna(first.breakdown_fraction) or pd.isna(second.breakdown_fraction) or \
-                    abs(first.breakdown_fraction - second.breakdown_fraction) <= 1e-12:
+        for first, second in itertools.pairwise(ordered):
+            if (
+                pd.isna(first.breakdown_fraction)
+                or pd.isna(second.breakdown_fraction)
+                or abs(first.breakdown_fraction - second.breakdown_fraction) <= 1e-12
+            ):
                 continue
-            high, low = (first, second) if first.breakdown_fraction > second.breakdown_fraction \
+            high, low = (
+                (first, second)
+                if first.breakdown_fraction > second.breakdown_fraction
                 else (second, first)
+            )
             counts = _seed_comparison(high.seed_values, low.seed_values)
             if counts is not None:
-                rows.append({"method": method, "higher_p": high.participation,
-                             "lower_p": low.participation,
-                             "higher_fraction": high.breakdown_fraction,
-                             "lower_fraction": low.breakdown_fraction, **counts})
+                rows.append(
+                    {
+                        "method": method,
+                        "higher_p": high.participation,
+                        "lower_p": low.participation,
+                        "higher_fraction": high.breakdown_fraction,
+                        "lower_fraction": low.breakdown_fraction,
+                        **counts,
+                    }
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -190,13 +271,17 @@ def _seed_comparison(higher: Any, lower: Any) -> dict[str, int] | None:
     """Seed by seed, the frontier values ``higher`` against ``lower`` (frontier.csv's
     ``seed_values``): in how many seeds the first is above (``holds``), equal (``ties``) or below
     (``reversed``), of the ``seeds`` where both have one; None where fewer than two do."""
-    pairs = [(x, y) for x, y in zip(_values(higher), _values(lower))
-             if not (pd.isna(x) or pd.isna(y))]
+    pairs = [
+        (x, y) for x, y in zip(_values(higher), _values(lower)) if not (pd.isna(x) or pd.isna(y))
+    ]
     if len(pairs) < 2:
         return None
-    return {"holds": sum(x > y + 1e-12 for x, y in pairs),
-            "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
-            "reversed": sum(x < y - 1e-12 for x, y in pairs), "seeds": len(pairs)}
+    return {
+        "holds": sum(x > y + 1e-12 for x, y in pairs),
+        "ties": sum(abs(x - y) <= 1e-12 for x, y in pairs),
+        "reversed": sum(x < y - 1e-12 for x, y in pairs),
+        "seeds": len(pairs),
+    }
 
 
 def _values(text: Any) -> list[float]:

@@ -7,13 +7,26 @@ whether a clean run learned (`learned`), the lattice's top (`lattice_top`) and t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any
 
 from robusttune.core.records import RunSummary, mean_accuracy
 
-__all__ = ["Cell", "Point", "Outcome", "Verdict", "Evaluator", "survival_bar", "learned",
-           "lattice_top", "EPS", "STATUSES", "NO_ANSWER", "DEFAULT_CLEAN_MARGIN"]
+__all__ = [
+    "DEFAULT_CLEAN_MARGIN",
+    "EPS",
+    "NO_ANSWER",
+    "STATUSES",
+    "Cell",
+    "Evaluator",
+    "Outcome",
+    "Point",
+    "Verdict",
+    "lattice_top",
+    "learned",
+    "survival_bar",
+]
 
 EPS = 1e-9
 STATUSES = ("ok", "survives_all", "non_monotone", "fails_clean", "clean_at_chance")
@@ -37,7 +50,7 @@ class Cell:
     clients: int
 
     @classmethod
-    def of(cls, clients: int, **values: Hashable) -> "Cell":
+    def of(cls, clients: int, **values: Hashable) -> Cell:
         return cls(tuple(values.items()), int(clients))
 
     def as_dict(self) -> dict[str, Any]:
@@ -89,7 +102,7 @@ class Outcome:
         return self.trials if self.runs is None else self.runs
 
     @classmethod
-    def from_summaries(cls, summaries: Sequence[RunSummary], **extra: Any) -> "Outcome":
+    def from_summaries(cls, summaries: Sequence[RunSummary], **extra: Any) -> Outcome:
         """Mean selection accuracy (a non-finite one counts as 0), mean test accuracy and
         collapse in any run."""
         detail = tuple(s.run_dir for s in summaries if s.run_dir)
@@ -97,16 +110,23 @@ class Outcome:
         accuracy = mean_accuracy(s.selection_accuracy for s in summaries) if summaries else 0.0
         test = mean_accuracy(s.final_accuracy for s in summaries) if summaries else 0.0
         classes = max((s.num_classes for s in summaries), default=0)
-        return cls(accuracy, any(s.collapsed for s in summaries), len(summaries), detail,
-                   test_accuracy=test, chance=1.0 / classes if classes > 0 else 0.0)
+        return cls(
+            accuracy,
+            any(s.collapsed for s in summaries),
+            len(summaries),
+            detail,
+            test_accuracy=test,
+            chance=1.0 / classes if classes > 0 else 0.0,
+        )
 
 
 Verdict = Outcome | bool
 Evaluator = Callable[[Sequence[Point]], Sequence[Verdict]]
 
 
-def survival_bar(threshold: float | None, relative_threshold: float, clean_accuracy: float,
-                 chance: float = 0.0) -> float:
+def survival_bar(
+    threshold: float | None, relative_threshold: float, clean_accuracy: float, chance: float = 0.0
+) -> float:
     """The accuracy an attacked point must reach: the absolute ``threshold`` if given, else the
     same share of the clean run's margin above chance,
 
@@ -128,4 +148,4 @@ def learned(clean_accuracy: float, chance: float, clean_margin: float) -> bool:
 
 def lattice_top(clients: int, max_fraction: float) -> int:
     """k_max = floor(max_fraction x N): the lattice is {0, 1, ..., k_max} / N."""
-    return int(math.floor(max_fraction * clients + EPS))
+    return math.floor(max_fraction * clients + EPS)

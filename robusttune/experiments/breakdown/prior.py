@@ -6,14 +6,15 @@ where they disagree with it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
-from robusttune.experiments.breakdown.bisection import EPS, NO_ANSWER, Cell, lattice_top
-from robusttune.core.registry import SpecError
 from robusttune.core.csv_input import read_table
+from robusttune.core.registry import SpecError
+from robusttune.experiments.breakdown.bisection import EPS, NO_ANSWER, Cell, lattice_top
 
 __all__ = ["prior_starts", "read_prior"]
 
@@ -27,17 +28,23 @@ def read_prior(path: str | Path) -> pd.DataFrame:
     given = Path(path)
     csv = given / "breakdown.csv" if given.is_dir() else given
     if not csv.is_file():
-        raise SpecError(f"breakdown.start_from: {str(path)!r} is neither a map folder holding "
-                        f"breakdown.csv nor such a file; allowed: a folder written by "
-                        f"`robusttune breakdown`, or its breakdown.csv")
+        raise SpecError(
+            f"breakdown.start_from: {str(path)!r} is neither a map folder holding "
+            f"breakdown.csv nor such a file; allowed: a folder written by "
+            f"`robusttune breakdown`, or its breakdown.csv"
+        )
     table = read_table(csv, numeric=("breakdown_fraction",))
     if table is None:
-        raise SpecError(f"breakdown.start_from: {str(csv)!r} is not a readable UTF-8 CSV; "
-                        f"allowed: the breakdown.csv a `robusttune breakdown` map writes")
+        raise SpecError(
+            f"breakdown.start_from: {str(csv)!r} is not a readable UTF-8 CSV; "
+            f"allowed: the breakdown.csv a `robusttune breakdown` map writes"
+        )
     missing = [c for c in ("status", "breakdown_fraction") if c not in table.columns]
     if missing:
-        raise SpecError(f"breakdown.start_from: {str(csv)!r} lacks {', '.join(missing)}; allowed: "
-                        f"the breakdown.csv a `robusttune breakdown` map writes")
+        raise SpecError(
+            f"breakdown.start_from: {str(csv)!r} lacks {', '.join(missing)}; allowed: "
+            f"the breakdown.csv a `robusttune breakdown` map writes"
+        )
     return table
 
 
@@ -60,8 +67,9 @@ def _same(value: Any, recorded: Any) -> bool:
     return str(value) == str(recorded)
 
 
-def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell],
-                 max_fraction: float) -> dict[Cell, int]:
+def prior_starts(
+    prior: pd.DataFrame, cells: Sequence[Cell], max_fraction: float
+) -> dict[Cell, int]:
     """For each cell, the earlier map's answer as a lattice point b0 = floor(beta0 N), clamped to
     [0, k_max]. A row answers a cell when they agree on the keys that tell this map's cells apart
     (every key some cell sets, less IGNORED_KEYS; a key the cell leaves unset must be blank in the
@@ -70,8 +78,9 @@ def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell],
     there, the whole adversary per cell here). Several matching rows: the lowest answer (the
     worst case). A cell without a matching row, or whose matching rows all lack an answer (the
     clean run failed or did not learn), starts cold; a map over seeds answers with its median."""
-    keys = sorted(({key for cell in cells for key in cell.as_dict()} & set(prior.columns))
-                  - set(IGNORED_KEYS))
+    keys = sorted(
+        ({key for cell in cells for key in cell.as_dict()} & set(prior.columns)) - set(IGNORED_KEYS)
+    )
     usable = prior[~prior["status"].isin(NO_ANSWER)]
     starts: dict[Cell, int] = {}
     for cell in cells:
@@ -84,6 +93,6 @@ def prior_starts(prior: pd.DataFrame, cells: Sequence[Cell],
         fractions = pd.to_numeric(matches["breakdown_fraction"], errors="coerce").dropna()
         if fractions.empty:
             continue
-        b0 = int(math.floor(float(fractions.min()) * cell.clients + EPS))
+        b0 = math.floor(float(fractions.min()) * cell.clients + EPS)
         starts[cell] = min(lattice_top(cell.clients, max_fraction), max(0, b0))
     return starts

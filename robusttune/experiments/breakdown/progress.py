@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from robusttune.display.terminal import duration
 from robusttune.experiments.breakdown.bisection import Cell, Evaluator, Point, Verdict
 from robusttune.experiments.breakdown.plan import CellCost
-from robusttune.display.terminal import duration
 
 __all__ = ["MapProgress", "duration"]
 
@@ -33,8 +34,14 @@ __all__ = ["MapProgress", "duration"]
 class MapProgress:
     """The state shown and the display itself (a context manager: the live line lives inside)."""
 
-    def __init__(self, costs: Sequence[CellCost], *, console: Console | None = None,
-                 clock: Any = time.monotonic, concurrent: bool = False) -> None:
+    def __init__(
+        self,
+        costs: Sequence[CellCost],
+        *,
+        console: Console | None = None,
+        clock: Any = time.monotonic,
+        concurrent: bool = False,
+    ) -> None:
         self.costs = {c.cell: c for c in costs}
         self.console = console or Console(stderr=True)
         self.clock = clock
@@ -44,7 +51,7 @@ class MapProgress:
         self.waves = 0
         self.ran = 0
         self.reused = 0
-        self.run_seconds = 0.0       # wall seconds spent in runs actually run (not reused)
+        self.run_seconds = 0.0  # wall seconds spent in runs actually run (not reused)
         self._mark = clock()
         self._live: Live | None = None
         # ``concurrent``: cells bisected each in a thread of its own (`bisect_concurrently`): a
@@ -55,10 +62,11 @@ class MapProgress:
         self._lock = threading.RLock()
 
     # -- the display --------------------------------------------------------------------------
-    def __enter__(self) -> "MapProgress":
+    def __enter__(self) -> MapProgress:
         if self.console.is_terminal:
-            self._live = Live(Text(self.line()), console=self.console, transient=False,
-                              auto_refresh=False)
+            self._live = Live(
+                Text(self.line()), console=self.console, transient=False, auto_refresh=False
+            )
             self._live.__enter__()
         return self
 
@@ -154,8 +162,14 @@ class MapProgress:
             left = "?" if seconds is None else "~" + duration(seconds)
         trials = f"{self.ran} trials" + (f" (+{self.reused} kept)" if self.reused else "")
         # short enough for an 80-column terminal: a wrapped line is not redrawn in place cleanly
-        unit = "cells" if all("seed" not in c.as_dict() for c in self.points) or \
-            len({c.as_dict()["seed"] for c in self.points}) <= 1 else "cell-seeds"
-        return (f"breakdown: {self.cells_done}/{len(self.points)} {unit} done, "
-                f"{sum(self.points.values())} points, {trials}, wave {self.waves}, "
-                f"elapsed {duration(elapsed)}, left {left}")
+        unit = (
+            "cells"
+            if all("seed" not in c.as_dict() for c in self.points)
+            or len({c.as_dict()["seed"] for c in self.points}) <= 1
+            else "cell-seeds"
+        )
+        return (
+            f"breakdown: {self.cells_done}/{len(self.points)} {unit} done, "
+            f"{sum(self.points.values())} points, {trials}, wave {self.waves}, "
+            f"elapsed {duration(elapsed)}, left {left}"
+        )

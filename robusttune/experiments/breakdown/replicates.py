@@ -31,16 +31,23 @@ whose seeds' answers differ by more than one lattice step is marked ``seeds_disa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from robusttune.core.registry import SpecError
-from robusttune.experiments.breakdown.bisection import (NO_ANSWER, BreakdownMap, Cell, CellResult,
-                                                        Evaluator, bisect_breakdown,
-                                                        distinct_cells)
+from robusttune.experiments.breakdown.bisection import (
+    NO_ANSWER,
+    BreakdownMap,
+    Cell,
+    CellResult,
+    Evaluator,
+    bisect_breakdown,
+    distinct_cells,
+)
 
-__all__ = ["ReplicatedMap", "bisect_replicates", "replicate", "lower_median", "SUMMARY_STATUSES"]
+__all__ = ["SUMMARY_STATUSES", "ReplicatedMap", "bisect_replicates", "lower_median", "replicate"]
 
 # a cell's status over its seeds, in precedence order after the no-answer ones (NO_ANSWER)
 SUMMARY_STATUSES = (*NO_ANSWER, "seeds_disagree", "non_monotone", "survives_all", "ok")
@@ -51,7 +58,7 @@ def replicate(cell: Cell, seed: int) -> Cell:
     the cell's points at)."""
     if "seed" in cell.as_dict():
         raise SpecError(f"cell {cell.label} sets seed itself; a map's seeds are breakdown.seeds")
-    return Cell(cell.values + (("seed", int(seed)),), cell.clients)
+    return Cell((*cell.values, ("seed", int(seed))), cell.clients)
 
 
 def lower_median(values: Sequence[int]) -> int:
@@ -78,7 +85,7 @@ class ReplicatedMap:
         return [result for cell in self.cells for result in self.results[cell]]
 
     @classmethod
-    def of(cls, result: "BreakdownMap | ReplicatedMap") -> "ReplicatedMap":
+    def of(cls, result: BreakdownMap | ReplicatedMap) -> ReplicatedMap:
         """``result`` as a ReplicatedMap: a `BreakdownMap` (cells bisected at the evaluator's
         own seeds, e.g. `bisect_breakdown` called directly) is one replicate per cell; its
         ``seeds`` are the cells' own where every cell carries one, else none."""
@@ -96,8 +103,9 @@ class ReplicatedMap:
         results = self.results[cell]
         answers = [r.breakdown for r in results if r.breakdown is not None]
         median = lower_median(answers) if len(answers) * 2 > len(results) else None
-        return next((r for r in results if median is not None and r.breakdown == median),
-                    results[0])
+        return next(
+            (r for r in results if median is not None and r.breakdown == median), results[0]
+        )
 
     def as_map(self) -> BreakdownMap:
         """The replicates as one `BreakdownMap` (its cells are the seeded cells): the cost
@@ -177,19 +185,30 @@ def summarise(cell: Cell, replicates: Sequence[CellResult]) -> dict[str, Any]:
         return f"{result.breakdown / N:.3g}" if result.breakdown is not None else result.status
 
     return {
-        **cell.as_dict(), "clients": N,
-        "breakdown_fraction": _fraction(median, N), "breakdown_byzantine": median,
-        "breakdown_min": _fraction(low, N), "breakdown_max": _fraction(high, N),
-        "seeds": seeds, "seeds_answered": len(answers),
+        **cell.as_dict(),
+        "clients": N,
+        "breakdown_fraction": _fraction(median, N),
+        "breakdown_byzantine": median,
+        "breakdown_min": _fraction(low, N),
+        "breakdown_max": _fraction(high, N),
+        "seeds": seeds,
+        "seeds_answered": len(answers),
         "seeds_agree": answered and high - low <= 1,  # type: ignore[operator]
         "seed_breakdowns": " ".join(per_seed(r) for r in replicates),
-        "status": status, "never_broke": median is not None and median == k_max,
+        "status": status,
+        "never_broke": median is not None and median == k_max,
         "monotone": all(r.status != "non_monotone" for r in replicates),
-        "conservative_fraction": _fraction(min(conservative), N) if answered and conservative else None,
-        "largest_surviving_fraction": _fraction(max(survivors), N) if answered and survivors else None,
+        "conservative_fraction": _fraction(min(conservative), N)
+        if answered and conservative
+        else None,
+        "largest_surviving_fraction": _fraction(max(survivors), N)
+        if answered and survivors
+        else None,
         "clean_accuracy": mean(r.clean_accuracy for r in replicates),
-        "clean_accuracy_min": min((r.clean_accuracy for r in replicates
-                                   if math.isfinite(r.clean_accuracy)), default=math.nan),
+        "clean_accuracy_min": min(
+            (r.clean_accuracy for r in replicates if math.isfinite(r.clean_accuracy)),
+            default=math.nan,
+        ),
         "chance": replicates[0].chance,
         "clean_test_accuracy": mean(row["clean_test_accuracy"] for row in rows),
         "threshold": mean(r.bar for r in replicates if 0 in r.outcomes),
@@ -197,10 +216,14 @@ def summarise(cell: Cell, replicates: Sequence[CellResult]) -> dict[str, Any]:
         "lattice_points": k_max + 1,
         "trials": sum(r.trials for r in replicates),
         "broken_by": at_median.broken_by if at_median is not None else "",
-        "evaluated": " | ".join(_seed_prefix(r, seeds) + row["evaluated"]
-                                for r, row in zip(replicates, rows)),
-        "violations": " | ".join(_seed_prefix(r, seeds) + row["violations"]
-                                 for r, row in zip(replicates, rows) if r.violations),
+        "evaluated": " | ".join(
+            _seed_prefix(r, seeds) + row["evaluated"] for r, row in zip(replicates, rows)
+        ),
+        "violations": " | ".join(
+            _seed_prefix(r, seeds) + row["violations"]
+            for r, row in zip(replicates, rows)
+            if r.violations
+        ),
     }
 
 
@@ -208,10 +231,16 @@ def _seed_prefix(result: CellResult, seeds: int) -> str:
     return f"seed {result.cell['seed']}: " if seeds > 1 and "seed" in result.cell.as_dict() else ""
 
 
-def bisect_replicates(cells: Iterable[Cell], seeds: Sequence[int], evaluate: Evaluator, *,
-                      starts: Mapping[Cell, int] | None = None, concurrent: bool = False,
-                      on_replicate_done: Callable[[CellResult], None] | None = None,
-                      **options: Any) -> ReplicatedMap:
+def bisect_replicates(
+    cells: Iterable[Cell],
+    seeds: Sequence[int],
+    evaluate: Evaluator,
+    *,
+    starts: Mapping[Cell, int] | None = None,
+    concurrent: bool = False,
+    on_replicate_done: Callable[[CellResult], None] | None = None,
+    **options: Any,
+) -> ReplicatedMap:
     """Every cell's breakdown point at every seed (module docstring): the first seed's replicates
     start from ``starts`` (an earlier map's answers), every later seed's from the first seed's
     answer. ``options`` are `bisect_breakdown`'s. ``concurrent``: each cell in a thread of its
@@ -230,18 +259,29 @@ def bisect_replicates(cells: Iterable[Cell], seeds: Sequence[int], evaluate: Eva
 
     def first_phase(group: list[Cell]) -> BreakdownMap:
         seeded = {replicate(c, first): c for c in group}
-        return bisect_breakdown(list(seeded), evaluate, **options,
-                                starts={r: starts[c] for r, c in seeded.items()
-                                        if starts and c in starts})
+        return bisect_breakdown(
+            list(seeded),
+            evaluate,
+            **options,
+            starts={r: starts[c] for r, c in seeded.items() if starts and c in starts},
+        )
 
     def later_phase(done: list[CellResult], group: list[Cell]) -> BreakdownMap:
         answers = {c: r.breakdown for c, r in zip(group, done)}
         units = [replicate(c, s) for c in group for s in later]
         # a first-seed answer to start from, else the earlier map's, else cold
-        begin = {replicate(c, s): answers[c] if answers[c] is not None else (starts or {}).get(c)
-                 for c in group for s in later}
-        return bisect_breakdown(units, evaluate, **options, gallop=True,
-                                starts={u: b for u, b in begin.items() if b is not None})
+        begin = {
+            replicate(c, s): answers[c] if answers[c] is not None else (starts or {}).get(c)
+            for c in group
+            for s in later
+        }
+        return bisect_breakdown(
+            units,
+            evaluate,
+            **options,
+            gallop=True,
+            starts={u: b for u, b in begin.items() if b is not None},
+        )
 
     def whole(group: list[Cell]) -> tuple[list[CellResult], int]:
         head = first_phase(group)
@@ -259,7 +299,9 @@ def bisect_replicates(cells: Iterable[Cell], seeds: Sequence[int], evaluate: Eva
     if not cells:
         return ReplicatedMap([], seeds, {}, 0)
     if concurrent:
-        with ThreadPoolExecutor(max_workers=len(cells), thread_name_prefix="robusttune-cell") as pool:
+        with ThreadPoolExecutor(
+            max_workers=len(cells), thread_name_prefix="robusttune-cell"
+        ) as pool:
             parts = [pool.submit(whole, [cell]) for cell in cells]
             done = [part.result() for part in parts]
         found = [r for results, _ in done for r in results]

@@ -14,19 +14,30 @@ caches are allocated up front (N x d floats: 44 GB for 1000 clients of a ResNet-
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
-from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.experiments.sweep.space import SweepSpec
 
-__all__ = ["DATA_KEYS", "with_absolute_data_root", "preflight_specs", "preflight"]
+__all__ = ["DATA_KEYS", "preflight", "preflight_specs", "with_absolute_data_root"]
 
 # The RunSpec keys that decide what load_federated and make_model build: runs that agree on
 # these build the same data and model, so one of them stands for all.
-DATA_KEYS = ("dataset", "data_root", "model", "clients", "dirichlet_alpha", "partition_seed",
-             "fltrust_root_size", "synthetic_shape", "synthetic_classes", "synthetic_samples")
+DATA_KEYS = (
+    "dataset",
+    "data_root",
+    "model",
+    "clients",
+    "dirichlet_alpha",
+    "partition_seed",
+    "fltrust_root_size",
+    "synthetic_shape",
+    "synthetic_classes",
+    "synthetic_samples",
+)
 
 
 def with_absolute_data_root(spec: SweepSpec) -> SweepSpec:
@@ -80,17 +91,17 @@ def _label(run: RunSpec, keys: tuple[str, ...]) -> str:
     return ", ".join(f"{k}={values[k]}" for k in keys if k in values)
 
 
-def preflight(spec: SweepSpec, *, joined: bool = False,
-              announce: Callable[[str], None] | None = None) -> int:
+def preflight(
+    spec: SweepSpec, *, joined: bool = False, announce: Callable[[str], None] | None = None
+) -> int:
     """Build each distinct setting's data, model, rule and attack on the driver; raise SpecError
     (one line, naming the setting) at the first that fails. ``joined`` (``--address``): the data
     lives on the cluster's nodes, which may not be this machine, so a data error is a note there
     and the trials load their data where they run. Returns the number of settings checked."""
+    from robusttune.core.numerics import pin
     from robusttune.methods.aggregators import make_rule
     from robusttune.methods.attacks import make_attack
     from robusttune.problem.data import clear_dataset_cache
-
-    from robusttune.core.numerics import pin
 
     data_runs, rule_runs = preflight_specs(spec)
     if data_runs:  # one mode per sweep (space_file); the driver builds data below, and a local
@@ -103,16 +114,20 @@ def preflight(spec: SweepSpec, *, joined: bool = False,
     for run in rule_runs:
         try:
             make_rule(run.aggregator, **run.aggregator_params())
-            make_attack(run.attack, attack_strength=run.attack_strength,
-                        attack_direction=run.attack_direction)
+            make_attack(
+                run.attack,
+                attack_strength=run.attack_strength,
+                attack_direction=run.attack_direction,
+            )
         except SpecError as error:
             where = _label(run, ("aggregator", "attack"))
             raise SpecError(f"{spec.source}: pre-flight ({where}): {error}") from None
     return len(data_runs) + len(rule_runs)
 
 
-def _build_data_and_models(spec: SweepSpec, data_runs: list[RunSpec], joined: bool,
-                           announce: Callable[[str], None] | None) -> None:
+def _build_data_and_models(
+    spec: SweepSpec, data_runs: list[RunSpec], joined: bool, announce: Callable[[str], None] | None
+) -> None:
     """`preflight`'s data part: ``load_federated`` and ``make_model`` per data setting."""
     import torch
 
@@ -125,8 +140,10 @@ def _build_data_and_models(spec: SweepSpec, data_runs: list[RunSpec], joined: bo
             data = load_federated(run, "cpu")
         except SpecError as error:
             if joined:
-                (announce or print)(f"note: pre-flight ({where}) on this machine: {error}; "
-                                    f"trials load their data on the nodes they run on")
+                (announce or print)(
+                    f"note: pre-flight ({where}) on this machine: {error}; "
+                    f"trials load their data on the nodes they run on"
+                )
                 continue
             raise SpecError(f"{spec.source}: pre-flight ({where}): {error}") from None
         try:

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ray.tune import Callback
 
 from robusttune.display.terminal import duration
 
-__all__ = ["Timeline", "TimelineCallback", "ProgressCallback", "duration"]
+__all__ = ["ProgressCallback", "Timeline", "TimelineCallback", "duration"]
 
 
 class Timeline:
@@ -36,16 +37,16 @@ class TimelineCallback(Callback):
     def __init__(self, timeline: Timeline | None = None) -> None:
         self.timeline = timeline or Timeline()
 
-    def on_trial_start(self, iteration, trials, trial, **info):  # noqa: ANN001
+    def on_trial_start(self, iteration, trials, trial, **info):
         self.timeline.mark("first_trial_start", once=True)
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):  # noqa: ANN001
+    def on_trial_result(self, iteration, trials, trial, result, **info):
         self.timeline.mark("first_result", once=True)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):  # noqa: ANN001
+    def on_trial_complete(self, iteration, trials, trial, **info):
         self.timeline.mark("last_trial_end")
 
-    def on_trial_error(self, iteration, trials, trial, **info):  # noqa: ANN001
+    def on_trial_error(self, iteration, trials, trial, **info):
         self.timeline.mark("last_trial_end")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -69,9 +70,17 @@ class ProgressCallback(Callback):
     x trials still to run; wall seconds, so trials side by side count as the throughput they
     are. None until a trial has ended in this run."""
 
-    def __init__(self, metric: str, total: int | None = None, *, mode: str = "max",
-                 name: str = "sweep", console: Any = None, clock: Callable[[], float] = time.monotonic,
-                 refresh_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        metric: str,
+        total: int | None = None,
+        *,
+        mode: str = "max",
+        name: str = "sweep",
+        console: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        refresh_seconds: float = 1.0,
+    ) -> None:
         self.metric, self.total, self.mode, self.name = metric, total, mode, name
         self.console = console
         self.clock = clock
@@ -104,7 +113,7 @@ class ProgressCallback(Callback):
                     self.kept += 1
                     self._better((trial.last_result or {}).get(self.metric))
 
-    def on_step_begin(self, iteration, trials, **info):  # noqa: ANN001
+    def on_step_begin(self, iteration, trials, **info):
         if self.started is None:
             self.started = self.clock()
             self._take_over(trials)
@@ -112,7 +121,7 @@ class ProgressCallback(Callback):
         if self._live is not None and self.clock() - self._drawn >= self.refresh_seconds:
             self._draw()
 
-    def on_trial_complete(self, iteration, trials, trial, **info):  # noqa: ANN001
+    def on_trial_complete(self, iteration, trials, trial, **info):
         from robusttune.experiments.sweep.trials import config_error
 
         if trial.trial_id in self._seen:
@@ -129,15 +138,17 @@ class ProgressCallback(Callback):
         self._better(value)
         shown = f"{value:.4f}" if isinstance(value, float) else str(value)
         collapsed = " collapsed" if result.get("collapsed") else ""
-        self._trial_line(trial, f"{self.metric} {shown}{collapsed} after "
-                                f"{result.get('training_iteration', 0)} rounds")
+        self._trial_line(
+            trial,
+            f"{self.metric} {shown}{collapsed} after {result.get('training_iteration', 0)} rounds",
+        )
 
-    def on_trial_error(self, iteration, trials, trial, **info):  # noqa: ANN001
+    def on_trial_error(self, iteration, trials, trial, **info):
         self._seen.add(trial.trial_id)
         self.errored += 1
         self._trial_line(trial, f"ERROR (see {trial.path}/error.txt)", error=True)
 
-    def on_experiment_end(self, trials, **info):  # noqa: ANN001
+    def on_experiment_end(self, trials, **info):
         self.close()
 
     # -- the line -----------------------------------------------------------------------------
@@ -156,8 +167,10 @@ class ProgressCallback(Callback):
         elapsed = 0.0 if self.started is None else self.clock() - self.started
         total = "?" if self.total is None else str(self.total)
         done = self.kept + self.finished
-        parts = [f"{self.name}: {done}/{total} finished" + (f" ({self.kept} kept)" if self.kept else ""),
-                 f"{self.errored} errored"]
+        parts = [
+            f"{self.name}: {done}/{total} finished" + (f" ({self.kept} kept)" if self.kept else ""),
+            f"{self.errored} errored",
+        ]
         if self.best is not None:
             parts.append(f"best {self.metric} {self.best:.4f}")
         left = self.seconds_left()
@@ -182,7 +195,9 @@ class ProgressCallback(Callback):
             from rich.live import Live
             from rich.text import Text
 
-            self._live = Live(Text(self.line()), console=console, auto_refresh=False, transient=False)
+            self._live = Live(
+                Text(self.line()), console=console, auto_refresh=False, transient=False
+            )
             self._live.__enter__()
 
     def _draw(self) -> None:
@@ -205,7 +220,9 @@ class ProgressCallback(Callback):
 
     def interrupted(self) -> None:
         """Ctrl-C: Tune stops the trials and saves the sweep's state once more (seconds)."""
-        message = "Ctrl-C: stopping the trials and saving the sweep's state (Ctrl-C again skips saving)"
+        message = (
+            "Ctrl-C: stopping the trials and saving the sweep's state (Ctrl-C again skips saving)"
+        )
         if self._live is not None:
             self._live.console.print(message, markup=False, highlight=False)
             self._draw()

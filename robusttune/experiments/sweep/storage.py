@@ -11,11 +11,21 @@ from pathlib import Path
 
 from robusttune.core.files import write_text_atomic
 from robusttune.core.registry import SpecError
-from robusttune.experiments.sweep.space import SweepSpec, parse_sweep
 from robusttune.core.yaml_input import MAX_YAML_BYTES, parse_yaml, read_yaml_text
+from robusttune.experiments.sweep.space import SweepSpec, parse_sweep
 
-__all__ = ["SWEEP_FILE", "TRIALS_FILE", "DEFAULT_STORAGE", "is_local", "experiment_path",
-           "storage_path", "write_text", "read_text", "stored_sweep", "restorable"]
+__all__ = [
+    "DEFAULT_STORAGE",
+    "SWEEP_FILE",
+    "TRIALS_FILE",
+    "experiment_path",
+    "is_local",
+    "read_text",
+    "restorable",
+    "storage_path",
+    "stored_sweep",
+    "write_text",
+]
 
 SWEEP_FILE = "sweep.yaml"
 TRIALS_FILE = "trials.csv"
@@ -36,7 +46,11 @@ def experiment_path(storage: str, name: str) -> str:
 
 def storage_path(storage: str) -> str:
     """The storage root as Tune's RunConfig takes it: a local one absolute, a URI as it is."""
-    return str(Path(storage.removeprefix("file://")).expanduser().resolve()) if is_local(storage) else storage
+    return (
+        str(Path(storage.removeprefix("file://")).expanduser().resolve())
+        if is_local(storage)
+        else storage
+    )
 
 
 def write_text(folder: str, filename: str, text: str) -> None:
@@ -71,13 +85,16 @@ def read_text(folder: str, filename: str) -> str | None:
         return None
     where = f"{folder}/{filename}"
     if len(data) > MAX_YAML_BYTES:
-        raise SpecError(f"{where}: larger than {MAX_YAML_BYTES:,} bytes; allowed: the YAML file "
-                        f"a sweep wrote")
+        raise SpecError(
+            f"{where}: larger than {MAX_YAML_BYTES:,} bytes; allowed: the YAML file a sweep wrote"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise SpecError(f"{where}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
-                        f"{error.start}); allowed: the YAML file a sweep wrote") from None
+        raise SpecError(
+            f"{where}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+            f"{error.start}); allowed: the YAML file a sweep wrote"
+        ) from None
 
 
 def stored_sweep(path: str) -> SweepSpec | None:

@@ -26,14 +26,15 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
 from robusttune.core.plugins import load_plugins
-from robusttune.core.runspec import RunSpec
 from robusttune.core.registry import SpecError
+from robusttune.core.runspec import RunSpec
 from robusttune.experiments.sweep.ray_compat import TrialStopped, trial_storage
 from robusttune.experiments.sweep.space import SweepSpec
 
@@ -43,8 +44,19 @@ CONFIG_ERROR = "config_error"
 ERROR_FILE = "error.txt"
 # Keys every result row carries even when the space does not vary them, so rows from several
 # sweeps can be put side by side.
-IDENTITY_KEYS = ("dataset", "method", "algorithm", "aggregator", "attack", "byzantine_fraction",
-                 "participation", "participation_mode", "clients", "rounds", "seed")
+IDENTITY_KEYS = (
+    "dataset",
+    "method",
+    "algorithm",
+    "aggregator",
+    "attack",
+    "byzantine_fraction",
+    "participation",
+    "participation_mode",
+    "clients",
+    "rounds",
+    "seed",
+)
 
 
 def trial_device(requested: str, gpu_ids: list[Any]) -> str:
@@ -83,7 +95,7 @@ def trial_threads(resources: Mapping[str, float]) -> int:
     """Torch threads = the trial's whole CPUs (at least one): trials side by side with one thread
     each fill a CPU machine better than one trial with many (DESIGN.md, local training). In the
     default portable numerics the run then pins one thread (robusttune.core.numerics)."""
-    return max(1, int(math.floor(float(resources.get("CPU", 1.0)) + 1e-9)))
+    return max(1, math.floor(float(resources.get("CPU", 1.0)) + 1e-9))
 
 
 def identity(spec: RunSpec, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -92,13 +104,19 @@ def identity(spec: RunSpec, keys: tuple[str, ...]) -> dict[str, Any]:
     columns = {}
     for key in dict.fromkeys(IDENTITY_KEYS + keys):
         value = resolved[key]
-        columns[key] = value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+        columns[key] = (
+            value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+        )
     return columns
 
 
-def result_row(record_dict: Mapping[str, Any], columns: Mapping[str, Any],
-               last_accuracy: float, last_loss: float,
-               last_validation_accuracy: float = math.nan) -> dict[str, Any]:
+def result_row(
+    record_dict: Mapping[str, Any],
+    columns: Mapping[str, Any],
+    last_accuracy: float,
+    last_loss: float,
+    last_validation_accuracy: float = math.nan,
+) -> dict[str, Any]:
     """One Tune result: the record, the carried-forward figures and the identifying RunSpec keys."""
     row = dict(record_dict)
     row["last_accuracy"] = float(last_accuracy)
@@ -124,10 +142,12 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
 
     values = sweep.resolve(config)
     requested = str(values.get("device", "auto"))
-    device = place_trial(requested, resources, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else [])
+    device = place_trial(
+        requested, resources, ray.get_gpu_ids() if resources.get("GPU", 0) > 0 else []
+    )
     run_folder = trial_folder(context)
     try:
-        load_plugins(sweep.plugins)   # a plugin missing here ends the trial, not retried
+        load_plugins(sweep.plugins)  # a plugin missing here ends the trial, not retried
         spec = RunSpec.from_dict({**values, "device": device})
         simulation = Simulation(spec)
     except SpecError as error:
@@ -141,8 +161,13 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     try:
         for record in simulation:
             writer.write(record)
-            row = result_row(record.to_dict(), columns, simulation.last_accuracy, simulation.last_loss,
-                             simulation.last_validation_accuracy)
+            row = result_row(
+                record.to_dict(),
+                columns,
+                simulation.last_accuracy,
+                simulation.last_loss,
+                simulation.last_validation_accuracy,
+            )
             if every and simulation.rounds_done % every == 0:
                 # Scalars up to a checkpoint must be on disk before the checkpoint exists: a
                 # resumed trial only writes the rounds after it.
@@ -183,8 +208,7 @@ def restore_checkpoint(simulation: Any, context: Any, folder: Path) -> int:
     return simulation.rounds_done
 
 
-def report_config_error(message: str, metrics: Sequence[str], folder: Path,
-                        **extra: Any) -> None:
+def report_config_error(message: str, metrics: Sequence[str], folder: Path, **extra: Any) -> None:
     """End the trial on a configuration error without an exception (so Tune does not retry
     it): one result with the message, NaN ``metrics`` (Tune requires them of a result) and
     ``extra``, and the message in error.txt."""
@@ -192,7 +216,7 @@ def report_config_error(message: str, metrics: Sequence[str], folder: Path,
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ERROR_FILE).write_text(f"configuration error: {message}\n")
-    tune.report({**{metric: math.nan for metric in metrics}, CONFIG_ERROR: message, **extra})
+    tune.report({**dict.fromkeys(metrics, math.nan), CONFIG_ERROR: message, **extra})
 
 
 def trial_folder(context: Any) -> Path:
@@ -225,5 +249,9 @@ def fetch_run_files(context: Any, folder: Path) -> None:
         name = info.base_name
         wanted = name == "rounds.csv" or name.startswith("events.out.tfevents.")
         if info.type == pyarrow.fs.FileType.File and wanted and not (folder / name).exists():
-            pyarrow.fs.copy_files(info.path, str(folder / name), source_filesystem=source,
-                                  destination_filesystem=pyarrow.fs.LocalFileSystem())
+            pyarrow.fs.copy_files(
+                info.path,
+                str(folder / name),
+                source_filesystem=source,
+                destination_filesystem=pyarrow.fs.LocalFileSystem(),
+            )

@@ -12,7 +12,7 @@ from robusttune.experiments.sweep.ray_compat import grid_trials, quiet_analysis
 from robusttune.experiments.sweep.space import SweepSpec
 from robusttune.experiments.sweep.trainable import CONFIG_ERROR
 
-__all__ = ["saved_statuses", "trials_table", "config_error", "config_errors"]
+__all__ = ["config_error", "config_errors", "saved_statuses", "trials_table"]
 
 
 def config_error(trial: Any) -> str | None:
@@ -43,14 +43,13 @@ def saved_statuses(path: str, grid: Any) -> dict[str, str]:
     try:
         with quiet_analysis():  # its per-trial warnings about trials not started yet
             saved = {trial.trial_id: trial.status for trial in ExperimentAnalysis(path).trials}
-    except Exception:  # noqa: BLE001 - unreadable state: keep what the driver saw
+    except Exception:
         saved = {}
     merged = {trial_id: saved.get(trial_id, status) for trial_id, status in statuses.items()}
     for trial in trials:
         if config_error(trial):
             merged[trial.trial_id] = "ERROR"
     return merged
-
 
 
 def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = None) -> Any:
@@ -62,8 +61,10 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
     for trial in grid_trials(grid):
         metrics = trial.last_result or {}
         status = (statuses or {}).get(trial.trial_id, trial.status)
-        row: dict[str, Any] = {"trial": Path(trial.path).name if trial.path else trial.trial_id,
-                               "status": status if status in ("TERMINATED", "ERROR") else "UNFINISHED"}
+        row: dict[str, Any] = {
+            "trial": Path(trial.path).name if trial.path else trial.trial_id,
+            "status": status if status in ("TERMINATED", "ERROR") else "UNFINISHED",
+        }
         resolved = spec.resolve(trial.config)
         for key in spec.varied_keys:
             row[key] = metrics.get(key, resolved.get(key))
@@ -81,8 +82,9 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
     ascending = [mode == "min" for mode in spec.search.modes]
     if spec.search.multi_objective:
         table.insert(2, "pareto", _pareto(table, spec))
-        table = table.sort_values(["pareto", *spec.search.metrics], ascending=[False, *ascending],
-                                  na_position="last")
+        table = table.sort_values(
+            ["pareto", *spec.search.metrics], ascending=[False, *ascending], na_position="last"
+        )
     else:
         table = table.sort_values(spec.search.metric, ascending=ascending[0], na_position="last")
     return table.reset_index(drop=True)
@@ -91,14 +93,19 @@ def trials_table(grid: Any, spec: SweepSpec, statuses: dict[str, str] | None = N
 def _pareto(table: Any, spec: SweepSpec) -> list[bool]:
     """Whether each row is on the Pareto front of the metrics (NaN rows never are)."""
     signs = [1.0 if mode == "max" else -1.0 for mode in spec.search.modes]
-    values = [[s * float(row[m]) for m, s in zip(spec.search.metrics, signs)]
-              for _, row in table.iterrows()]
+    values = [
+        [s * float(row[m]) for m, s in zip(spec.search.metrics, signs)]
+        for _, row in table.iterrows()
+    ]
     front = []
     for i, a in enumerate(values):
         if any(math.isnan(x) for x in a):
             front.append(False)
             continue
-        dominated = any(all(y >= x for x, y in zip(a, b)) and any(y > x for x, y in zip(a, b))
-                        for j, b in enumerate(values) if j != i and not any(math.isnan(y) for y in b))
+        dominated = any(
+            all(y >= x for x, y in zip(a, b)) and any(y > x for x, y in zip(a, b))
+            for j, b in enumerate(values)
+            if j != i and not any(math.isnan(y) for y in b)
+        )
         front.append(not dominated)
     return front

@@ -17,24 +17,47 @@ from __future__ import annotations
 from typing import Any
 
 from robusttune.core.registry import SpecError
-
 from robusttune.methods.aggregators.base import AGGREGATORS, Aggregator, make_aggregator
 from robusttune.methods.aggregators.coordinate import Mean, Median, TrimmedMean
-from robusttune.methods.aggregators.distance import Bulyan, CenteredClipping, GeometricMedian, Krum, MultiKrum
-from robusttune.methods.aggregators.preaggregation import AdaptiveRobustClipping, NearestNeighbourMixing
+from robusttune.methods.aggregators.distance import (
+    Bulyan,
+    CenteredClipping,
+    GeometricMedian,
+    Krum,
+    MultiKrum,
+)
+from robusttune.methods.aggregators.preaggregation import (
+    AdaptiveRobustClipping,
+    NearestNeighbourMixing,
+)
 from robusttune.methods.aggregators.reference import FLTrust
 from robusttune.methods.aggregators.swb import SWB
 from robusttune.methods.aggregators.wrappers import Bucketing
 
 __all__ = [
-    "AGGREGATORS", "Aggregator", "make_aggregator", "make_rule", "Mean", "Median", "TrimmedMean", "Krum",
-    "MultiKrum", "Bulyan", "GeometricMedian", "CenteredClipping", "FLTrust", "SWB", "Bucketing",
-    "NearestNeighbourMixing", "AdaptiveRobustClipping",
+    "AGGREGATORS",
+    "SWB",
+    "AdaptiveRobustClipping",
+    "Aggregator",
+    "Bucketing",
+    "Bulyan",
+    "CenteredClipping",
+    "FLTrust",
+    "GeometricMedian",
+    "Krum",
+    "Mean",
+    "Median",
+    "MultiKrum",
+    "NearestNeighbourMixing",
+    "TrimmedMean",
+    "make_aggregator",
+    "make_rule",
 ]
 
 
-def make_rule(aggregator: str, bucket_size: int = 0, pre_aggregator: str = "none",
-              **params: Any) -> Aggregator:
+def make_rule(
+    aggregator: str, bucket_size: int = 0, pre_aggregator: str = "none", **params: Any
+) -> Aggregator:
     """The rule a run aggregates with: ``aggregator`` built from RunSpec-named ``params``, inside
     bucketing (Karimireddy, He and Jaggi, ICLR 2022) when ``bucket_size`` > 1, the whole behind
     ``pre_aggregator`` (``nnm`` or ``arc``, Allouah et al.) unless it is ``none``:

@@ -4,7 +4,7 @@ rule; `Aggregator.with_fixed_rows` starts from it and a rule may do its fixed-ro
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -12,8 +12,9 @@ from torch import Tensor
 __all__ = ["appended_rows"]
 
 
-def appended_rows(rule: Callable[..., Tensor], fixed: Tensor, *, f: int,
-                  seed: int = 0) -> Callable[[Tensor, int], Tensor]:
+def appended_rows(
+    rule: Callable[..., Tensor], fixed: Tensor, *, f: int, seed: int = 0
+) -> Callable[[Tensor, int], Tensor]:
     """``(message, copies) -> rule(cat[fixed, copies x message], f=f, generator=seeded(seed))``
     for any callable rule (`Aggregator.with_fixed_rows` without a shortcut)."""
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from robusttune.methods.aggregators.appended import appended_rows
 from robusttune.core.registries import AGGREGATORS
 from robusttune.core.validation import check_value, optional_int
-
+from robusttune.methods.aggregators.appended import appended_rows
 
 # Column blocks of the pairwise-distance Gram product and row blocks of centred differences are
 # sized so that one temporary holds about this many elements (64 MB in float32): an n x d
@@ -117,12 +117,18 @@ class Aggregator:
             previous = previous.detach().to(device=x.device, dtype=dtype).reshape(-1)
         with torch.no_grad():
             out = self.aggregate(
-                x, f=self._f(f), weights=weights, reference=reference, previous=previous,
+                x,
+                f=self._f(f),
+                weights=weights,
+                reference=reference,
+                previous=previous,
                 generator=generator,
             )
         return out.to(updates.dtype) if updates.dtype.is_floating_point else out
 
-    def with_fixed_rows(self, fixed: Tensor, *, f: int, seed: int = 0) -> Callable[[Tensor, int], Tensor]:
+    def with_fixed_rows(
+        self, fixed: Tensor, *, f: int, seed: int = 0
+    ) -> Callable[[Tensor, int], Tensor]:
         """``(message, copies) -> rule(cat[fixed, copies x message], f=f)``, unweighted, each call
         with a generator seeded ``seed``: the objective of a search that varies only the appended
         rows (the optimal attacks' line search, robusttune.methods.attacks.rule_aware). This default
@@ -156,7 +162,7 @@ def make_aggregator(name: str, /, **params: Any) -> Aggregator:
 
 def trim_count(ratio: float, n: int) -> int:
     """floor(ratio * n), with the same 1e-9 tolerance as RunSpec so 0.3 * 10 trims 3, not 2."""
-    return int(math.floor(ratio * n + 1e-9))
+    return math.floor(ratio * n + 1e-9)
 
 
 # -- numerics ----------------------------------------------------------------------------------
@@ -210,7 +216,9 @@ def sorted_median(ordered: Tensor, lower: bool = False) -> Tensor:
 @functools.lru_cache(maxsize=8)
 def _direction(length: int, device: str, dtype: torch.dtype) -> Tensor:
     generator = torch.Generator().manual_seed(0x5EED)
-    return torch.randn(length, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
+    return torch.randn(length, generator=generator, dtype=torch.float64).to(
+        device=device, dtype=dtype
+    )
 
 
 def tie_keys(rows: Tensor) -> Tensor:
@@ -221,7 +229,9 @@ def tie_keys(rows: Tensor) -> Tensor:
     return rows @ _direction(rows.shape[-1], str(rows.device), rows.dtype)
 
 
-def rank_ascending(scores: Tensor, rows: Tensor | None = None, keys: Tensor | None = None) -> Tensor:
+def rank_ascending(
+    scores: Tensor, rows: Tensor | None = None, keys: Tensor | None = None
+) -> Tensor:
     """Indices that sort ``scores`` ascending; exact ties are broken by :func:`tie_keys` of
     ``rows`` (row i belongs to score i), or by precomputed ``keys``, so the ranking is a function
     of the set of messages, not of their order: the lexicographic order of (score_i, key_i),
@@ -413,8 +423,9 @@ def direction_dots(x: Tensor, vector: Tensor, centre: Tensor | None, mask: Tenso
     return out
 
 
-def combine_centred(x: Tensor, coefficients: Tensor, centre: Tensor | None,
-                    skip: Tensor | None = None) -> Tensor:
+def combine_centred(
+    x: Tensor, coefficients: Tensor, centre: Tensor | None, skip: Tensor | None = None
+) -> Tensor:
     """sum_i c_i (x_i - centre) from explicit differences, in row blocks. Rows where the boolean
     mask ``skip`` is True contribute exactly nothing whatever their values (a coefficient 0 on a
     row of inf or NaN would give 0 * inf = NaN): their rows of the block are zeroed first.
@@ -436,8 +447,12 @@ def combine_centred(x: Tensor, coefficients: Tensor, centre: Tensor | None,
     return out
 
 
-def generator_for(generator: torch.Generator | None, own: dict[str, torch.Generator], seed: int,
-                  device: torch.device) -> torch.Generator:
+def generator_for(
+    generator: torch.Generator | None,
+    own: dict[str, torch.Generator],
+    seed: int,
+    device: torch.device,
+) -> torch.Generator:
     """The call-time generator if given, else the rule's own generator for ``device``, created on
     first use from ``seed`` and advancing from call to call."""
     if generator is not None:

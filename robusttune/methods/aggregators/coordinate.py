@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
-from robusttune.methods.aggregators.base import (
-    AGGREGATORS, Aggregator, sort_values, sorted_median, trim_count,
-)
 from robusttune.core.schema import check_key
+from robusttune.methods.aggregators.base import (
+    AGGREGATORS,
+    Aggregator,
+    sort_values,
+    sorted_median,
+    trim_count,
+)
 
 
 @AGGREGATORS.register("mean")
@@ -19,7 +25,7 @@ class Mean(Aggregator):
         """0: a single message moves the mean anywhere."""
         return 0.0
 
-    def aggregate(self, x: Tensor, *, weights: Tensor | None, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, weights: Tensor | None, **context: Any) -> Tensor:
         if weights is None:
             return x.mean(dim=0)
         return (weights @ x) / weights.sum()
@@ -43,7 +49,7 @@ class Median(Aggregator):
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n
 
-    def aggregate(self, x: Tensor, **context) -> Tensor:
+    def aggregate(self, x: Tensor, **context: Any) -> Tensor:
         # clone: a row view would keep the whole sorted n x d copy alive
         return sorted_median(sort_values(x, dim=0), self.median_even == "lower").clone()
 
@@ -70,11 +76,11 @@ class TrimmedMean(Aggregator):
         b = self._trim(n, f)
         return 2 * b < n and b >= f
 
-    def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, f: int, **context: Any) -> Tensor:
         n = x.shape[0]
         b = min(self._trim(n, f), (n - 1) // 2)
         if b == 0:
             return x.mean(dim=0)
         # A sort, not "sum minus top-k sums": subtracting the sums of 1e6-sized outliers from the
         # total cancels away the honest values' digits in float32 (and inf - inf is NaN).
-        return sort_values(x, dim=0)[b:n - b].mean(dim=0)
+        return sort_values(x, dim=0)[b : n - b].mean(dim=0)

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 from pydantic import Field
 from torch import Tensor
 
-from robusttune.methods.aggregators.base import (
-    AGGREGATORS, Aggregator, column_centre, combine_centred,
-    direction_sum, distances_to, finite_rows, on_host, pairwise_sq_distances, rank_ascending,
-    sort_values, sorted_median, tie_keys,
-)
 from robusttune.core.schema import check_key
 from robusttune.core.validation import check_value
+from robusttune.methods.aggregators.base import (
+    AGGREGATORS,
+    Aggregator,
+    column_centre,
+    combine_centred,
+    direction_sum,
+    distances_to,
+    finite_rows,
+    on_host,
+    pairwise_sq_distances,
+    rank_ascending,
+    sort_values,
+    sorted_median,
+    tie_keys,
+)
 
 
 def krum_scores(dist: Tensor, f: int) -> Tensor:
@@ -44,7 +54,7 @@ class Krum(Aggregator):
     def precondition(self, n: int, f: int) -> bool:
         return n > 2 * f + 2
 
-    def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, f: int, **context: Any) -> Tensor:
         scores = krum_scores(pairwise_sq_distances(x), f)
         # index_select by a one-element index: x[t] with a 0-dim t reads t back (ATen item()).
         return x.index_select(0, rank_ascending(scores, x)[:1])[0]
@@ -60,7 +70,7 @@ class MultiKrum(Krum):
         super().__init__(f)
         self.krum_m = check_key("krum_m", krum_m)
 
-    def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, f: int, **context: Any) -> Tensor:
         n = x.shape[0]
         m = min(max(self.krum_m if self.krum_m is not None else n - f, 1), n)
         scores = krum_scores(pairwise_sq_distances(x), f)
@@ -119,7 +129,7 @@ class Bulyan(Aggregator):
             others.index_fill_(1, pick, math.inf)
         return torch.cat(chosen)
 
-    def aggregate(self, x: Tensor, *, f: int, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, f: int, **context: Any) -> Tensor:
         n = x.shape[0]
         theta = min(max(n - 2 * f, 1), n)
         beta = max(theta - 2 * f, 1)
@@ -166,10 +176,13 @@ class GeometricMedian(Aggregator):
     def precondition(self, n: int, f: int) -> bool:
         return 2 * f < n
 
-    def aggregate(self, x: Tensor, *, weights: Tensor | None, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, weights: Tensor | None, **context: Any) -> Tensor:
         n = x.shape[0]
-        a = torch.full((n,), 1.0 / n, device=x.device, dtype=x.dtype) if weights is None \
+        a = (
+            torch.full((n,), 1.0 / n, device=x.device, dtype=x.dtype)
+            if weights is None
             else weights / weights.sum()
+        )
         v = column_centre(x)
         dist = distances_to(x, v)
         # Only rows at non-finite distance can hold inf or NaN; those that do are dropped (b_i = 0
@@ -238,8 +251,13 @@ class CenteredClipping(Aggregator):
     device every row does (masked: no read-back to find them), a few elementwise passes more.
     """
 
-    def __init__(self, f: int | None = None, cclip_tau: float = 2.0, cclip_iters: int = 1,
-                 cclip_scale: str = "median_distance") -> None:
+    def __init__(
+        self,
+        f: int | None = None,
+        cclip_tau: float = 2.0,
+        cclip_iters: int = 1,
+        cclip_scale: str = "median_distance",
+    ) -> None:
         super().__init__(f)
         self.cclip_tau = check_key("cclip_tau", cclip_tau)
         self.cclip_iters = check_key("cclip_iters", cclip_iters)
@@ -256,7 +274,7 @@ class CenteredClipping(Aggregator):
         median = torch.where(torch.isnan(norms), math.inf, norms).median()
         return torch.where(torch.isfinite(median), self.cclip_tau * median, 0.0)
 
-    def aggregate(self, x: Tensor, *, previous: Tensor | None, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, previous: Tensor | None, **context: Any) -> Tensor:
         n, d = x.shape
         v = torch.zeros(d, device=x.device, dtype=x.dtype) if previous is None else previous.clone()
         for _ in range(self.cclip_iters):

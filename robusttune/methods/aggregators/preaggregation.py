@@ -9,12 +9,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robusttune.methods.aggregators.base import (
-    AGGREGATORS, Aggregator, _masked_rows, distances_to, make_aggregator, pairwise_sq_distances,
-    robust_directions, tie_keys,
-)
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import check_key
+from robusttune.methods.aggregators.base import (
+    AGGREGATORS,
+    Aggregator,
+    _masked_rows,
+    distances_to,
+    make_aggregator,
+    pairwise_sq_distances,
+    robust_directions,
+    tie_keys,
+)
 
 
 class PreAggregation(Aggregator):
@@ -24,16 +30,23 @@ class PreAggregation(Aggregator):
     inner rule's; ``theoretical_breakdown`` the smaller of the two fractions (None where the
     inner rule has no bound in n, FLTrust)."""
 
-    def __init__(self, inner: str | Aggregator = "mean", f: int | None = None, seed: int = 0,
-                 **inner_params: Any) -> None:
+    def __init__(
+        self,
+        inner: str | Aggregator = "mean",
+        f: int | None = None,
+        seed: int = 0,
+        **inner_params: Any,
+    ) -> None:
         super().__init__(f)
         self.seed = check_key("seed", seed)
         if isinstance(inner, Aggregator):
             self.inner = inner
         elif isinstance(inner, str):
             if inner in ("nnm", "arc"):
-                raise SpecError(f"inner {inner!r} is not allowed; allowed: any rule but nnm, arc "
-                                "(name the pre-aggregation with pre_aggregator)")
+                raise SpecError(
+                    f"inner {inner!r} is not allowed; allowed: any rule but nnm, arc "
+                    "(name the pre-aggregation with pre_aggregator)"
+                )
             self.inner = make_aggregator(inner, f=f, seed=seed, **inner_params)
         else:
             raise SpecError(f"inner must be an aggregator name; got {inner!r}")
@@ -46,17 +59,31 @@ class PreAggregation(Aggregator):
         return 2 * f < n and self.inner.precondition(n, f)
 
     def theoretical_breakdown(self, n: int) -> float | None:
-        inner = self.inner.theoretical_breakdown(n)
-        return None if inner is None else min(inner, super().theoretical_breakdown(n))
+        inner, outer = self.inner.theoretical_breakdown(n), super().theoretical_breakdown(n)
+        return None if inner is None or outer is None else min(inner, outer)
 
     def premap(self, x: Tensor, f: int, previous: Tensor | None) -> Tensor:
         """The n messages the inner rule aggregates."""
         raise NotImplementedError
 
-    def aggregate(self, x: Tensor, *, f: int, weights: Tensor | None, reference: Tensor | None,
-                  previous: Tensor | None, generator: torch.Generator | None) -> Tensor:
-        return self.inner(self.premap(x, f, previous), f=f, weights=weights, reference=reference,
-                          previous=previous, generator=generator)
+    def aggregate(
+        self,
+        x: Tensor,
+        *,
+        f: int,
+        weights: Tensor | None,
+        reference: Tensor | None,
+        previous: Tensor | None,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        return self.inner(
+            self.premap(x, f, previous),
+            f=f,
+            weights=weights,
+            reference=reference,
+            previous=previous,
+            generator=generator,
+        )
 
 
 @AGGREGATORS.register("nnm")
@@ -109,8 +136,11 @@ class AdaptiveRobustClipping(PreAggregation):
         k = min(max(2 * f * (n - f) // n, 0), n - 1)  # floor(2 (f / n) (n - f)), exactly
         if k == 0:
             return x
-        centre = torch.zeros(x.shape[1], device=x.device, dtype=x.dtype) if previous is None \
+        centre = (
+            torch.zeros(x.shape[1], device=x.device, dtype=x.dtype)
+            if previous is None
             else previous
+        )
         norms = distances_to(x, centre)
         norms = norms.masked_fill_(torch.isnan(norms), float("inf"))
         tau = torch.topk(norms, k + 1).values[k:]  # the (k+1)-th largest, a 1-element tensor
@@ -119,5 +149,7 @@ class AdaptiveRobustClipping(PreAggregation):
         far = clipped & ~torch.isfinite(norms)
         out = torch.where(far[:, None], 0.0, x - centre) * scale[:, None]
         for part, rows in _masked_rows(x, far):
-            out[rows] = torch.where(far[rows, None], tau * robust_directions(part, centre), out[rows])
+            out[rows] = torch.where(
+                far[rows, None], tau * robust_directions(part, centre), out[rows]
+            )
         return out.add_(centre)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from robusttune.methods.aggregators.base import (
-    AGGREGATORS, Aggregator, combine_centred, direction_dots, direction_sum, row_blocks,
+    AGGREGATORS,
+    Aggregator,
+    combine_centred,
+    direction_dots,
+    direction_sum,
+    row_blocks,
 )
 
 
@@ -35,8 +42,9 @@ class FLTrust(Aggregator):
         fraction of n bounds it (its guarantee is on the root set's representativeness)."""
         return None
 
-    def aggregate(self, x: Tensor, *, reference: Tensor | None, previous: Tensor | None,
-                  **context) -> Tensor:
+    def aggregate(
+        self, x: Tensor, *, reference: Tensor | None, previous: Tensor | None, **context: Any
+    ) -> Tensor:
         if reference is None:
             raise ValueError("fltrust needs the server's own message: call it with reference=...")
         n, d = x.shape

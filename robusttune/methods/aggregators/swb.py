@@ -3,7 +3,8 @@ rotations drawn fast enough to aggregate a 545,098-parameter model in a few seco
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -12,8 +13,15 @@ from robusttune.core.registry import SpecError
 from robusttune.core.schema import check_key
 from robusttune.methods.aggregators.base import AGGREGATORS, Aggregator, generator_for, trim_count
 from robusttune.methods.aggregators.swb_blocks import (
-    BLOCK_ELEMENTS, FIXED_ROWS_ELEMENTS, MAX_BLOCK_CHUNKS, Block, DenseRotation, HadamardRotation,
-    HouseholderRotation, barycenter_rows, chunks_of,
+    BLOCK_ELEMENTS,
+    FIXED_ROWS_ELEMENTS,
+    MAX_BLOCK_CHUNKS,
+    Block,
+    DenseRotation,
+    HadamardRotation,
+    HouseholderRotation,
+    barycenter_rows,
+    chunks_of,
 )
 from robusttune.methods.aggregators.swb_fixed_rows import FixedRowsSWB
 
@@ -48,8 +56,15 @@ class SWB(Aggregator):
     medoid step has no guarantee (the paper's stated limitation).
     """
 
-    def __init__(self, f: int | None = None, trim_ratio: float | None = None, swb_chunk: int = 512,
-                 swb_views: int = 2, swb_rotation: str = "haar", seed: int = 0) -> None:
+    def __init__(
+        self,
+        f: int | None = None,
+        trim_ratio: float | None = None,
+        swb_chunk: int = 512,
+        swb_views: int = 2,
+        swb_rotation: str = "haar",
+        seed: int = 0,
+    ) -> None:
         super().__init__(f)
         self.trim_ratio = 0.25 if trim_ratio is None else check_key("trim_ratio", trim_ratio)
         self.swb_chunk = check_key("swb_chunk", swb_chunk)
@@ -73,8 +88,15 @@ class SWB(Aggregator):
     # The draw order (view by view; within a view the shared matrix first, then the blocks of
     # full chunks, then the last chunk) is fixed, so a plan drawn from a generator state can be
     # replayed by tests against an explicit reference.
-    def plan(self, n: int, d: int, generator: torch.Generator, device: torch.device,
-             dtype: torch.dtype, reuse: bool = True) -> Iterator[Block]:
+    def plan(
+        self,
+        n: int,
+        d: int,
+        generator: torch.Generator,
+        device: torch.device,
+        dtype: torch.dtype,
+        reuse: bool = True,
+    ) -> Iterator[Block]:
         """The blocks of chunks of every view with their rotations, drawn in order from
         ``generator``. With ``reuse`` a block's rotation lives in buffers the next block
         overwrites: consume each block before asking for the next."""
@@ -82,42 +104,59 @@ class SWB(Aggregator):
         full, tail = divmod(d, size)
         per_block = max(1, min(MAX_BLOCK_CHUNKS, full, BLOCK_ELEMENTS // (n * size)))
         workspace: dict[str, Tensor] | None = {} if reuse else None
+        rotation: HouseholderRotation | DenseRotation | HadamardRotation
         for view in range(self.swb_views):
             shared = None
             if self.swb_rotation == "shared" and full:
                 shared = DenseRotation(
-                    HouseholderRotation.draw(1, size, generator, device, dtype).matrix()[0])
+                    HouseholderRotation.draw(1, size, generator, device, dtype).matrix()[0]
+                )
             for first in range(0, full, per_block):
                 count = min(per_block, full - first)
                 if self.swb_rotation == "haar":
-                    rotation = HouseholderRotation.draw(count, size, generator, device, dtype, workspace)
+                    rotation = HouseholderRotation.draw(
+                        count, size, generator, device, dtype, workspace
+                    )
                 elif self.swb_rotation == "shared":
+                    assert shared is not None  # drawn above whenever there is a full chunk
                     rotation = shared
                 else:
-                    rotation = HadamardRotation(self._signs(count, size, generator, device, dtype), size)
+                    rotation = HadamardRotation(
+                        self._signs(count, size, generator, device, dtype), size
+                    )
                 yield Block(view, first, count, size, rotation)
             if tail:
                 if self.swb_rotation == "hadamard":
-                    rotation = HadamardRotation(self._signs(1, size, generator, device, dtype), tail)
+                    rotation = HadamardRotation(
+                        self._signs(1, size, generator, device, dtype), tail
+                    )
                 else:
                     rotation = HouseholderRotation.draw(1, tail, generator, device, dtype)
                 yield Block(view, full, 1, tail, rotation)
 
     @staticmethod
-    def _signs(count: int, size: int, generator: torch.Generator, device: torch.device,
-               dtype: torch.dtype) -> Tensor:
+    def _signs(
+        count: int, size: int, generator: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> Tensor:
         bits = torch.randint(0, 2, (count, size), generator=generator, device=generator.device)
         return (2 * bits - 1).to(device=device, dtype=dtype)
 
-    def aggregate(self, x: Tensor, *, generator: torch.Generator | None, **context) -> Tensor:
+    def aggregate(self, x: Tensor, *, generator: torch.Generator | None, **context: Any) -> Tensor:
         n, d = x.shape
         gen = generator_for(generator, self._generators, self.seed, x.device)
         k = trim_count(self.trim_ratio, n)
-        return self.combine(d, self.plan(n, d, gen, x.device, x.dtype), x,
-                            lambda index, block, start, stop: barycenter_rows(
-                                block.rotation.forward(chunks_of(x, block, start, stop)), k))
+        return self.combine(
+            d,
+            self.plan(n, d, gen, x.device, x.dtype),
+            x,
+            lambda index, block, start, stop: barycenter_rows(
+                block.rotation.forward(chunks_of(x, block, start, stop)), k
+            ),
+        )
 
-    def with_fixed_rows(self, fixed: Tensor, *, f: int, seed: int = 0) -> Callable[[Tensor, int], Tensor]:
+    def with_fixed_rows(
+        self, fixed: Tensor, *, f: int, seed: int = 0
+    ) -> Callable[[Tensor, int], Tensor]:
         """`Aggregator.with_fixed_rows` with the fixed rows' work done once
         (robusttune.methods.aggregators.swb_fixed_rows: their rotations, sorts and per-rank order, and
         the rotations themselves), so each call rotates and sorts the one appended message.
@@ -128,11 +167,17 @@ class SWB(Aggregator):
         if rows > FIXED_ROWS_ELEMENTS:
             return super().with_fixed_rows(fixed, f=f, seed=seed)
         rotations = FixedRowsSWB.rotation_elements(self, d)
-        return FixedRowsSWB(self, fixed, seed=seed,
-                            keep_rotations=rows + rotations <= FIXED_ROWS_ELEMENTS)
+        return FixedRowsSWB(
+            self, fixed, seed=seed, keep_rotations=rows + rotations <= FIXED_ROWS_ELEMENTS
+        )
 
-    def combine(self, d: int, blocks: Iterable[Block], like: Tensor,
-                barycenter: Callable[[int, Block, int, int], Tensor]) -> Tensor:
+    def combine(
+        self,
+        d: int,
+        blocks: Iterable[Block],
+        like: Tensor,
+        barycenter: Callable[[int, Block, int, int], Tensor],
+    ) -> Tensor:
         """Steps 1-5 and the average over views, block by block: ``barycenter`` (the block's
         index in the plan, the block, its coordinate range) gives the block's z, in rotated
         coordinates; each is rotated back (step 5) and summed into its chunks."""

@@ -59,8 +59,14 @@ class HouseholderRotation:
     sign: Tensor  # (nb, c)
 
     @staticmethod
-    def draw(nb: int, c: int, generator: torch.Generator, device: torch.device, dtype: torch.dtype,
-             workspace: dict[str, Tensor] | None = None) -> "HouseholderRotation":
+    def draw(
+        nb: int,
+        c: int,
+        generator: torch.Generator,
+        device: torch.device,
+        dtype: torch.dtype,
+        workspace: dict[str, Tensor] | None = None,
+    ) -> HouseholderRotation:
         """Draw ``nb`` independent Haar c x c rotations. ``workspace`` keeps the buffers between
         calls (the rotation then lives in them until the next draw)."""
         # Two chunks share one (c+1) x c Gaussian matrix M: chunk a takes the upper triangle of
@@ -77,7 +83,7 @@ class HouseholderRotation:
         # Masking by multiplication: 10x faster than torch.triu(out=) here.
         torch.mul(gaussian[:, :c, :], upper, out=rows[:pairs])
         if nb > pairs:
-            torch.mul(gaussian[:nb - pairs, 1:, :].mT, upper, out=rows[pairs:])
+            torch.mul(gaussian[: nb - pairs, 1:, :].mT, upper, out=rows[pairs:])
         # dlarfg on x = (alpha, x_rest): beta = -sign(alpha) ||x||, tau = (beta - alpha) / beta,
         # v = (1, x_rest / (alpha - beta)). For j = c-1 (x_rest empty) this gives tau = 2 and
         # beta = -alpha where LAPACK takes tau = 0, beta = alpha: H_{c-1} then flips the last
@@ -98,8 +104,9 @@ class HouseholderRotation:
 
     def backward(self, z: Tensor) -> Tensor:
         """z: (nb, c) -> z Q^T: (nb, c)."""
-        return torch.ormqr(self.rows.mT, self.tau, (z * self.sign)[..., None], left=True,
-                           transpose=False)[..., 0]
+        return torch.ormqr(
+            self.rows.mT, self.tau, (z * self.sign)[..., None], left=True, transpose=False
+        )[..., 0]
 
     def matrix(self) -> Tensor:
         nb, c, _ = self.rows.shape
@@ -107,16 +114,24 @@ class HouseholderRotation:
         return self.forward(eye.contiguous())
 
 
-def _buffer(space: dict[str, Tensor], name: str, shape: tuple[int, ...], device: torch.device,
-            dtype: torch.dtype) -> Tensor:
+def _buffer(
+    space: dict[str, Tensor],
+    name: str,
+    shape: tuple[int, ...],
+    device: torch.device,
+    dtype: torch.dtype,
+) -> Tensor:
     """An uninitialised tensor of ``shape`` kept in ``space`` and reused while big enough: fresh
     pages cost ~0.6 s per GB here, as much as the arithmetic done on them."""
     count = math.prod(shape)
     held = space.get(name)
     device = torch.device(device)
-    same_device = held is not None and held.device.type == device.type and (
-        device.index is None or held.device.index == device.index)
-    if not same_device or held.numel() < count or held.dtype != dtype:
+    same_device = (
+        held is not None
+        and held.device.type == device.type
+        and (device.index is None or held.device.index == device.index)
+    )
+    if held is None or not same_device or held.numel() < count or held.dtype != dtype:
         held = space[name] = torch.empty(count, device=device, dtype=dtype)
     return held[:count].view(shape)
 
@@ -170,12 +185,12 @@ class HadamardRotation:
     def backward(self, z: Tensor) -> Tensor:
         size = self.signs.shape[1]
         out = (z @ _hadamard(size, str(z.device), z.dtype)) * self.signs
-        return out[:, :self.length]
+        return out[:, : self.length]
 
     def matrix(self) -> Tensor:
         size = self.signs.shape[1]
         h = _hadamard(size, str(self.signs.device), self.signs.dtype)
-        return (self.signs[:, :, None] * h)[:, :self.length, :]
+        return (self.signs[:, :, None] * h)[:, : self.length, :]
 
 
 @dataclass
@@ -192,7 +207,9 @@ class Block:
 def chunks_of(x: Tensor, block: Block, start: int, stop: int) -> Tensor:
     """Rows x (r, d) cut to the block's chunks: (count, r, length), one contiguous r x length
     matrix per chunk."""
-    return x[:, start:stop].reshape(x.shape[0], block.count, block.length).transpose(0, 1).contiguous()
+    return (
+        x[:, start:stop].reshape(x.shape[0], block.count, block.length).transpose(0, 1).contiguous()
+    )
 
 
 def barycenter_rows(y: Tensor, k: int) -> Tensor:
@@ -214,7 +231,7 @@ def trimmed_rank_mean(ranked: Tensor, k: int) -> Tensor:
     # elsewhere) put -inf first and NaN after +inf (pinned by
     # tests/test_extreme_messages.py), so at each rank the at most f <= k values of corrupted
     # rows (a rotated inf or float-max row is +-inf or NaN) sit at the ends and are dropped.
-    return sort_values(ranked, dim=1)[:, k:n - k].mean(dim=1)
+    return sort_values(ranked, dim=1)[:, k : n - k].mean(dim=1)
 
 
 def placed_at_medoid(y: Tensor, ranked: Tensor, b: Tensor) -> Tensor:
@@ -258,7 +275,7 @@ def published_chunk_step(chunk: Tensor, q: Tensor, k: int) -> Tensor:
     n = chunk.shape[0]
     y = chunk @ q
     ranked = torch.sort(y, dim=1).values
-    b = torch.sort(ranked, dim=0).values[k:n - k].mean(0)
+    b = torch.sort(ranked, dim=0).values[k : n - k].mean(0)
     medoid = torch.argmin(((ranked - b) ** 2).sum(1))
     z = torch.empty_like(b)
     z[torch.argsort(y[medoid])] = b

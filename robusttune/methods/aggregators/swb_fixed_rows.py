@@ -18,15 +18,49 @@ rule averages the rows as given, which may differ in the last bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from robusttune.methods.aggregators.base import (Aggregator, argsort_last, compute_dtype,
-                                                 sort_values, trim_count)
+from robusttune.methods.aggregators.base import (
+    argsort_last,
+    compute_dtype,
+    sort_values,
+    trim_count,
+)
 from robusttune.methods.aggregators.swb_blocks import Block, chunks_of, medoid_rows
+
+
+class SlicedRule(Protocol):
+    """What the fixed-rows plan reads of its SWB rule (robusttune.methods.aggregators.swb, which
+    imports this module: the plan names the rule by what it uses, not by its class)."""
+
+    trim_ratio: float
+    swb_chunk: int
+    swb_views: int
+    swb_rotation: str
+
+    def plan(
+        self,
+        n: int,
+        d: int,
+        generator: torch.Generator,
+        device: torch.device,
+        dtype: torch.dtype,
+        reuse: bool = True,
+    ) -> Iterator[Block]: ...
+
+    def combine(
+        self,
+        d: int,
+        blocks: Iterable[Block],
+        like: Tensor,
+        barycenter: Callable[[int, Block, int, int], Tensor],
+    ) -> Tensor: ...
+
 
 __all__ = ["FixedRowsSWB", "merged_trimmed_mean", "padded_columns"]
 
@@ -45,11 +79,11 @@ def merged_trimmed_mean(padded: Tensor, value: Tensor, copies: int, k: int) -> T
     same order (`swb.trimmed_rank_mean`). Returns (nb, C)."""
     h = padded.shape[1] - 2 * copies
     n = h + copies
-    columns = padded[:, copies:copies + h]
-    position = (columns < value[:, None, :]).sum(dim=1, keepdim=True)   # (nb, 1, C)
+    columns = padded[:, copies : copies + h]
+    position = (columns < value[:, None, :]).sum(dim=1, keepdim=True)  # (nb, 1, C)
     position.masked_fill_(torch.isnan(value)[:, None, :], h)
     merged = torch.arange(k, n - k, device=padded.device).reshape(1, -1, 1)
-    below, beyond = padded[:, copies + k:copies + n - k], padded[:, k:n - k]   # F_j, F_{j-c}
+    below, beyond = padded[:, copies + k : copies + n - k], padded[:, k : n - k]  # F_j, F_{j-c}
     picked = torch.where(merged < position + copies, value[:, None, :], beyond)
     return torch.where(merged < position, below, picked).mean(dim=1)
 
@@ -67,10 +101,10 @@ class _FixedBlock:
     (overwritten by every call); ``padded`` their sorted Y sorted across the rows at every rank
     (`padded_columns`)."""
 
-    rotated: Tensor   # (nb, h + 1, C)
-    order: Tensor     # (nb, h + 1, C), int64
-    ranked: Tensor    # (nb, h + 1, C)
-    padded: Tensor    # (nb, h + 2c, C)
+    rotated: Tensor  # (nb, h + 1, C)
+    order: Tensor  # (nb, h + 1, C), int64
+    ranked: Tensor  # (nb, h + 1, C)
+    padded: Tensor  # (nb, h + 2c, C)
 
 
 class FixedRowsSWB:
@@ -80,7 +114,9 @@ class FixedRowsSWB:
     C x C, ``hadamard`` d signs), else drawn again at every call (`SWB.with_fixed_rows` decides
     by its memory bound)."""
 
-    def __init__(self, rule: Aggregator, fixed: Tensor, *, seed: int = 0, keep_rotations: bool = True) -> None:
+    def __init__(
+        self, rule: SlicedRule, fixed: Tensor, *, seed: int = 0, keep_rotations: bool = True
+    ) -> None:
         self.rule, self.seed, self.keep_rotations = rule, seed, keep_rotations
         self.dtype = fixed.dtype
         self.fixed = fixed.detach().to(compute_dtype(fixed.dtype))
@@ -88,7 +124,7 @@ class FixedRowsSWB:
         self.work: dict[int, list[_FixedBlock]] = {}
 
     @staticmethod
-    def kept_elements(rule: Aggregator, h: int, d: int) -> int:
+    def kept_elements(rule: SlicedRule, h: int, d: int) -> int:
         """Float32-sized elements kept for the fixed rows and the message, a view: Y and sort(Y),
         (h + 1) x d each; argsort(Y), (h + 1) x d int64 (two each); the per-rank sorted
         columns with their padding, (h + 2c) x d, at most 3h x d since c < h within the rule's
@@ -96,14 +132,17 @@ class FixedRowsSWB:
         return 7 * (h + 1) * d * rule.swb_views
 
     @staticmethod
-    def rotation_elements(rule: Aggregator, d: int) -> int:
+    def rotation_elements(rule: SlicedRule, d: int) -> int:
         """Elements of one plan's rotations for d coordinates (an upper bound: the last chunk
         counted at full size; ``shared`` draws one matrix for the full chunks and one for the
         last)."""
         size = rule.swb_chunk
         chunks = -(-d // size)
-        per_view = {"haar": chunks * size * (size + 2), "shared": 2 * size * (size + 2),
-                    "hadamard": chunks * size}[rule.swb_rotation]
+        per_view = {
+            "haar": chunks * size * (size + 2),
+            "shared": 2 * size * (size + 2),
+            "hadamard": chunks * size,
+        }[rule.swb_rotation]
         return per_view * rule.swb_views
 
     def plan(self, n: int) -> Iterable[Block]:
@@ -112,10 +151,17 @@ class FixedRowsSWB:
         if n in self.blocks:
             return self.blocks[n]
         generator = torch.Generator(device=self.fixed.device).manual_seed(self.seed)
-        blocks = self.rule.plan(n, self.fixed.shape[1], generator, self.fixed.device,
-                                self.fixed.dtype, reuse=not self.keep_rotations)
+        blocks = self.rule.plan(
+            n,
+            self.fixed.shape[1],
+            generator,
+            self.fixed.device,
+            self.fixed.dtype,
+            reuse=not self.keep_rotations,
+        )
         if self.keep_rotations:
-            blocks = self.blocks[n] = list(blocks)
+            kept = self.blocks[n] = list(blocks)
+            return kept
         return blocks
 
     def __call__(self, message: Tensor, copies: int) -> Tensor:
@@ -129,7 +175,7 @@ class FixedRowsSWB:
             if index == len(work):
                 work.append(self._fixed_block(block, start, stop, copies))
             kept = work[index]
-            rotated = block.rotation.forward(chunks_of(one, block, start, stop))   # (nb, 1, C)
+            rotated = block.rotation.forward(chunks_of(one, block, start, stop))  # (nb, 1, C)
             kept.rotated[:, h:] = rotated
             kept.order[:, h:] = argsort_last(rotated).to(rotated.device)
             kept.ranked[:, h:] = rotated.gather(-1, kept.order[:, h:])
@@ -155,5 +201,9 @@ class FixedRowsSWB:
             out[:, :h] = rows
             return out
 
-        return _FixedBlock(with_message_row(rotated), with_message_row(order),
-                           with_message_row(ranked), padded_columns(ranked, copies))
+        return _FixedBlock(
+            with_message_row(rotated),
+            with_message_row(order),
+            with_message_row(ranked),
+            padded_columns(ranked, copies),
+        )

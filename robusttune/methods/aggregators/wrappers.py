@@ -8,11 +8,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robusttune.methods.aggregators.base import (
-    AGGREGATORS, Aggregator, generator_for, make_aggregator, row_blocks, tie_keys,
-)
-from robusttune.core.schema import check_key
 from robusttune.core.registry import SpecError
+from robusttune.core.schema import check_key
+from robusttune.methods.aggregators.base import (
+    AGGREGATORS,
+    Aggregator,
+    generator_for,
+    make_aggregator,
+    row_blocks,
+    tie_keys,
+)
 
 
 @AGGREGATORS.register("bucketing")
@@ -32,8 +37,14 @@ class Bucketing(Aggregator):
     Precondition: the inner rule's on (ceil(n/s), f) — the actual n, not the expected one.
     """
 
-    def __init__(self, inner: str | Aggregator = "mean", bucket_size: int = 2, seed: int = 0,
-                 f: int | None = None, **inner_params: Any) -> None:
+    def __init__(
+        self,
+        inner: str | Aggregator = "mean",
+        bucket_size: int = 2,
+        seed: int = 0,
+        f: int | None = None,
+        **inner_params: Any,
+    ) -> None:
         super().__init__(f)
         self.bucket_size = max(check_key("bucket_size", bucket_size), 1)
         self.seed = check_key("seed", seed)
@@ -57,17 +68,31 @@ class Bucketing(Aggregator):
     def precondition(self, n: int, f: int) -> bool:
         return self.inner.precondition(self.n_buckets(n), f)
 
-    def aggregate(self, x: Tensor, *, f: int, weights: Tensor | None, reference: Tensor | None,
-                  previous: Tensor | None, generator: torch.Generator | None) -> Tensor:
-        n, d = x.shape
+    def aggregate(
+        self,
+        x: Tensor,
+        *,
+        f: int,
+        weights: Tensor | None,
+        reference: Tensor | None,
+        previous: Tensor | None,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        n, _d = x.shape
         gen = generator_for(generator, self._generators, self.seed, x.device)
         canonical = torch.argsort(tie_keys(x), stable=True)
         shuffle = torch.randperm(n, generator=gen, device=gen.device).to(x.device)
         order = canonical[shuffle]  # shuffled position p holds message order[p], in bucket p // s
         sums, totals = bucket_sums(x, order, self.bucket_size, weights)
         means = sums / totals[:, None]
-        return self.inner(means, f=f, weights=None if weights is None else totals,
-                          reference=reference, previous=previous, generator=gen)
+        return self.inner(
+            means,
+            f=f,
+            weights=None if weights is None else totals,
+            reference=reference,
+            previous=previous,
+            generator=gen,
+        )
 
 
 def bucket_sums(x: Tensor, order: Tensor, s: int, weights: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -93,8 +118,8 @@ def bucket_sums(x: Tensor, order: Tensor, s: int, weights: Tensor | None) -> tup
     for buckets in row_blocks(full, d):
         out = sums[buckets]
         for j in range(s):
-            members = order[buckets.start * s + j:buckets.stop * s:s]
-            scale = None if w is None else w[buckets.start * s + j:buckets.stop * s:s, None]
+            members = order[buckets.start * s + j : buckets.stop * s : s]
+            scale = None if w is None else w[buckets.start * s + j : buckets.stop * s : s, None]
             if j == 0:
                 torch.index_select(x, 0, members, out=out)
                 if scale is not None:
@@ -102,15 +127,15 @@ def bucket_sums(x: Tensor, order: Tensor, s: int, weights: Tensor | None) -> tup
                 continue
             if buffer is None:
                 buffer = torch.empty_like(out)
-            slot = torch.index_select(x, 0, members, out=buffer[:out.shape[0]])
+            slot = torch.index_select(x, 0, members, out=buffer[: out.shape[0]])
             if scale is None:
                 out.add_(slot)
             else:
                 out.addcmul_(slot, scale)
     if left:  # the short last bucket: its n mod s rows, summed in slot order
-        rows = x.index_select(0, order[full * s:])
+        rows = x.index_select(0, order[full * s :])
         if w is not None:
-            rows.mul_(w[full * s:, None])
+            rows.mul_(w[full * s :, None])
         sums[full] = rows[0] if left == 1 else rows.sum(dim=0)
     if w is None:
         totals = torch.full((full + bool(left),), float(s), device=x.device, dtype=x.dtype)
@@ -118,7 +143,7 @@ def bucket_sums(x: Tensor, order: Tensor, s: int, weights: Tensor | None) -> tup
             totals[full] = float(left)
     else:
         totals = torch.empty(full + bool(left), device=x.device, dtype=x.dtype)
-        totals[:full] = w[:full * s].view(full, s).sum(dim=1)
+        totals[:full] = w[: full * s].view(full, s).sum(dim=1)
         if left:
-            totals[full] = w[full * s:].sum()
+            totals[full] = w[full * s :].sum()
     return sums, totals

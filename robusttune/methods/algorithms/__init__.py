@@ -10,17 +10,44 @@
 
 from __future__ import annotations
 
-from robusttune.methods.algorithms.base import (ALGORITHMS, AggregatorInput, AttackView, RoundPlan,
-                                        RoundState, ServerAlgorithm, make_algorithm)
+from robusttune.methods.algorithms.base import (
+    ALGORITHMS,
+    AggregatorInput,
+    AttackView,
+    RoundPlan,
+    RoundState,
+    ServerAlgorithm,
+    make_algorithm,
+)
 from robusttune.methods.algorithms.baselines import FedAvgM, FedCMXu, FedSGD
-from robusttune.methods.algorithms.marina import (ByzVRMarinaPP, ClippedMomentumMarina, clip_rows,
-                                          marina_probability, rand_k)
+from robusttune.methods.algorithms.marina import (
+    ByzVRMarinaPP,
+    ClippedMomentumMarina,
+    clip_rows,
+    marina_probability,
+    rand_k,
+)
 from robusttune.methods.algorithms.momentum import DeMoA, FedCM
 from robusttune.methods.algorithms.state import FedAvg, StateCacheAlgorithm
 
 __all__ = [
-    "ALGORITHMS", "AggregatorInput", "AttackView", "RoundPlan", "RoundState", "ServerAlgorithm",
-    "make_algorithm", "FedAvg", "StateCacheAlgorithm", "DeMoA", "FedCM", "FedSGD", "FedCMXu",
-    "FedAvgM", "ByzVRMarinaPP", "ClippedMomentumMarina", "clip_rows", "marina_probability",
+    "ALGORITHMS",
+    "AggregatorInput",
+    "AttackView",
+    "ByzVRMarinaPP",
+    "ClippedMomentumMarina",
+    "DeMoA",
+    "FedAvg",
+    "FedAvgM",
+    "FedCM",
+    "FedCMXu",
+    "FedSGD",
+    "RoundPlan",
+    "RoundState",
+    "ServerAlgorithm",
+    "StateCacheAlgorithm",
+    "clip_rows",
+    "make_algorithm",
+    "marina_probability",
     "rand_k",
 ]

@@ -20,19 +20,18 @@ honestly hold (`ByzantineMomenta`), apart from the server's copy of what it sent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from robusttune.core.registries import ALGORITHMS
-from robusttune.problem.sampling import Sample
 from robusttune.core.schema import RunSchema
+from robusttune.problem.sampling import Sample
 from robusttune.problem.training import client_gradients, train_clients
 
 if TYPE_CHECKING:  # annotations only; the spec type is the schema, below the resolver
     from torch import nn
-
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class RoundPlan:
     participation draw before anyone computes (Byz-VR-MARINA-PP's coin: a full round asks
     every client for its full local gradient)."""
 
-    clients: Tensor     # long[k] on the host, sorted
+    clients: Tensor  # long[k] on the host, sorted
     full: bool = False  # a full-participation round (every client, full local gradients)
 
 
@@ -50,7 +49,7 @@ class RoundState:
     """One round as the algorithm opened it (rows aligned with ``sample.clients``)."""
 
     sample: Sample
-    honest: Tensor      # [k, d] what each sampled client would honestly send, in update space
+    honest: Tensor  # [k, d] what each sampled client would honestly send, in update space
     decay: float = 1.0  # factor applied to every unsampled momentum this round (DeMoA's P)
     full: bool = False  # RoundPlan.full: Byz-VR-MARINA-PP's full-gradient round
 
@@ -62,8 +61,8 @@ class AttackView:
     honest messages as placeholders and are marked Byzantine with every row a Byzantine client
     wrote earlier and that stays in the input."""
 
-    rows: Tensor        # [n_in, d], a tensor of its own (never the live cache)
-    byzantine: Tensor   # bool[n_in], on the host
+    rows: Tensor  # [n_in, d], a tensor of its own (never the live cache)
+    byzantine: Tensor  # bool[n_in], on the host
 
 
 @dataclass(frozen=True)
@@ -98,18 +97,19 @@ class ServerAlgorithm:
     default_server_lr: float = 1.0
     # FedAvg (McMahan et al., 2017) weighs client k by n_k / n; SWB-DM's code does the same
     default_weights: str = "samples"
-    methods: dict[str, str] = {}
+    methods: ClassVar[dict[str, str]] = {}
     rule_methods: bool = False
     rule_overridable: bool = False
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         self.spec = spec
         self.num_clients = spec.clients
         self.sample_counts = sample_counts.to(initial.device, torch.float32)
 
     @classmethod
-    def variant(cls, spec: RunSchema) -> type["ServerAlgorithm"]:
+    def variant(cls, spec: RunSchema) -> type[ServerAlgorithm]:
         """The class that runs ``spec`` under this entry's name: itself, unless a named option of
         the algorithm selects another form of it (``marina_variant``). The resolver reads the
         registry entry's attributes whichever class runs."""
@@ -126,18 +126,34 @@ class ServerAlgorithm:
         algorithm draws there is checkpointed with it)."""
         return RoundPlan(drawn)
 
-    def local_work(self, plan: RoundPlan, net: nn.Module, params: Tensor,
-                   data: list[tuple[Tensor, Tensor]], seeds: list[int], trainer: str) -> Tensor:
+    def local_work(
+        self,
+        plan: RoundPlan,
+        net: nn.Module,
+        params: Tensor,
+        data: list[tuple[Tensor, Tensor]],
+        seeds: list[int],
+        trainer: str,
+    ) -> Tensor:
         """What each of ``data``'s owners computes at the global model ``params``: trained
         states (E local epochs of SGD(lr, momentum)) or one minibatch gradient, rows aligned
         with ``data``."""
         spec = self.spec
         if self.trains_locally:
-            return train_clients(net, params, data, epochs=spec.local_epochs,
-                                 batch_size=spec.batch_size, lr=spec.lr, momentum=spec.momentum,
-                                 seeds=seeds, strategy=trainer)
-        return client_gradients(net, params, data, batch_size=spec.batch_size, seeds=seeds,
-                                strategy=trainer)
+            return train_clients(
+                net,
+                params,
+                data,
+                epochs=spec.local_epochs,
+                batch_size=spec.batch_size,
+                lr=spec.lr,
+                momentum=spec.momentum,
+                seeds=seeds,
+                strategy=trainer,
+            )
+        return client_gradients(
+            net, params, data, batch_size=spec.batch_size, seeds=seeds, strategy=trainer
+        )
 
     def participation_rate(self, sampled: int) -> float:
         """p_t: the Bernoulli probability, or n/N for a fixed-size draw."""
@@ -145,8 +161,9 @@ class ServerAlgorithm:
             return self.spec.participation
         return sampled / self.num_clients
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
-                    plan: RoundPlan | None = None) -> RoundState:
+    def begin_round(
+        self, sample: Sample, local: Tensor, model: Tensor, plan: RoundPlan | None = None
+    ) -> RoundState:
         """The honest messages of the sampled clients (update space) from what they computed
         (``local``: trained states or minibatch gradients, rows aligned with the sample)."""
         raise NotImplementedError
@@ -185,8 +202,9 @@ def _with_round(rows: Tensor, written_by_byzantine: Tensor, state: RoundState) -
     return AttackView(rows, byzantine)
 
 
-def make_algorithm(spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                   byzantine: Tensor | None = None) -> ServerAlgorithm:
+def make_algorithm(
+    spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor | None = None
+) -> ServerAlgorithm:
     """The server algorithm the spec names, holding its caches on ``initial``'s device.
     ``byzantine``: bool[N], which clients are Byzantine (None: nobody)."""
     if byzantine is None:

@@ -4,15 +4,20 @@ it) and Xu et al.'s FedCM. Byz-VR-MARINA-PP, the third, has its own module (`mar
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from robusttune.methods.algorithms.base import (ALGORITHMS, AggregatorInput, RoundPlan, RoundState,
-                                        ServerAlgorithm)
-from robusttune.problem.sampling import Sample
 from robusttune.core.schema import RunSchema
+from robusttune.methods.algorithms.base import (
+    ALGORITHMS,
+    AggregatorInput,
+    RoundPlan,
+    RoundState,
+    ServerAlgorithm,
+)
+from robusttune.problem.sampling import Sample
 from robusttune.problem.training import train_clients
 
 if TYPE_CHECKING:
@@ -34,21 +39,25 @@ class FedSGD(ServerAlgorithm):
     default_server_lr = 0.1  # a gradient step, as DeMoA's eta
     default_weights = "uniform"
     rule_overridable = True
-    methods = {"fedsgd": "mean"}
+    methods: ClassVar[dict[str, str]] = {"fedsgd": "mean"}
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.last_aggregate = torch.zeros_like(initial)
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
-                    plan: RoundPlan | None = None) -> RoundState:
+    def begin_round(
+        self, sample: Sample, local: Tensor, model: Tensor, plan: RoundPlan | None = None
+    ) -> RoundState:
         return RoundState(sample, local)
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
-        return AggregatorInput(messages,
-                               self.weights(self.sample_counts.index_select(0, state.sample.clients)),
-                               state.sample.byzantine_cpu.clone())
+        return AggregatorInput(
+            messages,
+            self.weights(self.sample_counts.index_select(0, state.sample.clients)),
+            state.sample.byzantine_cpu.clone(),
+        )
 
     def previous(self, model: Tensor) -> Tensor:
         return self.last_aggregate  # CCLIP's centre: the last step's direction, as for DeMoA
@@ -79,10 +88,11 @@ class FedAvgM(FedSGD):
     sample has a Byzantine majority reaches m. alpha = ``demoa_alpha``, eta = ``server_lr``; an
     empty (Bernoulli) round leaves m and x as they were."""
 
-    methods = {"fedavgm": "mean"}
+    methods: ClassVar[dict[str, str]] = {"fedavgm": "mean"}
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.server_momentum = torch.zeros_like(initial)
 
@@ -125,35 +135,56 @@ class FedCMXu(ServerAlgorithm):
     trains_locally = True
     default_weights = "uniform"  # Xu et al. average the sampled displacements with 1/|S|
     rule_overridable = True
-    methods = {"fedcm_xu": "mean"}
+    methods: ClassVar[dict[str, str]] = {"fedcm_xu": "mean"}
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.delta = torch.zeros_like(initial)
         self.last_aggregate = torch.zeros_like(initial)
         # K_i on the host (the server knows n_i): dividing by K needs no device read-back
         # K_i = E ceil(n_i / B): the number of batches train_clients runs for client i
-        self.steps = [spec.local_epochs * math.ceil(int(n) / spec.batch_size)
-                      for n in sample_counts.tolist()]
+        self.steps = [
+            spec.local_epochs * math.ceil(int(n) / spec.batch_size) for n in sample_counts.tolist()
+        ]
 
-    def local_work(self, plan: RoundPlan, net: nn.Module, params: Tensor,
-                   data: list[tuple[Tensor, Tensor]], seeds: list[int], trainer: str) -> Tensor:
+    def local_work(
+        self,
+        plan: RoundPlan,
+        net: nn.Module,
+        params: Tensor,
+        data: list[tuple[Tensor, Tensor]],
+        seeds: list[int],
+        trainer: str,
+    ) -> Tensor:
         # SGD(eta_l) on alpha g + (1 - alpha) Delta = SGD(eta_l alpha) on g + drift
         alpha, spec = self.spec.demoa_alpha, self.spec
         drift = None if alpha == 1.0 else ((1.0 - alpha) / alpha) * self.delta
-        return train_clients(net, params, data, epochs=spec.local_epochs,
-                             batch_size=spec.batch_size, lr=spec.lr * alpha, momentum=0.0,
-                             seeds=seeds, strategy=trainer, drift=drift)
+        return train_clients(
+            net,
+            params,
+            data,
+            epochs=spec.local_epochs,
+            batch_size=spec.batch_size,
+            lr=spec.lr * alpha,
+            momentum=0.0,
+            seeds=seeds,
+            strategy=trainer,
+            drift=drift,
+        )
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
-                    plan: RoundPlan | None = None) -> RoundState:
+    def begin_round(
+        self, sample: Sample, local: Tensor, model: Tensor, plan: RoundPlan | None = None
+    ) -> RoundState:
         return RoundState(sample, local - model)
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
-        return AggregatorInput(messages,
-                               self.weights(self.sample_counts.index_select(0, state.sample.clients)),
-                               state.sample.byzantine_cpu.clone())
+        return AggregatorInput(
+            messages,
+            self.weights(self.sample_counts.index_select(0, state.sample.clients)),
+            state.sample.byzantine_cpu.clone(),
+        )
 
     def previous(self, model: Tensor) -> Tensor:
         return self.last_aggregate

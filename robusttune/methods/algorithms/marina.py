@@ -6,16 +6,21 @@ compressor and the full-round probability they share."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from robusttune.methods.algorithms.base import (ALGORITHMS, AggregatorInput, RoundPlan, RoundState,
-                                        ServerAlgorithm)
+from robusttune.core.schema import RunSchema
+from robusttune.methods.algorithms.base import (
+    ALGORITHMS,
+    AggregatorInput,
+    RoundPlan,
+    RoundState,
+    ServerAlgorithm,
+)
 from robusttune.methods.algorithms.momentum import _MomentumAlgorithm
 from robusttune.problem.sampling import Sample
-from robusttune.core.schema import RunSchema
 from robusttune.problem.training import client_gradients
 
 if TYPE_CHECKING:
@@ -79,7 +84,7 @@ def rand_k(rows: Tensor, ratio: float, generator: torch.Generator) -> Tensor:
     """The unbiased Rand-K sparsifier (Byz-VR-MARINA's compressor example): keep k =
     max(1, round(ratio d)) coordinates drawn uniformly per row, scaled by d / k, so E[Q(v)] = v."""
     n, d = rows.shape
-    k = max(1, int(round(ratio * d)))
+    k = max(1, round(ratio * d))
     if k >= d:
         return rows
     keep = torch.rand((n, d), generator=generator).argsort(dim=1)[:, :k].to(rows.device)
@@ -146,10 +151,11 @@ class ByzVRMarinaPP(ServerAlgorithm):
     default_weights = "uniform"  # ARAgg over the n (or C) clients, one vote each
     rule_overridable = True
     # DeMoA's main comparison runs every method with CCLIP (its experiments); any rule may be given
-    methods = {"byz_vr_marina_pp": "cclip"}
+    methods: ClassVar[dict[str, str]] = {"byz_vr_marina_pp": "cclip"}
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.estimate: Tensor | None = None  # g^k; None until the first (full) round
         self.anchor = initial.detach().clone()  # x^k, the point g^k estimates the gradient at
@@ -168,26 +174,36 @@ class ByzVRMarinaPP(ServerAlgorithm):
             return RoundPlan(torch.arange(self.num_clients), full=True)
         return RoundPlan(drawn)
 
-    def local_work(self, plan: RoundPlan, net: nn.Module, params: Tensor,
-                   data: list[tuple[Tensor, Tensor]], seeds: list[int], trainer: str) -> Tensor:
+    def local_work(
+        self,
+        plan: RoundPlan,
+        net: nn.Module,
+        params: Tensor,
+        data: list[tuple[Tensor, Tensor]],
+        seeds: list[int],
+        trainer: str,
+    ) -> Tensor:
         if plan.full or self.estimate is None:
             # one "minibatch" holding all of a client's data is its full local gradient
             everything = max([1] + [len(y) for _, y in data])
-            return client_gradients(net, params, data, batch_size=everything, seeds=seeds,
-                                    strategy=trainer)
+            return client_gradients(
+                net, params, data, batch_size=everything, seeds=seeds, strategy=trainer
+            )
         batch = self.spec.batch_size
         # the same seeds draw the same minibatch xi_i at x^{k+1} and at x^k
         now = client_gradients(net, params, data, batch_size=batch, seeds=seeds, strategy=trainer)
-        before = client_gradients(net, self.anchor, data, batch_size=batch, seeds=seeds,
-                                  strategy=trainer)
+        before = client_gradients(
+            net, self.anchor, data, batch_size=batch, seeds=seeds, strategy=trainer
+        )
         difference = now - before
         if self.spec.marina_compressor == "rand_k" and len(seeds):
             generator = torch.Generator().manual_seed((seeds[0] * 31 + 17) % (2**63 - 1))
             difference = rand_k(difference, self.spec.marina_compress_ratio, generator)
         return difference
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
-                    plan: RoundPlan | None = None) -> RoundState:
+    def begin_round(
+        self, sample: Sample, local: Tensor, model: Tensor, plan: RoundPlan | None = None
+    ) -> RoundState:
         full = self.estimate is None or (plan is not None and plan.full)
         return RoundState(sample, local, full=full)
 
@@ -201,12 +217,18 @@ class ByzVRMarinaPP(ServerAlgorithm):
         if state.full:
             centre = self.estimate if self.estimate is not None else torch.zeros_like(model)
             return AggregatorInput(messages, weights, byzantine, previous=centre)
-        return AggregatorInput(clip_rows(messages, self.clip_level(model)), weights, byzantine,
-                               previous=torch.zeros_like(model))
+        return AggregatorInput(
+            clip_rows(messages, self.clip_level(model)),
+            weights,
+            byzantine,
+            previous=torch.zeros_like(model),
+        )
 
     def step(self, model: Tensor, aggregate: Tensor, state: RoundState | None = None) -> Tensor:
-        full = self.estimate is None or (state is not None and state.full)
-        self.estimate = aggregate if full else self.estimate + aggregate
+        if self.estimate is None or (state is not None and state.full):
+            self.estimate = aggregate
+        else:
+            self.estimate = self.estimate + aggregate
         self.anchor = model.detach().clone()
         return model - self.spec.server_lr * self.estimate
 
@@ -246,8 +268,9 @@ class ClippedMomentumMarina(_MomentumAlgorithm):
     ``byz_vr_marina_pp`` entry for ``marina_variant: clipped_momentum`` (not a registry entry:
     the resolver reads that entry's presets and defaults)."""
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         self.estimate: Tensor | None = None  # g^{k-1}; None until round 1 has aggregated
         self.clip_multiplier = clip_multiplier(spec)
@@ -260,8 +283,9 @@ class ClippedMomentumMarina(_MomentumAlgorithm):
             return RoundPlan(torch.arange(self.num_clients), full=True)
         return RoundPlan(drawn)
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
-                    plan: RoundPlan | None = None) -> RoundState:
+    def begin_round(
+        self, sample: Sample, local: Tensor, model: Tensor, plan: RoundPlan | None = None
+    ) -> RoundState:
         opened = super().begin_round(sample, local, model, plan)
         return RoundState(opened.sample, opened.honest, opened.decay, full=self.estimate is None)
 
@@ -273,8 +297,9 @@ class ClippedMomentumMarina(_MomentumAlgorithm):
         if self.estimate is None:
             return AggregatorInput(messages, weights, byzantine, previous=zeros)
         level = self.clip_multiplier * torch.linalg.vector_norm(self.estimate)
-        return AggregatorInput(clip_rows(messages - self.estimate, level), weights, byzantine,
-                               previous=zeros)
+        return AggregatorInput(
+            clip_rows(messages - self.estimate, level), weights, byzantine, previous=zeros
+        )
 
     def step(self, model: Tensor, aggregate: Tensor, state: RoundState | None = None) -> Tensor:
         self.estimate = aggregate if self.estimate is None else self.estimate + aggregate

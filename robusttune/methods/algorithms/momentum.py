@@ -4,16 +4,23 @@ momentum apart (`ByzantineMomenta`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from robusttune.methods.algorithms.base import (ALGORITHMS, AggregatorInput, AttackView, RoundPlan,
-                                        RoundState, ServerAlgorithm, _with_round)
+from robusttune.core.schema import RunSchema
+from robusttune.methods.algorithms.base import (
+    ALGORITHMS,
+    AggregatorInput,
+    AttackView,
+    RoundPlan,
+    RoundState,
+    ServerAlgorithm,
+    _with_round,
+)
 from robusttune.methods.algorithms.caches import ByzantineMomenta, MomentumCache
 from robusttune.problem.sampling import Sample
-from robusttune.core.schema import RunSchema
 
 
 class _MomentumAlgorithm(ServerAlgorithm):
@@ -34,8 +41,9 @@ class _MomentumAlgorithm(ServerAlgorithm):
     # DeMoA (Sec. 3) aggregates the n clients' momenta with a (delta, c)-robust rule, one vote each
     default_weights = "uniform"
 
-    def __init__(self, spec: RunSchema, initial: Tensor, sample_counts: Tensor,
-                 byzantine: Tensor) -> None:
+    def __init__(
+        self, spec: RunSchema, initial: Tensor, sample_counts: Tensor, byzantine: Tensor
+    ) -> None:
         super().__init__(spec, initial, sample_counts, byzantine)
         zeros = torch.zeros_like(initial)
         self.momenta = MomentumCache(spec.clients, zeros, spec.cache_dtype)
@@ -48,8 +56,9 @@ class _MomentumAlgorithm(ServerAlgorithm):
     def unsampled_decay(self, p: float) -> float:
         return 1.0
 
-    def begin_round(self, sample: Sample, local: Tensor, model: Tensor,
-                    plan: RoundPlan | None = None) -> RoundState:
+    def begin_round(
+        self, sample: Sample, local: Tensor, model: Tensor, plan: RoundPlan | None = None
+    ) -> RoundState:
         p = self.participation_rate(sample.size)
         held = self.momenta.slots.index_select(0, sample.clients).float()
         byzantine = sample.clients.index_select(0, sample.byzantine_rows)
@@ -64,8 +73,10 @@ class _MomentumAlgorithm(ServerAlgorithm):
         self.momenta.decay(state.decay)
         self.momenta.refresh(sample, messages)
         self.byzantine_momenta.decay(state.decay)
-        self.byzantine_momenta.refresh(sample.clients.index_select(0, sample.byzantine_rows),
-                                       state.honest.index_select(0, sample.byzantine_rows))
+        self.byzantine_momenta.refresh(
+            sample.clients.index_select(0, sample.byzantine_rows),
+            state.honest.index_select(0, sample.byzantine_rows),
+        )
 
     def previous(self, model: Tensor) -> Tensor:
         return self.last_aggregate
@@ -75,9 +86,11 @@ class _MomentumAlgorithm(ServerAlgorithm):
         return model - self.spec.server_lr * aggregate
 
     def state_dict(self) -> dict[str, Any]:
-        return {"momenta": self.momenta.state_dict(),
-                "byzantine_momenta": self.byzantine_momenta.state_dict(),
-                "last_aggregate": self.last_aggregate}
+        return {
+            "momenta": self.momenta.state_dict(),
+            "byzantine_momenta": self.byzantine_momenta.state_dict(),
+            "last_aggregate": self.last_aggregate,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.momenta.load_state_dict(state["momenta"])
@@ -112,7 +125,7 @@ class DeMoA(_MomentumAlgorithm):
     """
 
     aggregates_cache = True
-    methods = {"demoa": "cclip"}
+    methods: ClassVar[dict[str, str]] = {"demoa": "cclip"}
 
     def coefficient(self, p: float) -> float:
         alpha = self.spec.demoa_alpha
@@ -131,8 +144,11 @@ class DeMoA(_MomentumAlgorithm):
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self._remember(state, messages)
-        return AggregatorInput(self.momenta.read(), self.weights(self.sample_counts),
-                               self.momenta.written_by_byzantine.clone())
+        return AggregatorInput(
+            self.momenta.read(),
+            self.weights(self.sample_counts),
+            self.momenta.written_by_byzantine.clone(),
+        )
 
 
 @ALGORITHMS.register("fedcm")
@@ -153,13 +169,15 @@ class FedCM(_MomentumAlgorithm):
     (v1 compared against FedAvg and FedAvgM). The name is kept because results and search
     spaces use it. alpha = ``demoa_alpha``, eta = ``server_lr``."""
 
-    methods = {"fedcm": "mean"}
+    methods: ClassVar[dict[str, str]] = {"fedcm": "mean"}
 
     def coefficient(self, p: float) -> float:
         return 1.0 - self.spec.demoa_alpha
 
     def inputs(self, state: RoundState, messages: Tensor, model: Tensor) -> AggregatorInput:
         self._remember(state, messages)
-        return AggregatorInput(messages,
-                               self.weights(self.sample_counts.index_select(0, state.sample.clients)),
-                               state.sample.byzantine_cpu.clone())
+        return AggregatorInput(
+            messages,
+            self.weights(self.sample_counts.index_select(0, state.sample.clients)),
+            state.sample.byzantine_cpu.clone(),
+        )

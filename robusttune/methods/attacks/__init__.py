@@ -1,5 +1,5 @@
 """Byzantine behaviours (registry). An attack is a small callable object:
-``attack(honest, n_byzantine=..., n_total=..., **context) -> Tensor[n_byzantine, d]``.
+``attack(honest, n_byzantine=..., n_total=..., **context: Any) -> Tensor[n_byzantine, d]``.
 
 Attacks are omniscient. Messages are always in update space (a trained state minus the current
 global model, or a momentum), so formulas such as IPM's -eps * mu mean what their papers say
@@ -63,7 +63,6 @@ IPM and the rule-aware attacks).
 
 ``needs_own`` says whether the attack's output depends on ``own`` when honest rows exist.
 """
-
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ class and the statistics the attack families share (notation: the package docstr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,22 +19,23 @@ if TYPE_CHECKING:
     from robusttune.methods.aggregators import Aggregator
 
 
-
 @dataclass(frozen=True)
 class AttackRound:
     """One round's input to an attack, checked once by ``Attack.__call__``."""
 
-    honest: Tensor                     # [h, d] the honest rows of the attacker's scope
-    n_byzantine: int                   # rows to return
-    n_total: int                       # n: rows of the attacker's scope, honest and Byzantine
-    n_sampled: int                     # clients sampled this round (n_total unless given)
-    own: Tensor | None                 # [n_byzantine, d] what the Byzantine clients would honestly send
-    f: int | None                      # the corruption count the attacker plans for (ALIE)
-    cache: Tensor | None               # [N, d] the aggregator's whole input, fresh and cached
-    cache_byzantine: Tensor | None     # [N] bool, True on Byzantine rows of ``cache``
+    honest: Tensor  # [h, d] the honest rows of the attacker's scope
+    n_byzantine: int  # rows to return
+    n_total: int  # n: rows of the attacker's scope, honest and Byzantine
+    n_sampled: int  # clients sampled this round (n_total unless given)
+    own: Tensor | None  # [n_byzantine, d] what the Byzantine clients would honestly send
+    f: int | None  # the corruption count the attacker plans for (ALIE)
+    cache: Tensor | None  # [N, d] the aggregator's whole input, fresh and cached
+    cache_byzantine: Tensor | None  # [N] bool, True on Byzantine rows of ``cache``
     generator: torch.Generator | None
-    rule: "Aggregator | None" = None   # the deployed rule (``needs_rule`` attacks)
-    rule_f: int | None = None          # the f that rule is told this round
+    # the deployed rule (``needs_rule`` attacks), or the rule as the round calls it (FLTrust's
+    # with its reference bound in)
+    rule: Aggregator | Callable[..., Tensor] | None = None
+    rule_f: int | None = None  # the f that rule is told this round
 
     @property
     def h(self) -> int:
@@ -57,7 +59,9 @@ class AttackRound:
 
     def require_own(self, attack: str) -> Tensor:
         if self.own is None:
-            raise ValueError(f"attack {attack!r} needs own=, the Byzantine clients' honest messages")
+            raise ValueError(
+                f"attack {attack!r} needs own=, the Byzantine clients' honest messages"
+            )
         return self.own
 
     def repeat(self, row: Tensor) -> Tensor:
@@ -115,12 +119,15 @@ class Attack:
                 f"attack_strength must be a finite number for attack {self.name!r}; got {strength!r}"
             ) from None
         if not math.isfinite(strength):
-            raise SpecError(f"attack_strength must be a finite number for attack {self.name!r}; "
-                            f"got {strength}")
+            raise SpecError(
+                f"attack_strength must be a finite number for attack {self.name!r}; got {strength}"
+            )
         if self.min_strength is not None and strength < self.min_strength:
             why = f" ({self.why_min_strength})" if self.why_min_strength else ""
-            raise SpecError(f"attack_strength must be >= {self.min_strength:g} for attack "
-                            f"{self.name!r}; got {strength:g}{why}")
+            raise SpecError(
+                f"attack_strength must be >= {self.min_strength:g} for attack "
+                f"{self.name!r}; got {strength:g}{why}"
+            )
         self.strength = strength
 
     def __repr__(self) -> str:
@@ -129,34 +136,66 @@ class Attack:
     def poison_labels(self, labels: Tensor, num_classes: int) -> Tensor:
         return labels
 
-    def __call__(self, honest: Tensor, *, n_byzantine: int, n_total: int, own: Tensor | None = None,
-                 f: int | None = None, cache: Tensor | None = None,
-                 cache_byzantine: Tensor | None = None,
-                 generator: torch.Generator | None = None, n_sampled: int | None = None,
-                 rule: "Aggregator | None" = None, rule_f: int | None = None) -> Tensor:
+    def __call__(
+        self,
+        honest: Tensor,
+        *,
+        n_byzantine: int,
+        n_total: int,
+        own: Tensor | None = None,
+        f: int | None = None,
+        cache: Tensor | None = None,
+        cache_byzantine: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        n_sampled: int | None = None,
+        rule: Aggregator | Callable[..., Tensor] | None = None,
+        rule_f: int | None = None,
+    ) -> Tensor:
         if honest.ndim != 2:
-            raise ValueError(f"attack {self.name!r}: honest must be [h, d]; got shape {tuple(honest.shape)}")
+            raise ValueError(
+                f"attack {self.name!r}: honest must be [h, d]; got shape {tuple(honest.shape)}"
+            )
         d = honest.shape[1]
         n_byzantine, n_total = int(n_byzantine), int(n_total)
         if n_byzantine < 0 or n_total < n_byzantine:
-            raise ValueError(f"attack {self.name!r}: need 0 <= n_byzantine <= n_total; got "
-                             f"n_byzantine={n_byzantine}, n_total={n_total}")
+            raise ValueError(
+                f"attack {self.name!r}: need 0 <= n_byzantine <= n_total; got "
+                f"n_byzantine={n_byzantine}, n_total={n_total}"
+            )
         if own is not None and tuple(own.shape) != (n_byzantine, d):
-            raise ValueError(f"attack {self.name!r}: own must be [n_byzantine={n_byzantine}, d={d}]; "
-                             f"got shape {tuple(own.shape)}")
+            raise ValueError(
+                f"attack {self.name!r}: own must be [n_byzantine={n_byzantine}, d={d}]; "
+                f"got shape {tuple(own.shape)}"
+            )
         if cache is not None:
             if cache.ndim != 2 or cache.shape[1] != d:
-                raise ValueError(f"attack {self.name!r}: cache must be [N, d={d}]; got shape "
-                                 f"{tuple(cache.shape)}")
+                raise ValueError(
+                    f"attack {self.name!r}: cache must be [N, d={d}]; got shape "
+                    f"{tuple(cache.shape)}"
+                )
             if cache_byzantine is None or tuple(cache_byzantine.shape) != (cache.shape[0],):
-                raise ValueError(f"attack {self.name!r}: cache needs cache_byzantine, a bool mask of "
-                                 f"shape [{cache.shape[0]}]")
+                raise ValueError(
+                    f"attack {self.name!r}: cache needs cache_byzantine, a bool mask of "
+                    f"shape [{cache.shape[0]}]"
+                )
         if n_byzantine == 0:
             return honest.new_empty((0, d))
         n_sampled = n_total if n_sampled is None else int(n_sampled)
-        out = self.craft(AttackRound(honest, n_byzantine, n_total, n_sampled, own,
-                                     None if f is None else int(f), cache, cache_byzantine, generator,
-                                     rule, None if rule_f is None else int(rule_f)))
+        out = self.craft(
+            AttackRound(
+                honest,
+                n_byzantine,
+                n_total,
+                n_sampled,
+                own,
+                None if f is None else int(f),
+                cache,
+                cache_byzantine,
+                generator,
+                rule,
+                None if rule_f is None else int(rule_f),
+            )
+        )
         return out.to(device=honest.device, dtype=honest.dtype)
 
     def craft(self, rnd: AttackRound) -> Tensor:
@@ -176,8 +215,9 @@ def mean_std(x: Tensor, correction: int = 1) -> tuple[Tensor, Tensor]:
     return mu, sqrt((x - mu).square_().sum(dim=0).div_(h - correction))
 
 
-
-def standard_normal(shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
+def standard_normal(
+    shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None
+) -> Tensor:
     """N(0, 1) draws shaped ``shape`` on ``like``'s device and dtype, from ``generator`` (drawn on
     the generator's own device, then moved); None -> a fresh generator seeded 0 (module docstring)."""
     if generator is None:

@@ -32,7 +32,7 @@ class CacheALIE(ALIE):
     needs_cache = True
 
     def craft(self, rnd: AttackRound) -> Tensor:
-        if rnd.cache is None:
+        if rnd.cache is None or rnd.cache_byzantine is None:  # the two come together
             return super().craft(rnd)
         # the mask is bookkeeping on the host: its counts never wait for the device
         mask = rnd.cache_byzantine.detach().cpu().bool()

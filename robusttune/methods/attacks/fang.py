@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robusttune.core.numerics import sqrt
 from robusttune.methods.aggregators.base import pairwise_sq_distances
 from robusttune.methods.aggregators.distance import krum_scores
 from robusttune.methods.attacks.base import ATTACKS, Attack, AttackRound
-from robusttune.core.numerics import sqrt
 
 
 def uniform(shape: tuple[int, ...], like: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -130,12 +130,11 @@ class FangKrum(Attack):
     def bound(honest_sq: Tensor, norms_sq: Tensor, n: int, c: int, d: int) -> float:
         """Fang et al.'s upper bound lambda_0 on lambda (class docstring)."""
         h = honest_sq.shape[0]
-        far = float(sqrt(norms_sq).max()) / d ** 0.5
+        far = float(sqrt(norms_sq).max()) / d**0.5
         if n - 2 * c - 1 <= 0 or h < 2:
             return far if far > 0 else 1.0
         k = min(max(n - c - 2, 1), h - 1)
         others = sqrt(honest_sq) + torch.diag(torch.full((h,), float("inf"), dtype=torch.float64))
         nearest = torch.topk(others, k, dim=1, largest=False).values.sum(dim=1)
-        value = float(nearest.min()) / ((n - 2 * c - 1) * d ** 0.5) + far
+        value = float(nearest.min()) / ((n - 2 * c - 1) * d**0.5) + far
         return value if value > 0 else 1.0
-

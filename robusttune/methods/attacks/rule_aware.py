@@ -14,15 +14,15 @@ attacker does not know the server's random draws, and the run's own streams stay
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from robusttune.core.registry import SpecError
 from robusttune.methods.aggregators.appended import appended_rows
 from robusttune.methods.aggregators.base import Aggregator, distances_to, pairwise_sq_distances
 from robusttune.methods.attacks.base import ATTACKS, Attack, AttackRound, mean_std
-from robusttune.core.registry import SpecError
 
 
 def perturbation(source: Tensor, direction: str) -> Tensor:
@@ -39,8 +39,9 @@ def perturbation(source: Tensor, direction: str) -> Tensor:
     raise SpecError(f"attack_direction must be one of std, unit, sign; got {direction!r}")
 
 
-def halving_search(accepts: Callable[[float], bool], *, tolerance: float = 2.0 ** -20,
-                   max_doublings: int = 64) -> float:
+def halving_search(
+    accepts: Callable[[float], bool], *, tolerance: float = 2.0**-20, max_doublings: int = 64
+) -> float:
     """The largest gamma >= 0 with ``accepts(gamma)`` True, for a monotone test (an interval
     [0, gamma*]), by Shejwalkar and Houmansadr's halving search (NDSS 2021, Algorithm 1):
 
@@ -56,12 +57,12 @@ def halving_search(accepts: Callable[[float], bool], *, tolerance: float = 2.0 *
     the scale, and tau = tolerance * gamma_init. Cost: at most max_doublings + 1 + log2(2 / tolerance)
     tests (about 60 for updates of ordinary size). Returns gamma_succ, accepted, within tau of
     gamma*; 0.0 when even 2^-30 is rejected; the last accepted power when nothing is rejected."""
-    start = 2.0 ** -30
+    start = 2.0**-30
     while accepts(start):
         if max_doublings == 0:
             return start
         start, max_doublings = 2 * start, max_doublings - 1
-    if start == 2.0 ** -30:
+    if start == 2.0**-30:
         return 0.0
     gamma, step, success = start, start, 0.0
     while abs(success - gamma) > tolerance * start:
@@ -88,8 +89,10 @@ class _DistanceBudget(Attack):
     def __init__(self, attack_strength: float | None = None, attack_direction: str = "std") -> None:
         super().__init__(attack_strength)
         if attack_direction not in ("std", "unit", "sign"):
-            raise SpecError(f"attack_direction must be one of std, unit, sign for attack "
-                            f"{self.name!r}; got {attack_direction!r}")
+            raise SpecError(
+                f"attack_direction must be one of std, unit, sign for attack "
+                f"{self.name!r}; got {attack_direction!r}"
+            )
         self.direction = attack_direction
 
     def gamma(self, x: Tensor, p: Tensor) -> float:
@@ -168,9 +171,11 @@ def rule_objective(rnd: AttackRound, honest: Tensor) -> Callable[[Tensor], float
     (`Aggregator.with_fixed_rows`); a non-finite error counts as +inf."""
     copies = max(rnd.n_total - honest.shape[0], rnd.n_byzantine)
     f = rnd.rule_f if rnd.rule_f is not None else (rnd.f if rnd.f is not None else copies)
+    if rnd.rule is None:
+        raise ValueError("a rule-aware attack needs rule=, the deployed aggregation rule")
     if isinstance(rnd.rule, Aggregator):
         aggregate = rnd.rule.with_fixed_rows(honest, f=f, seed=0)
-    else:   # the rule as a round calls it (FLTrust with its reference bound in): no shortcut
+    else:  # the rule as a round calls it (FLTrust with its reference bound in): no shortcut
         aggregate = appended_rows(rnd.rule, honest, f=f, seed=0)
     centre = honest.double().mean(dim=0)
 
@@ -182,8 +187,14 @@ def rule_objective(rnd: AttackRound, honest: Tensor) -> Callable[[Tensor], float
     return objective
 
 
-def line_maximise(objective: Callable[[float], float], *, evaluations: int = 20,
-                  start: float = 0.0, delta: float = 10.0, ratio: float = 0.8) -> float:
+def line_maximise(
+    objective: Callable[[float], float],
+    *,
+    evaluations: int = 20,
+    start: float = 0.0,
+    delta: float = 10.0,
+    ratio: float = 0.8,
+) -> float:
     """The bounded line search of ByzFL's optimal attacks (``Optimal_ALittleIsEnough``,
     ``Optimal_InnerProductManipulation``, version 0.0.11; our own code): at most ``evaluations``
     values of ``objective``. Expansion: from x = start, try x + delta, doubling delta after

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from robusttune.methods.attacks.base import ATTACKS, Attack, AttackRound, standard_normal
 from robusttune.core.numerics import sqrt
+from robusttune.methods.attacks.base import ATTACKS, Attack, AttackRound, standard_normal
 
 
 @ATTACKS.register("none")
@@ -53,7 +53,7 @@ class SignFlip(Attack):
     min_strength = 0.0
     why_min_strength = "s < 0 sends +|s| own, an honest helper"
     strength_ladder = (1.0, 3.0, 10.0, 100.0)
-    default_adversary = True   # breaks the mean at the first Byzantine client (DESIGN.md)
+    default_adversary = True  # breaks the mean at the first Byzantine client (DESIGN.md)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         if rnd.own is not None:
@@ -78,7 +78,7 @@ class BitFlip(SignFlip):
     the default worst case: it is ``sign_flip`` there already.
     """
 
-    default_adversary = False   # the same messages as sign_flip, which the worst case runs
+    default_adversary = False  # the same messages as sign_flip, which the worst case runs
 
 
 @ATTACKS.register("gaussian")

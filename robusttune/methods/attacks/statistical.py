@@ -34,7 +34,6 @@ def alie_z(n: int, f: int) -> float:
     return float(ndtri(min(max(cdf, lo), hi)))
 
 
-
 @ATTACKS.register("alie")
 class ALIE(Attack):
     """A little is enough (Baruch, Baruch, Goldberg, NeurIPS 2019): every Byzantine client sends
@@ -81,7 +80,7 @@ class IPM(Attack):
     min_strength = 0.0
     why_min_strength = "eps < 0 sends +|eps| mu, an honest helper"
     strength_ladder = (0.1, 1.0, 10.0, 1000.0)
-    default_adversary = True   # breaks the mean at the first Byzantine client (DESIGN.md)
+    default_adversary = True  # breaks the mean at the first Byzantine client (DESIGN.md)
 
     def craft(self, rnd: AttackRound) -> Tensor:
         return rnd.repeat(-self.strength * rnd.reference(self.name).mean(dim=0))
@@ -147,7 +146,9 @@ class IPMSWBDM(Attack):
         mu = source.mean(dim=0)
         mu_norm = torch.linalg.vector_norm(mu)
         mean_norm = torch.linalg.vector_norm(source, dim=1).mean()
-        eps = torch.where(mu_norm > 0, mean_norm / mu_norm.clamp_min(torch.finfo(mu.dtype).tiny), 0.0)
+        eps = torch.where(
+            mu_norm > 0, mean_norm / mu_norm.clamp_min(torch.finfo(mu.dtype).tiny), 0.0
+        )
         return rnd.repeat(-(self.strength * eps) * mu)
 
 

