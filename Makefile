@@ -95,5 +95,12 @@ bench: install
 	$(PY) bench/training.py --quick
 	$(PY) bench/aggregators.py --quick
 
+# The GPU machine's wheels (CPython 3.12, no network there): Ray trimmed to what Tune needs,
+# Optuna, pydantic ... into the git-ignored bench/wheels/, at most 50 MiB; bench/gpu.sh installs
+# them there (docs/how-to/gpu.md). Needs PyPI and binutils' strip.
+.PHONY: gpu-bundle
+gpu-bundle: install tools
+	$(PY) bench/gpu_bundle.py build --dest bench/wheels
+
 clean:
 	rm -rf $(VENV) .pytest_cache
