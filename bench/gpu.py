@@ -4,8 +4,11 @@ GPU memory of each, and a map's short runs sharing the GPU: runs per second of d
 Fashion-MNIST-shaped MLP runs 1, 4 and 16 at once (worker processes standing in for Ray trials
 with fractional GPUs; no Ray there) against as many CPU cores, the GPU's busy share meanwhile,
 and 16 runs stacked into one computation (their clients in one batched `train_clients` call).
+It is the first phase of bench/gpu.sh; the second, bench/gpu_tune.py, runs sweeps and a map as
+Ray Tune trials sharing the GPU.
 
-    PYTHONPATH=. bash bench/gpu.sh                 # a CUDA machine, full sizes (estimated 3-5 min)
+    PYTHONPATH=. bash bench/gpu.sh                 # a CUDA machine, full sizes (both phases under
+                                                   # 9 min, this one stops at 4)
     PYTHONPATH=. bash bench/gpu.sh --cpu --tiny    # every figure at toy sizes on the CPU (the
                                                    # test suite runs this, so it cannot rot)
 
@@ -22,7 +25,7 @@ what). Timing: ``torch.cuda.synchronize()`` around every timed call (``perf_coun
 the CPU), one untimed warm-up call (cuDNN's algorithm choice, vmap tracing, allocator growth),
 then the median of up to ``--repeats`` calls, fewer once a figure has used ``--figure-budget-s``
 (the exact SWB at n = 500, d = 545,098 is the heaviest). A figure reached after ``--budget-s``
-prints ``nan`` and a note saying it was skipped, so the whole run stays under 8 minutes; a
+prints ``nan`` and a note saying it was skipped, so this phase stays under 4-5 minutes; a
 figure that raises prints ``nan`` and the run exits with status 1 after printing the rest.
 ``*_peak_mib`` is ``torch.cuda.max_memory_allocated`` over the timed calls, the figure's inputs
 included (0 on the CPU). ``footprint_*`` set the estimate ``resources.gpu: auto`` shares GPUs by
@@ -715,8 +718,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is there")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a smoke run, not a measurement")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per figure (median kept)")
-    parser.add_argument("--budget-s", type=float, default=420.0,
-                        help="figures reached after this many seconds print nan (default 7 min)")
+    parser.add_argument("--budget-s", type=float, default=240.0,
+                        help="figures reached after this many seconds print nan (default 4 min: "
+                             "bench/gpu_tune.py has the rest of bench/gpu.sh's 9)")
+    parser.add_argument("--total-budget-s", type=float, default=None,
+                        help="bench/gpu_tune.py's (bench/gpu.sh passes its options to both)")
     parser.add_argument("--figure-budget-s", type=float, default=30.0,
                         help="a figure stops repeating once it has used this long")
     parser.add_argument("--deterministic-child", action="store_true", help=argparse.SUPPRESS)

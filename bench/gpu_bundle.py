@@ -301,10 +301,12 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def pack(tree: Path, out_dir: Path, compresslevel: int = 9) -> Path:
+def pack(tree: Path, out_dir: Path, compresslevel: int = 9, name: str | None = None) -> Path:
     """Zip the unpacked wheel in ``tree`` into ``out_dir`` as a valid wheel: a new RECORD (every
     file's sha256 and size, RECORD itself without), the dist-info last, permission bits kept, and
-    a fixed date on every entry so that the same tree packs to the same bytes."""
+    a fixed date on every entry so that the same tree packs to the same bytes. ``name``: the file
+    name (a released wheel's own: Ray's name says manylinux2014 where its WHEEL file says
+    linux_x86_64), by default `wheel_name`'s."""
     dist_infos = list(tree.glob("*.dist-info"))
     if len(dist_infos) != 1:
         raise SystemExit(f"gpu_bundle: {tree} holds {len(dist_infos)} dist-info folders")
@@ -315,7 +317,7 @@ def pack(tree: Path, out_dir: Path, compresslevel: int = 9) -> Path:
         key=lambda p: (p.is_relative_to(dist_info), p.relative_to(tree).as_posix()),
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = out_dir / wheel_name(dist_info)
+    wheel = out_dir / (name or wheel_name(dist_info))
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as archive:
@@ -338,10 +340,12 @@ def _entry(name: str, mode: int) -> zipfile.ZipInfo:
     return info
 
 
-def trimmed_wheel(tree: Path, out_dir: Path, compresslevel: int = 9) -> tuple[Path, TrimReport]:
-    """`trim` the unpacked Ray in ``tree`` and `pack` it into ``out_dir``."""
+def trimmed_wheel(
+    tree: Path, out_dir: Path, compresslevel: int = 9, name: str | None = None
+) -> tuple[Path, TrimReport]:
+    """`trim` the unpacked Ray in ``tree`` and `pack` it into ``out_dir`` (as ``name``)."""
     report = trim(tree)
-    return pack(tree, out_dir, compresslevel), report
+    return pack(tree, out_dir, compresslevel, name), report
 
 
 # -- the bundle ---------------------------------------------------------------------------------
@@ -369,8 +373,9 @@ def download(pins: tuple[Pin, ...], dest: Path, python_version: str = TARGET_PYT
     subprocess.run(command + [pin.requirement for pin in pins], check=True)
     found = []
     for pin in pins:
-        prefix = _normal(pin.name) + "-" + pin.version + "-"
-        wheels = [w for w in dest.glob("*.whl") if _normal(w.name).startswith(prefix)]
+        wheels = [
+            w for w in dest.glob("*.whl") if wheel_project(w) == (_normal(pin.name), pin.version)
+        ]
         if len(wheels) != 1:
             raise SystemExit(f"gpu_bundle: {pin.requirement}: {len(wheels)} wheels downloaded")
         found.append(wheels[0])
@@ -379,6 +384,13 @@ def download(pins: tuple[Pin, ...], dest: Path, python_version: str = TARGET_PYT
 
 def _normal(name: str) -> str:
     return name.lower().replace("-", "_").replace(".", "_")
+
+
+def wheel_project(wheel: Path) -> tuple[str, str]:
+    """(normalised name, version) of a wheel file: ``SQLAlchemy-2.1.9-cp312-...whl`` gives
+    ``("sqlalchemy", "2.1.9")``."""
+    name, version = wheel.name.split("-")[:2]
+    return _normal(name), version
 
 
 def build(
@@ -398,7 +410,7 @@ def build(
                 continue
             tree = Path(tmp) / "ray"
             unpack_wheel(wheel, tree)
-            trimmed, report = trimmed_wheel(tree, staged)
+            trimmed, report = trimmed_wheel(tree, staged, name=wheel.name)
             notes = [
                 f"{wheel.name}: {wheel.stat().st_size / 2**20:.1f} MiB as released, "
                 f"{trimmed.stat().st_size / 2**20:.1f} MiB trimmed",

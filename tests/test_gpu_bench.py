@@ -1,7 +1,9 @@
 """bench/gpu.sh, the one command a GPU machine runs, kept working between the rare times one is
-at hand: its tiny CPU mode prints every figure once with a number, in a process that starts
-without the portable mode's variables (as on a GPU machine), and what it imports runs on a
-machine without Ray, Optuna or PyYAML (the GPU machine's python3 has no Ray or Optuna)."""
+at hand: its tiny CPU mode prints every figure of both phases once with a number (bench/gpu.py's,
+then the sweeps and the map through Ray Tune of bench/gpu_tune.py), in a process that starts
+without the portable mode's variables (as on a GPU machine), and keeps its log where asked; the
+first phase imports on a machine without Ray, Optuna or PyYAML, and the second says so there
+(every figure nan) instead of failing at import (a GPU machine without the bundle has neither)."""
 
 from __future__ import annotations
 
@@ -43,9 +45,15 @@ import json, sys
 for name in ("ray", "optuna", "yaml"):
     sys.modules[name] = None
 sys.path.insert(0, "bench")
-import gpu
+import contextlib, io
+import gpu, gpu_tune
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("ray", "optuna") and sys.modules[m])
-print(json.dumps({"loaded": loaded, "names": gpu.figure_names(), "rules": gpu.rule_names()}))
+without_ray = io.StringIO()
+with contextlib.redirect_stdout(without_ray):
+    status = gpu_tune.main(["--cpu", "--tiny"])
+print(json.dumps({"loaded": loaded, "names": gpu.figure_names(), "rules": gpu.rule_names(),
+                  "tune_names": gpu_tune.figure_names(),
+                  "without_ray": [status, without_ray.getvalue()]}))
 """
 
 
@@ -71,19 +79,43 @@ def test_gpu_bench_imports_without_ray_optuna_or_yaml(declared):
     assert {"krum", "bulyan", "geometric_median", "fltrust", "bucketing"} <= set(declared["rules"])
 
 
-def test_tiny_cpu_mode_prints_every_figure_once(declared):
-    # as on a bare machine: none of the portable mode's variables that this session exported
+def test_the_tune_phase_without_ray_prints_every_figure_as_nan_and_fails(declared):
+    status, output = declared["without_ray"]
+    assert status == 1 and "no Ray or Optuna in this Python" in output
+    figures = figure_lines(output)
+    assert [name for name, _ in figures] == declared["tune_names"]
+    assert all(math.isnan(float(value)) for _, value in figures)
+    assert not set(declared["tune_names"]) & set(declared["names"])
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """bench/gpu.sh --cpu --tiny as on a bare machine (none of the portable mode's variables that
+    this session exported, no bundle), its log kept where GPU_BENCH_LOG says: (the completed
+    process, the log's text)."""
     bare = {key: value for key, value in os.environ.items() if key not in PORTABLE_VARIABLES}
+    bare.pop("RAY_ADDRESS", None)
+    folder = tmp_path_factory.mktemp("gpu_sh")
+    log = folder / "results" / "gpu.txt"
     # one timed call per figure: the smoke run checks that each prints, not its median
     out = subprocess.run(["bash", "bench/gpu.sh", "--cpu", "--tiny", "--repeats", "1"], cwd=ROOT,
-                         capture_output=True, text=True, env={**bare, "PYTHON": sys.executable},
-                         timeout=180)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+                         capture_output=True, text=True, timeout=420,
+                         env={**bare, "PYTHON": sys.executable, "GPU_BENCH_LOG": str(log),
+                              "GPU_BUNDLE_DIR": str(folder / "no-bundle")})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out, log.read_text()
+
+
+def test_tiny_cpu_mode_prints_every_figure_once(declared, tiny_run):
+    out, log = tiny_run
+    assert log == out.stdout and "# no bundle in" in log
     figures = figure_lines(out.stdout)
     assert all(len(f) == 2 for f in figures), figures
     names = [name for name, _ in figures]
-    assert names == declared["names"]  # each once, in the declared order, the headline last
-    values = {name: float(value) for name, value in figures}
+    # each once, in the declared order: the first phase's (its headline last), then the second's
+    assert names == declared["names"] + declared["tune_names"]
+    values = {name: float(value) for name, value in figures if name in declared["names"]}
+    names = declared["names"]
     # an estimate over a measured GPU peak has no peak to divide by on a CPU
     over_peak = [n for n in names if n.endswith("_over_peak")]
     assert len(over_peak) == 4 and all(math.isnan(values[n]) for n in over_peak)
@@ -95,6 +127,24 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared):
     assert values["batched_vs_sequential_max_abs_diff_cnn2_10_clients"] < 1e-5
     assert values["batched_repeat_max_abs_diff_cnn2_10_clients"] == 0
     assert values["swb_dm_cache_n500_bfloat16_mib"] * 2 == values["swb_dm_cache_n500_float32_mib"]
+
+
+def test_tiny_cpu_mode_runs_the_mission_through_ray_tune(declared, tiny_run):
+    out, _ = tiny_run
+    values = {name: float(value) for name, value in figure_lines(out.stdout)
+              if name in declared["tune_names"]}
+    assert all(math.isfinite(v) for v in values.values()), values
+    # on the CPU no trial holds a GPU and nothing is sampled; the GPU way is the CPU way
+    gpu = [n for n in values if n.endswith(("_gpu_per_trial", "_gpu_busy_percent", "_gpu_memory_max_mib"))]
+    assert len(gpu) == 15 and all(values[n] == 0 for n in gpu)
+    assert values["tune_quickstart_device_vs_cpu"] == 1 and values["tune_map_device_vs_cpu"] == 1
+    # every trial finished: the tiny quickstart's 4, a map's bisection at least its 2 ends
+    assert values["tune_quickstart_trials"] == 4 and values["tune_map_trials"] >= 2
+    for k, named in zip((1, 2, 4), (1, 4, 16)):  # the tiny sizes' trials per slot, by full name
+        prefix = f"tune_cnn2_fashion_{named}_per_gpu"
+        assert values[f"{prefix}_trials"] == k
+        assert 1 <= values[f"{prefix}_trials_at_once"] <= k  # Tune's limit held
+    assert all(values[n] > 0 for n in values if n.endswith(("_trials_per_min", "_seconds")))
 
 
 def _logged_runs() -> list[dict[str, float]]:
