@@ -24,18 +24,30 @@ PORTABLE_VARIABLES = {*environment("portable"), NUMERICS_ENV}
 
 # What the issue asks the GPU run to show, by name; bench/gpu.py's own list must contain these.
 PROMISED = [
-    "batched_vs_sequential_cnn2_10_clients", "train_batched_cnn2_50_clients_peak_mib",
-    "swb_haar_n500_seconds", "swb_shared_n20_seconds", "swb_hadamard_n50_peak_mib",
-    "swb_paper_n500_over_haar", "rule_krum_n500_seconds", "rule_bulyan_n500_peak_mib",
-    "demoa_round_n25_seconds", "swb_dm_round_n500_float32_peak_mib",
-    "swb_dm_round_n500_bfloat16_seconds", "deterministic_vs_default_batched_cnn2_10_clients",
+    "batched_vs_sequential_cnn2_10_clients",
+    "train_batched_cnn2_50_clients_peak_mib",
+    "swb_haar_n500_seconds",
+    "swb_shared_n20_seconds",
+    "swb_hadamard_n50_peak_mib",
+    "swb_paper_n500_over_haar",
+    "rule_krum_n500_seconds",
+    "rule_bulyan_n500_peak_mib",
+    "demoa_round_n25_seconds",
+    "swb_dm_round_n500_float32_peak_mib",
+    "swb_dm_round_n500_bfloat16_seconds",
+    "deterministic_vs_default_batched_cnn2_10_clients",
     # issue 45: a map's runs 1, 4 and 16 at once on one GPU against its CPUs, and stacked
-    "side_by_side_digits_mlp_1_runs_per_s", "side_by_side_fashion_mlp_16_runs_per_s_cpu",
-    "side_by_side_digits_mlp_16_device_busy_percent", "side_by_side_fashion_mlp_16_device_vs_cpu",
-    "stacked_vs_side_by_side_digits_mlp_16", "stacked_vs_one_at_a_time_fashion_mlp_16",
+    "side_by_side_digits_mlp_1_runs_per_s",
+    "side_by_side_fashion_mlp_16_runs_per_s_cpu",
+    "side_by_side_digits_mlp_16_device_busy_percent",
+    "side_by_side_fashion_mlp_16_device_vs_cpu",
+    "stacked_vs_side_by_side_digits_mlp_16",
+    "stacked_vs_one_at_a_time_fashion_mlp_16",
     # the footprint `resources.gpu: auto` shares GPUs by, against measured peaks and contexts
-    "footprint_digits_mlp_over_peak", "footprint_fashion_mlp_peak_mib",
-    "cuda_context_digits_mlp_mib", "footprint_swb_dm_round_n500_float32_over_peak",
+    "footprint_digits_mlp_over_peak",
+    "footprint_fashion_mlp_peak_mib",
+    "cuda_context_digits_mlp_mib",
+    "footprint_swb_dm_round_n500_float32_over_peak",
     "footprint_demoa_round_n25_estimate_mib",
 ]
 
@@ -60,13 +72,22 @@ print(json.dumps({"loaded": loaded, "names": gpu.figure_names(), "rules": gpu.ru
 def figure_lines(output: str) -> list[list[str]]:
     """bench/gpu.py's ``<figure>: <number>`` lines of ``output`` split at ": ", in order (notes,
     the lines starting with ``#``, left out)."""
-    return [line.split(": ", 1) for line in output.splitlines() if line and not line.startswith("#")]
+    return [
+        line.split(": ", 1) for line in output.splitlines() if line and not line.startswith("#")
+    ]
 
 
 @pytest.fixture(scope="module")
 def declared():
-    out = subprocess.run([sys.executable, "-c", ISOLATED_IMPORT], cwd=ROOT, capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", ISOLATED_IMPORT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -98,10 +119,20 @@ def tiny_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpu_sh")
     log = folder / "results" / "gpu.txt"
     # one timed call per figure: the smoke run checks that each prints, not its median
-    out = subprocess.run(["bash", "bench/gpu.sh", "--cpu", "--tiny", "--repeats", "1"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=420,
-                         env={**bare, "PYTHON": sys.executable, "GPU_BENCH_LOG": str(log),
-                              "GPU_BUNDLE_DIR": str(folder / "no-bundle")})
+    out = subprocess.run(
+        ["bash", "bench/gpu.sh", "--cpu", "--tiny", "--repeats", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        check=False,
+        env={
+            **bare,
+            "PYTHON": sys.executable,
+            "GPU_BENCH_LOG": str(log),
+            "GPU_BUNDLE_DIR": str(folder / "no-bundle"),
+        },
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out, log.read_text()
 
@@ -122,7 +153,9 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared, tiny_run):
     assert all(math.isfinite(v) for n, v in values.items() if n not in over_peak), values
     assert all(values[n] == 0 for n in names if n.endswith("_peak_mib"))  # no GPU memory on a CPU
     assert all(values[n] == 0 for n in names if n.startswith("cuda_context_"))
-    assert all(values[n] > 0 for n in names if n.startswith("footprint_") and n.endswith("_estimate_mib"))
+    assert all(
+        values[n] > 0 for n in names if n.startswith("footprint_") and n.endswith("_estimate_mib")
+    )
     # on the CPU the two strategies agree to float rounding and repeat exactly
     assert values["batched_vs_sequential_max_abs_diff_cnn2_10_clients"] < 1e-5
     assert values["batched_repeat_max_abs_diff_cnn2_10_clients"] == 0
@@ -131,11 +164,18 @@ def test_tiny_cpu_mode_prints_every_figure_once(declared, tiny_run):
 
 def test_tiny_cpu_mode_runs_the_mission_through_ray_tune(declared, tiny_run):
     out, _ = tiny_run
-    values = {name: float(value) for name, value in figure_lines(out.stdout)
-              if name in declared["tune_names"]}
+    values = {
+        name: float(value)
+        for name, value in figure_lines(out.stdout)
+        if name in declared["tune_names"]
+    }
     assert all(math.isfinite(v) for v in values.values()), values
     # on the CPU no trial holds a GPU and nothing is sampled; the GPU way is the CPU way
-    gpu = [n for n in values if n.endswith(("_gpu_per_trial", "_gpu_busy_percent", "_gpu_memory_max_mib"))]
+    gpu = [
+        n
+        for n in values
+        if n.endswith(("_gpu_per_trial", "_gpu_busy_percent", "_gpu_memory_max_mib"))
+    ]
     assert len(gpu) == 15 and all(values[n] == 0 for n in gpu)
     assert values["tune_quickstart_device_vs_cpu"] == 1 and values["tune_map_device_vs_cpu"] == 1
     # every trial finished: the tiny quickstart's 4, a map's bisection at least its 2 ends
