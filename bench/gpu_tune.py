@@ -318,6 +318,8 @@ class GpuSampler:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        if self._stop.is_set():  # stop() came while it started: it saw no process to end
+            self._process.terminate()
         assert self._process.stdout is not None
         for line in self._process.stdout:
             try:

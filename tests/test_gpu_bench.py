@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,41 @@ def test_kept_h200_log_holds_every_figure_and_the_readme_quotes_it(declared):
     assert f"batched {ten}" in readme
     paper = " / ".join(f"{run['swb_paper_n500_over_haar']:.1f}x" for run in runs)
     assert f"paper's n = 500 over ours {paper}" in readme
+
+
+# -- the second phase's measuring pieces ---------------------------------------------------------
+
+
+def test_trials_at_once_counts_overlapping_spans_only():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_tune
+
+    assert gpu_tune.most_at_once([]) == 0
+    assert gpu_tune.most_at_once([(0, 2), (1, 3), (2, 4)]) == 2  # one ends as the next starts
+    assert gpu_tune.most_at_once([(0, 10), (1, 2), (1.5, 3), (2.5, 4)]) == 3
+
+
+def test_the_gpu_sampler_reads_nvidia_smi_where_nvml_does_not_answer(tmp_path, monkeypatch):
+    """A stand-in ``nvidia-smi`` on PATH (this machine's NVML finds no GPU) prints 40% and
+    1024 MiB, then 60% and 2048 MiB; the sampler keeps what came inside the window asked for."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_tune
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "40, 1024"; sleep 0.3; echo "60, 2048"; sleep 0.3; echo "garbled"; exec sleep 30\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as on a machine without the binding
+    started = time.time()
+    sampler = gpu_tune.GpuSampler(enabled=True)
+    deadline = time.time() + 20
+    while len(sampler.samples) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    sampler.stop()
+    assert sampler.source == "nvidia-smi" and len(sampler.samples) == 2
+    assert sampler.between(started, time.time()) == (50.0, 2048.0)
+    assert all(math.isnan(v) for v in sampler.between(0, 1))  # no sample then
+    assert gpu_tune.GpuSampler(enabled=False).samples == []
