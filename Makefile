@@ -71,7 +71,7 @@ lint: install
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/mypy
 
-test: install browser tools data
+test: install browser tools data lint
 	$(PY) -m pytest -n 2 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim -n 2 --dist load
 

@@ -32,6 +32,7 @@ def test_no_tracked_file_points_outside_the_repository():
 
 def test_licence_citation_and_changelog_agree_with_the_package():
     import tomllib
+
     import yaml
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

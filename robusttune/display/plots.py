@@ -22,7 +22,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -90,7 +90,8 @@ def round_curves(
     info = runs.set_index("run_id")
     for run_id in chosen:
         rows = rounds[rounds["run_id"] == run_id].sort_values("round")
-        label = _run_label(info.loc[run_id]) if run_id in info.index else run_id
+        # run ids are unique: .loc of one is that run's row
+        label = _run_label(cast(pd.Series, info.loc[run_id])) if run_id in info.index else run_id
         evaluated = rows[rows["accuracy"].notna()]
         (line,) = left.plot(
             evaluated["round"], 100 * evaluated["accuracy"], marker=".", label=label

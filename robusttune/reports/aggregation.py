@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -66,8 +67,10 @@ def aggregation_error_table(runs: pd.DataFrame) -> pd.DataFrame:
     if labelled.empty:
         return pd.DataFrame()
     grouped = labelled.groupby(_cell_keys(labelled), sort=True)["aggregation_error"]
-    table = grouped.agg(mean="mean", std="std", min="min", max="max", runs="count")
-    return table
+    # named aggregations of a grouped column make a frame (pandas-stubs types it as a series)
+    return cast(
+        pd.DataFrame, grouped.agg(mean="mean", std="std", min="min", max="max", runs="count")
+    )
 
 
 def sqrt_fit_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -105,7 +105,8 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
         aggfunc="mean",
     )
     # the paper's layout: p = 0.5 block before p = 0.1, beta ascending inside each block
-    table = table[sorted(table.columns, key=lambda c: (-float(c[0]), float(c[1])))]
+    # the columns are (participation, byzantine_fraction) pairs
+    table = table[sorted(table.columns, key=lambda c: (-float(c[0]), float(c[1])))]  # type: ignore[index]
     return _sort_methods(table)
 
 
@@ -153,11 +154,11 @@ def attack_spread_table(runs: pd.DataFrame) -> pd.DataFrame:
             # cell as any scalar
             mean = cast(float, table.at[row, column])
             sd = cast(float, spread.at[row, column])
-            several = seeds.at[row, column] > 1
+            several = cast(int, seeds.at[row, column]) > 1
             text.at[row, column] = f"{mean:.1f} ± {sd:.1f}" if several else f"{mean:.1f}"
         under_attack = table.loc[row, [c for c in attacked if c != "none"]]
         if "worst" in table.columns and under_attack.notna().any():
-            text.at[row, "worst"] = text.at[row, under_attack.idxmin()]
+            text.at[row, "worst"] = cast(str, text.at[row, under_attack.idxmin()])
     return text
 
 
@@ -409,7 +410,7 @@ def report(
         if skipped:
             lines.append("")
     breakdown_csv = next(iter(sorted(root.rglob("breakdown.csv"))), None)
-    table = (
+    breakdown = (
         None
         if breakdown_csv is None
         else read_table(
@@ -424,13 +425,13 @@ def report(
             ),
         )
     )
-    if table is not None:
-        figure = plots.breakdown_heatmap(table, out_dir / "breakdown.png")
-        shown = [c for c in table.columns if c not in ("evaluated", "violations", "threshold")]
+    if breakdown is not None:
+        figure = plots.breakdown_heatmap(breakdown, out_dir / "breakdown.png")
+        shown = [c for c in breakdown.columns if c not in ("evaluated", "violations", "threshold")]
         lines += [
             "## Breakdown map",
             "",
-            markdown_table(table[shown], floatfmt=".3g", index=False),
+            markdown_table(breakdown[shown], floatfmt=".3g", index=False),
             "",
         ]
         if figure is not None:
