@@ -34,14 +34,19 @@ phases() {
   esac
   status=0
   "$py" bench/gpu.py "$@" || status=$?
+  if [ "$status" = 2 ]; then  # bad options, or no CUDA without --cpu: gpu.py said which
+    return 2
+  fi
   "$py" bench/gpu_tune.py --started "$started" "$@" || status=$?
   return "$status"
 }
 
 if [ -n "$log" ]; then
   mkdir -p "$(dirname "$log")"
-  phases "$@" | tee "$log"   # pipefail: the phases' status, not tee's
+  status=0
+  phases "$@" | tee "$log" || status=$?   # pipefail: the phases' status, not tee's
   echo "# log: $log" >&2
+  exit "$status"
 else
   phases "$@"
 fi

@@ -37,7 +37,9 @@ hold a GPU share); ``--tiny`` shrinks every experiment to a few trials of one ro
 test suite runs every figure (tests/test_gpu_bench.py). An experiment reached after the phase's
 deadline (``--started`` + ``--total-budget-s``, bench/gpu.sh passes the command's start) prints
 ``nan`` with a note; one that fails or overruns prints ``nan`` and the script exits 1. Without
-Ray (a machine without the bundle, bench/gpu_bundle.py) every figure is ``nan`` and it exits 1.
+Ray (a machine without the bundle, bench/gpu_bundle.py) every figure is ``nan`` and it exits 1. Without
+CUDA it runs only with ``--cpu`` and otherwise exits 2 at once, as bench/gpu.py does (bench/gpu.sh
+then skips this phase).
 Ray, PyYAML and pynvml are imported inside the functions that use them: the module imports on a
 machine with none of them (tests/test_gpu_bench.py).
 """
@@ -558,6 +560,15 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = TINY if args.tiny else FULL
     cuda = not args.cpu
+    if cuda:
+        import torch
+
+        if not torch.cuda.is_available():  # as bench/gpu.py: the CPU only when asked for
+            print(
+                "# no CUDA device visible: run with --cpu (and --tiny for a smoke run)",
+                file=sys.stderr,
+            )
+            return 2
     phase = Phase((args.started or time.time()) + args.total_budget_s, cuda, sizes)
     phase.note(
         f"the mission through Ray Tune: {'tiny' if args.tiny else 'full'} sizes, "
