@@ -60,46 +60,64 @@ MANIFEST = "BUNDLE.txt"  # what the folder holds, written beside the wheels
 NOTHING_INSTALLED = 3  # install's exit status with no bundle for this Python
 
 
+def constraint_versions(path: Path = ROOT / "constraints.txt") -> dict[str, str]:
+    """The exact versions the repository tests with (constraints.txt, `make lock`), by the
+    distribution's normalised name: the bundle carries the same, so the GPU machine runs what
+    the tests ran."""
+    versions: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        name, _, version = line.split("#", 1)[0].strip().partition("==")
+        if version:
+            versions[name.lower().replace("_", "-").replace(".", "-")] = version
+    return versions
+
+
+_VERSIONS = constraint_versions()
+
+
 @dataclass(frozen=True)
 class Pin:
-    """One wheel of the bundle: a distribution at one version, and why the GPU machine needs it."""
+    """One wheel of the bundle: a distribution at constraints.txt's version, and why the GPU
+    machine needs it."""
 
     name: str
-    version: str
     why: str
+
+    @property
+    def version(self) -> str:
+        return _VERSIONS[self.name.lower().replace("_", "-").replace(".", "-")]
 
     @property
     def requirement(self) -> str:
         return f"{self.name}=={self.version}"
 
 
-# What the GPU machine lacks, at the .venv's versions. Its Python has numpy, pandas, pyarrow,
+# What the GPU machine lacks, at constraints.txt's versions. Its Python has numpy, pandas, pyarrow,
 # scipy, scikit-learn, matplotlib, grpcio, msgpack, protobuf, pyyaml, requests, click, rich,
 # typer, tensorboard, tqdm, jinja2 (so MarkupSafe), attrs, filelock, fsspec (GPU_MACHINE_HAS).
 PINNED: tuple[Pin, ...] = (
     Pin(
         "ray",
-        "2.60.0",
         "Ray Core and Tune: every sweep, map, calibration and tuning study "
         "(trimmed: TRIMMED, STRIPPED)",
     ),
-    Pin("jsonschema", "4.26.0", "Ray's runtime environments validate against JSON schemas"),
-    Pin("jsonschema-specifications", "2025.9.1", "jsonschema's meta-schemas"),
-    Pin("referencing", "0.37.0", "jsonschema's $ref resolution"),
-    Pin("rpds-py", "2026.9.1", "referencing's persistent maps (binary: the cp312 build)"),
-    Pin("tensorboardX", "2.6.5", "ray[tune]'s TensorBoard logger"),
-    Pin("packaging", "26.4", "Ray asks for packaging>=24.2; the machine's version is not known"),
-    Pin("pydantic", "2.14.4", "RunSpec's schema (robusttune.core.runspec), and ray[tune]'s"),
-    Pin("pydantic-core", "2.50.5", "pydantic's validator (binary: the cp312 build)"),
-    Pin("annotated-types", "0.8.0", "pydantic's constraints"),
-    Pin("typing-inspection", "0.4.5", "pydantic's reading of annotations"),
-    Pin("typing-extensions", "4.16.0", "pydantic 2.14 asks for >=4.16, newer than the machine's"),
-    Pin("optuna", "5.1.0", "the Optuna searches of sweep, breakdown --budget and tune"),
-    Pin("alembic", "1.20.1", "Optuna's storage migrations (imported with optuna)"),
-    Pin("SQLAlchemy", "2.1.9", "Optuna's storage (binary: the cp312 build)"),
-    Pin("Mako", "1.4.3", "alembic's templates"),
-    Pin("colorlog", "6.12.0", "Optuna's log format"),
-    Pin("cmaes", "0.13.1", "Optuna's CMA-ES sampler (search.sampler: cmaes)"),
+    Pin("jsonschema", "Ray's runtime environments validate against JSON schemas"),
+    Pin("jsonschema-specifications", "jsonschema's meta-schemas"),
+    Pin("referencing", "jsonschema's $ref resolution"),
+    Pin("rpds-py", "referencing's persistent maps (binary: the cp312 build)"),
+    Pin("tensorboardX", "ray[tune]'s TensorBoard logger"),
+    Pin("packaging", "Ray asks for packaging>=24.2; the machine's version is not known"),
+    Pin("pydantic", "RunSpec's schema (robusttune.core.runspec), and ray[tune]'s"),
+    Pin("pydantic-core", "pydantic's validator (binary: the cp312 build)"),
+    Pin("annotated-types", "pydantic's constraints"),
+    Pin("typing-inspection", "pydantic's reading of annotations"),
+    Pin("typing-extensions", "pydantic 2.14 asks for >=4.16, newer than the machine's"),
+    Pin("optuna", "the Optuna searches of sweep, breakdown --budget and tune"),
+    Pin("alembic", "Optuna's storage migrations (imported with optuna)"),
+    Pin("SQLAlchemy", "Optuna's storage (binary: the cp312 build)"),
+    Pin("Mako", "alembic's templates"),
+    Pin("colorlog", "Optuna's log format"),
+    Pin("cmaes", "Optuna's CMA-ES sampler (search.sampler: cmaes)"),
 )
 
 # The GPU machine's own distributions that the project or a pinned wheel needs (docs/how-to/gpu.md,

@@ -44,11 +44,14 @@ def normal(name: str) -> str:
 # -- the pins ----------------------------------------------------------------------------------
 
 
-def test_one_pin_per_package_at_this_environments_version():
+def test_one_pin_per_package_at_the_tested_version():
+    # the versions come from constraints.txt, which tests/test_dependencies.py holds this
+    # environment to: the GPU machine gets what the tests ran
     names = [normal(pin.name) for pin in gpu_bundle.PINNED]
     assert len(names) == len(set(names))
     for pin in gpu_bundle.PINNED:
         assert pin.version == metadata.version(pin.name), pin.name
+    assert gpu_bundle.constraint_versions()["ray"] == metadata.version("ray")
 
 
 def requirement_closure(root: str, extras: tuple[str, ...] = ()) -> dict[str, set[str]]:
