@@ -13,11 +13,17 @@ under trials/."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from robusttune.commands.options import ADDRESS, CPUS_PER_TRIAL, MAX_CONCURRENT
+
+if TYPE_CHECKING:  # the command imports its layers when it runs, not when the CLI loads
+    from robusttune.core.records import RunSummary
+    from robusttune.core.runspec import RunSpec
 
 __all__ = ["horizon"]
 
@@ -122,7 +128,7 @@ def horizon(
     jobs = len(measurement.clean_specs())
     done = [0]
 
-    def counted(specs):
+    def counted(specs: Sequence[RunSpec]) -> list[RunSummary]:
         summaries = runner(specs)
         done[0] += len(specs)
         typer.echo(f"[{done[0]}/{jobs}] clean runs done", err=True)

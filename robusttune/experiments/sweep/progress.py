@@ -8,9 +8,12 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
+
+if TYPE_CHECKING:
+    from ray.tune.experiment import Trial
 
 from robusttune.display.terminal import duration
 
@@ -37,16 +40,24 @@ class TimelineCallback(Callback):
     def __init__(self, timeline: Timeline | None = None) -> None:
         self.timeline = timeline or Timeline()
 
-    def on_trial_start(self, iteration, trials, trial, **info):
+    def on_trial_start(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
         self.timeline.mark("first_trial_start", once=True)
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
         self.timeline.mark("first_result", once=True)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
         self.timeline.mark("last_trial_end")
 
-    def on_trial_error(self, iteration, trials, trial, **info):
+    def on_trial_error(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
         self.timeline.mark("last_trial_end")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -113,7 +124,7 @@ class ProgressCallback(Callback):
                     self.kept += 1
                     self._better((trial.last_result or {}).get(self.metric))
 
-    def on_step_begin(self, iteration, trials, **info):
+    def on_step_begin(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         if self.started is None:
             self.started = self.clock()
             self._take_over(trials)
@@ -121,7 +132,9 @@ class ProgressCallback(Callback):
         if self._live is not None and self.clock() - self._drawn >= self.refresh_seconds:
             self._draw()
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
         from robusttune.experiments.sweep.trials import config_error
 
         if trial.trial_id in self._seen:
@@ -143,12 +156,14 @@ class ProgressCallback(Callback):
             f"{self.metric} {shown}{collapsed} after {result.get('training_iteration', 0)} rounds",
         )
 
-    def on_trial_error(self, iteration, trials, trial, **info):
+    def on_trial_error(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
         self._seen.add(trial.trial_id)
         self.errored += 1
         self._trial_line(trial, f"ERROR (see {trial.path}/error.txt)", error=True)
 
-    def on_experiment_end(self, trials, **info):
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         self.close()
 
     # -- the line -----------------------------------------------------------------------------
