@@ -168,7 +168,7 @@ def dry_run_report(
 def run_map(
     plan: BreakdownPlan,
     folder: Path,
-    runner: Callable,
+    runner: Callable[..., Any],
     *,
     resume: bool,
     local: bool,

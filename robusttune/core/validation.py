@@ -296,7 +296,7 @@ def _allowed(first: Mapping[str, Any], field: Any) -> str:
 
 
 @functools.cache
-def _adapter(annotation: Any) -> TypeAdapter:
+def _adapter(annotation: Any) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
 
 

@@ -138,7 +138,7 @@ class RunWriter:
         self.declares_experiment = declares_experiment
         self.csv_path = self.folder / "rounds.csv"
         self._csv_file: TextIO | None = None
-        self._csv: csv.DictWriter | None = None
+        self._csv: csv.DictWriter[str] | None = None
         self._tensorboard: SummaryWriter | None = None
         purge_step = None
         if resume_at is not None:

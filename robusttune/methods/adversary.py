@@ -193,6 +193,8 @@ class Adversary:
         return text + (f" (+ adaptive {self.adaptive} per attack)" if self.adaptive else "")
 
 
-def adversary_variants(attack: str, adversary: Mapping[str, Sequence[Any]] | None) -> list[dict]:
+def adversary_variants(
+    attack: str, adversary: Mapping[str, Sequence[Any]] | None
+) -> list[dict[str, Any]]:
     """`Adversary.variants` of the mapping ``adversary`` (None: ``attack``'s own ladder)."""
     return Adversary.of(adversary).variants(attack)

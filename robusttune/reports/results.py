@@ -77,7 +77,7 @@ def _sort_methods(frame: pd.DataFrame) -> pd.DataFrame:
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
     names = list(frame.index.names)
 
-    def key(entry: Any) -> tuple:
+    def key(entry: Any) -> tuple[Any, ...]:
         entry = entry if isinstance(entry, tuple) else (entry,)
         return tuple(
             (order.get(v, len(order)), str(v)) if n == "method" else (0, str(v))

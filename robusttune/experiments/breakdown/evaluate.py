@@ -215,7 +215,7 @@ def spec_evaluator(
     def attack_of(point: Point) -> str:
         return point.cell.as_dict().get("attack", base.get("attack", "none"))
 
-    def variants_for(point: Point) -> list[dict]:
+    def variants_for(point: Point) -> list[dict[str, Any]]:
         return threat.variants(attack_of(point)) if point.byzantine > 0 else [{}]
 
     def seeds_of(point: Point) -> Sequence[int]:
@@ -242,7 +242,11 @@ def spec_evaluator(
         ]
 
     def judge(
-        point: Point, per_variant: list[Outcome], variants: list[dict], trials: int, full: int
+        point: Point,
+        per_variant: list[Outcome],
+        variants: list[dict[str, Any]],
+        trials: int,
+        full: int,
     ) -> Outcome:
         """The worst variant run (the first with the lowest score); ``runs`` counts every
         variant, run or not (``full`` of them): what the point costs in full."""
@@ -259,13 +263,13 @@ def spec_evaluator(
             chance=worst.chance,
         )
 
-    def searches_of(point: Point) -> list[tuple[dict, tuple[float, ...]]]:
+    def searches_of(point: Point) -> list[tuple[dict[str, Any], tuple[float, ...]]]:
         """The adaptive searches of ``point``: (group settings, ladder); none at k = 0."""
         return threat.searches(attack_of(point)) if point.byzantine > 0 else []
 
     def run_variants(
-        todo: list[tuple[int, dict]],
-        requests: list[tuple[Point, dict]],
+        todo: list[tuple[int, dict[str, Any]]],
+        requests: list[tuple[Point, dict[str, Any]]],
         judged: list[list[Outcome]],
         trials: list[int],
     ) -> None:
@@ -287,13 +291,13 @@ def spec_evaluator(
                 clean_outcome[requests[i][0].cell] = judged[i][-1]
 
     def search(
-        requests: list[tuple[Point, dict]],
-        variants: list[list[dict]],
+        requests: list[tuple[Point, dict[str, Any]]],
+        variants: list[list[dict[str, Any]]],
         judged: list[list[Outcome]],
         trials: list[int],
     ) -> None:
         """The adaptive adversary's runs after the ladder (see ``adaptive``)."""
-        searches: dict[tuple[int, int], tuple[dict, StrengthSearch]] = {}
+        searches: dict[tuple[int, int], tuple[dict[str, Any], StrengthSearch]] = {}
         for i, (point, _) in enumerate(requests):
             if settled(point, judged[i][worst_of(judged[i])]):
                 continue
@@ -323,7 +327,7 @@ def spec_evaluator(
                 )
                 searches[key][1].tell(_score(judged[key[0]][position]))
 
-    def run_batch(requests: list[tuple[Point, dict]]) -> list[Outcome]:
+    def run_batch(requests: list[tuple[Point, dict[str, Any]]]) -> list[Outcome]:
         variants = [variants_for(point) for point, _ in requests]
         judged: list[list[Outcome]] = [[] for _ in requests]
         trials = [0] * len(requests)

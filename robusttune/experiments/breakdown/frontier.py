@@ -160,14 +160,16 @@ def _with_method_and_p(table: Any, base: Mapping[str, Any] | None) -> Any:
     return table
 
 
-def _seed_frontiers(seeds_table: Any, base: Mapping[str, Any] | None) -> dict[tuple, list[float]]:
+def _seed_frontiers(
+    seeds_table: Any, base: Mapping[str, Any] | None
+) -> dict[tuple[Any, ...], list[float]]:
     """(method, p) -> each seed's frontier value, in seed order (NaN where that seed has no
     measured cell there); empty without a seeds table or a seed column."""
     if seeds_table is None or seeds_table.empty or "seed" not in seeds_table:
         return {}
     table = _with_method_and_p(seeds_table, base)
     seeds = list(dict.fromkeys(table["seed"]))
-    out: dict[tuple, list[float]] = {}
+    out: dict[tuple[Any, ...], list[float]] = {}
     for key, group in table.groupby(["_method", "participation"], sort=False):
         measured = group[~group["status"].isin(NO_ANSWER) & group["_fraction"].notna()]
         by_seed = measured.groupby("seed")["_fraction"].min()

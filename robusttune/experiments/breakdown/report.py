@@ -237,7 +237,7 @@ def cells_by_method(rows: Any, table: Any) -> str:
         return "; ".join(", ".join(f"{k}={r[k]}" for k in axes) for _, r in rows.iterrows())
     regime = [c for c in axes if c not in (method, "attack")]
 
-    def regime_label(key: tuple) -> str:
+    def regime_label(key: tuple[Any, ...]) -> str:
         words = [f"p={v:g}" if axis == "participation" else str(v) for axis, v in zip(regime, key)]
         return " ".join(words) or "-"
 

@@ -97,7 +97,7 @@ def _monitor_config_path(gcs_address: str) -> str | None:
     return None
 
 
-def config_node_types(path: str | os.PathLike) -> dict[str, dict[str, float]] | None:
+def config_node_types(path: str | os.PathLike[str]) -> dict[str, dict[str, float]] | None:
     """``available_node_types`` of an autoscaling config (YAML or JSON) that can have a node:
     the head type, and worker types with ``max_workers`` above 0; None when a type leaves its
     CPU count for the provider to fill in."""

@@ -88,7 +88,7 @@ def run_sweep(
     num_cpus: int | None = None,
     verbose: int = 1,
     callbacks: list[Any] | None = None,
-    trainable: Callable | None = None,
+    trainable: Callable[..., Any] | None = None,
     announce: Callable[[str], None] | None = None,
     progress: bool = False,
     max_failures: int = MAX_FAILURES,

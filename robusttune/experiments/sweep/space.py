@@ -129,7 +129,7 @@ class Expansion:
     the full product before dropping (times num_samples)."""
 
     points: list[dict[str, Any]]
-    dropped: Counter
+    dropped: Counter[str]
     combinations: int
 
     @property
@@ -205,7 +205,7 @@ class SweepSpec:
 
     def _expand(self) -> Expansion:
         grid = self.grid_axes
-        dropped: Counter = Counter()
+        dropped: Counter[str] = Counter()
         kept: list[dict[str, Any]] = []
         seen: set[str] = set()
         base_random = self._middle_of_random_axes()
@@ -505,7 +505,7 @@ def _describe(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={format_value(v)}" for k, v in values.items()) or "(base run)"
 
 
-def _reasons(dropped: Counter) -> str:
+def _reasons(dropped: Counter[str]) -> str:
     return "; ".join(f"{n} {reason}" for reason, n in dropped.most_common())
 
 

@@ -315,7 +315,7 @@ class RunQueue(_search_base()):  # type: ignore[misc]
         return trial_config(run.spec)
 
     def on_trial_complete(
-        self, trial_id: str, result: dict | None = None, error: bool = False
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
         run = self.trials.pop(trial_id, None)
         if run is None:

@@ -133,7 +133,7 @@ def make_scheduler(spec: SweepSpec) -> Any:
 
 
 def make_trainable(
-    spec: SweepSpec, trainable: Callable | None = None, gpu_nodes: Sequence[GpuNode] = ()
+    spec: SweepSpec, trainable: Callable[..., Any] | None = None, gpu_nodes: Sequence[GpuNode] = ()
 ) -> Any:
     """The trainable with the spec bound and the trial's resources attached: ``resources`` as
     given, or under ``gpu: auto`` each trial's share of a GPU from its run's size on the

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from robusttune.core.registries import AGGREGATORS
+from robusttune.core.registries import AGGREGATORS as AGGREGATORS  # the rules register here
 from robusttune.core.validation import check_value, optional_int
 from robusttune.methods.aggregators.appended import appended_rows
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor
 
-from robusttune.core.registries import ALGORITHMS
+from robusttune.core.registries import ALGORITHMS as ALGORITHMS  # the algorithms register here
 from robusttune.core.schema import RunSchema
 from robusttune.problem.sampling import Sample
 from robusttune.problem.training import client_gradients, train_clients

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from robusttune.core.numerics import sqrt
-from robusttune.core.registries import ATTACKS  # noqa: F401  (re-exported: the attacks register here)
+from robusttune.core.registries import ATTACKS as ATTACKS  # the attacks register here
 from robusttune.core.registry import SpecError
 
 if TYPE_CHECKING:

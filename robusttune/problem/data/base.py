@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch import Tensor
 
-from robusttune.core.registries import DATASETS  # noqa: F401  (re-exported: the datasets register here)
+from robusttune.core.registries import DATASETS as DATASETS  # the datasets register here
 
 
 @dataclass(frozen=True)
