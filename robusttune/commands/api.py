@@ -29,6 +29,7 @@ import pandas as pd
 import typer
 
 from robusttune.commands import cli
+from robusttune.commands.breakdown_command import breakdown as breakdown_command
 from robusttune.commands.tune import tune as tune_command
 from robusttune.core.plugins import absolute_references, load_plugins
 from robusttune.core.records import RunSummary
@@ -184,7 +185,8 @@ def breakdown(
     load_plugins(plugins)
     folder = Path(
         _invoke(
-            cli.breakdown,
+            breakdown_command,
+            wrapped=False,
             space=_yaml_file(space, "breakdown"),
             set_=_assignments(set or {}),
             **options,
