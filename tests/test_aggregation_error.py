@@ -16,7 +16,8 @@ import torch
 from robusttune.core.runspec import RunSpec
 from robusttune.engine.input_statistics import aggregation_error
 from robusttune.engine.recording import run_to_folder
-from robusttune.engine.simulation import Simulation, byzantine_clients
+from robusttune.engine.simulation import Simulation
+from robusttune.problem.sampling import byzantine_clients
 
 FULL = {
     "dataset": "synthetic",

@@ -10,7 +10,8 @@ import torch
 from scipy.stats import norm
 
 from robusttune.core.runspec import RunSpec
-from robusttune.engine.simulation import Simulation, byzantine_messages
+from robusttune.engine.byzantine_messages import byzantine_messages
+from robusttune.engine.simulation import Simulation
 from robusttune.methods.algorithms import make_algorithm
 from robusttune.methods.attacks import make_attack
 from robusttune.problem.sampling import Sample

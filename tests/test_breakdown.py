@@ -496,7 +496,7 @@ def ladder_runner(log):
     collapse past a damage of 0.45; where no round samples a Byzantine client (none exists, or
     the sampling stream never draws one) the attack plays no part, as in a real run, so such
     points may be shared. Records every batch."""
-    from robusttune.engine.simulation import byzantine_ever_sampled
+    from robusttune.problem.sampling import byzantine_ever_sampled
 
     def run(specs):
         log.append(list(specs))
@@ -722,8 +722,8 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
     either (a cache and a momentum method included): `byzantine_ever_sampled` replays the
     run's samples, and the run with attack none is the same bit for bit; beta stays."""
     from robusttune.core.runspec import RunSpec
-    from robusttune.engine.simulation import byzantine_ever_sampled
     from robusttune.experiments.breakdown import canonical_spec
+    from robusttune.problem.sampling import byzantine_ever_sampled
 
     values = {
         "dataset": "synthetic",

@@ -276,7 +276,7 @@ def test_claim6_mnist_seeds_are_the_smallest_with_the_first_majority_round_after
     """claim6_mnist_convnet.yaml's header: its seeds are the three smallest whose sampling stream
     puts the first Byzantine-majority round in rounds 45-55, each with 25 or more rounds after it.
     A change to the sampler or to the space's N, p or B makes the choice stale; this says so."""
-    from robusttune.engine.simulation import byzantine_majority_rounds
+    from robusttune.problem.sampling import byzantine_majority_rounds
 
     space = load_sweep(SPACES / "claim6_mnist_convnet.yaml")
     seeds = sorted({point["seed"] for point in space.expand().points})

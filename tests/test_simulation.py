@@ -233,7 +233,7 @@ def test_first_fixed_sample_is_not_the_byzantine_set():
 def test_replayed_majority_rounds_are_the_rounds_a_run_records(method, participation, seed):
     """`byzantine_majority_rounds` replays the sampling stream without training; the run's own
     records (2 b_t >= |S_t|, b_t >= 1) must flag exactly those rounds, whatever the method."""
-    from robusttune.engine.simulation import byzantine_majority_rounds
+    from robusttune.problem.sampling import byzantine_majority_rounds
 
     spec = RunSpec(
         **{

@@ -54,7 +54,7 @@ SPECIAL = {
 
 
 def modelled_runner(log: list):
-    from robusttune.engine.simulation import byzantine_ever_sampled
+    from robusttune.problem.sampling import byzantine_ever_sampled
 
     def run(specs):
         log.extend(specs)

@@ -24,13 +24,20 @@ from robusttune.core.records import RoundRecord, RunSummary, is_collapsed, selec
 from robusttune.core.registries import ATTACKS, MODELS
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
+from robusttune.engine.byzantine_messages import byzantine_messages
 from robusttune.engine.input_statistics import error_from, honest_inputs, spread_from
 from robusttune.methods.aggregators import Aggregator, make_rule
-from robusttune.methods.algorithms import RoundPlan, RoundState, ServerAlgorithm, make_algorithm
-from robusttune.methods.attacks import Attack, make_attack
+from robusttune.methods.algorithms import RoundPlan, make_algorithm
+from robusttune.methods.attacks import make_attack
 from robusttune.problem.data import load_federated
 from robusttune.problem.models import flat_params, make_model
-from robusttune.problem.sampling import Sample, draw_clients, is_byzantine_majority
+from robusttune.problem.sampling import (
+    Sample,
+    byzantine_clients,
+    draw_sample,
+    is_byzantine_majority,
+    sampling_generator,
+)
 from robusttune.problem.training import evaluate, resolve_trainer
 
 # RoundRecord figures whose run mean summary.json keeps as mean_<name>
@@ -81,120 +88,6 @@ def client_seed(seed: int, round_index: int, client: int) -> int:
     """A per-(run, round, client) seed for batch order: no RNG state to carry between rounds, and
     both training strategies draw identical batches. ``client=-1`` is the server (FLTrust)."""
     return (seed * 1_000_003 + round_index * 10_007 + client + 1) % (2**63 - 1)
-
-
-def byzantine_messages(
-    attack: Attack,
-    algorithm: ServerAlgorithm,
-    state: RoundState,
-    model: Tensor,
-    *,
-    scope: str,
-    generator: torch.Generator | None,
-    rule: Aggregator | Callable[..., Tensor] | None = None,
-    rule_f: int | None = None,
-) -> Tensor:
-    """The round's messages: ``state.honest`` with the sampled Byzantine clients' rows replaced
-    by what ``attack`` crafts (a new tensor; ``state.honest`` stays what they honestly computed).
-
-    The attacker's statistics come from ``scope`` (RunSpec ``attack_scope``): ``inputs`` takes
-    the honest rows of the aggregator's input as it will be after this round (all N cached rows
-    under a cache algorithm), n = its row count and f = its Byzantine rows; ``sample`` takes the
-    round's honest messages, n = the sample size and f = the Byzantine clients sampled;
-    ``population`` takes the rows of ``inputs`` with n = N clients and f = B Byzantine clients
-    (the run's, ``spec.clients`` and ``spec.n_byzantine``), so ALIE's z is the same under every
-    algorithm (DeMoA's comparison, like the epfml code its attacks follow, uses the global n and
-    f). Each Byzantine client's ``own`` is its honest message, built from its own honest state.
-    A ``needs_rule`` attack is handed ``rule`` (the deployed rule) and ``rule_f`` (its f)."""
-    sample, honest = state.sample, state.honest
-    over_inputs = scope in ("inputs", "population")
-    view = None
-    if attack.needs_cache or (over_inputs and algorithm.aggregates_cache):
-        view = algorithm.attack_view(state, model)
-    if over_inputs and view is not None:
-        rows = (~view.byzantine).nonzero().flatten().to(view.rows.device, non_blocking=True)
-        reference = view.rows.index_select(0, rows)
-        n_total, f = view.rows.shape[0], int(view.byzantine.sum())
-    else:
-        reference = honest.index_select(0, sample.honest_rows)
-        n_total, f = sample.size, sample.n_byzantine
-    if scope == "population":
-        n_total, f = algorithm.spec.clients, algorithm.spec.n_byzantine
-    context: dict[str, Any] = {}
-    if attack.needs_cache:
-        assert view is not None  # read above for every cache attack
-        context = {"cache": view.rows, "cache_byzantine": view.byzantine}
-    if attack.needs_rule:
-        context.update(rule=rule, rule_f=rule_f)
-    malicious = attack(
-        reference,
-        n_byzantine=sample.n_byzantine,
-        n_total=n_total,
-        f=f,
-        n_sampled=sample.size,
-        own=honest.index_select(0, sample.byzantine_rows),
-        generator=generator,
-        **context,
-    )
-    return honest.index_copy(0, sample.byzantine_rows, malicious.to(honest.dtype))
-
-
-def byzantine_clients(spec: RunSpec) -> Tensor:
-    """Which clients are Byzantine (bool[N]): the first floor(beta N) of a permutation seeded
-    with seed + 2, its own stream (a generator seeded like the sampling one would draw round 1's
-    permutation, putting every Byzantine client into the first fixed-size sample)."""
-    order = torch.randperm(spec.clients, generator=torch.Generator().manual_seed(spec.seed + 2))
-    mask = torch.zeros(spec.clients, dtype=torch.bool)
-    mask[order[: spec.n_byzantine]] = True
-    return mask
-
-
-def sampling_generator(spec: RunSpec) -> torch.Generator:
-    """The run's sampling stream: it draws the rounds' samples and nothing else."""
-    return torch.Generator().manual_seed(spec.seed)
-
-
-def draw_sample(spec: RunSpec, generator: torch.Generator) -> Tensor:
-    """One round's sampled clients (sorted CPU long tensor) from the sampling stream."""
-    return draw_clients(
-        spec.participation_mode,
-        spec.clients,
-        spec.participation,
-        spec.expected_sample_size,
-        generator,
-    )
-
-
-def byzantine_ever_sampled(spec: RunSpec) -> bool:
-    """Whether some round of the run samples a Byzantine client. The samples depend on the seed,
-    N, p, the sampling mode and the sample size alone (not on the model, the rule or the attack),
-    so this replays the run's sampling stream for all ``rounds`` without training."""
-    if spec.n_byzantine == 0:
-        return False
-    return any(n_byzantine > 0 for n_byzantine, _ in _replayed_samples(spec))
-
-
-def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
-    """The rounds (1-based) whose drawn sample S_t is Byzantine-majority, 2 b_t >= |S_t| with
-    b_t >= 1 (the RoundRecord's ``byzantine_majority``), replayed from the sampling stream alone
-    as `byzantine_ever_sampled` does: the same for every model, rule and attack, so a study can
-    choose seeds by when the first such round comes (DeMoA, arXiv 2509.02970: FedAvg and FedCM
-    fall right after it) without training. A method whose plan overrides the draw (Algorithm 1
-    MARINA's full rounds) aggregates another set in those rounds."""
-    return [
-        round_index
-        for round_index, (n_byzantine, n_sampled) in enumerate(_replayed_samples(spec), start=1)
-        if is_byzantine_majority(n_byzantine, n_sampled)
-    ]
-
-
-def _replayed_samples(spec: RunSpec) -> Iterator[tuple[int, int]]:
-    """(Byzantine clients sampled, clients sampled) for each of the run's rounds, in order, from
-    its sampling stream alone."""
-    byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
-    for _ in range(spec.rounds):
-        sample = draw_sample(spec, generator)
-        yield int(byzantine[sample].sum()), len(sample)
 
 
 class Simulation:

@@ -4,12 +4,24 @@ indexing rows, so that no step of a round has to read a device value back."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["Sample", "draw_clients", "is_byzantine_majority"]
+from robusttune.core.runspec import RunSpec
+
+__all__ = [
+    "Sample",
+    "byzantine_clients",
+    "byzantine_ever_sampled",
+    "byzantine_majority_rounds",
+    "draw_clients",
+    "draw_sample",
+    "is_byzantine_majority",
+    "sampling_generator",
+]
 
 
 def draw_clients(
@@ -67,3 +79,62 @@ class Sample:
     @property
     def n_byzantine(self) -> int:
         return int(self.byzantine_cpu.sum())
+
+
+# -- a run's own draws, from its RunSpec ---------------------------------------------------------
+def byzantine_clients(spec: RunSpec) -> Tensor:
+    """Which clients are Byzantine (bool[N]): the first floor(beta N) of a permutation seeded
+    with seed + 2, its own stream (a generator seeded like the sampling one would draw round 1's
+    permutation, putting every Byzantine client into the first fixed-size sample)."""
+    order = torch.randperm(spec.clients, generator=torch.Generator().manual_seed(spec.seed + 2))
+    mask = torch.zeros(spec.clients, dtype=torch.bool)
+    mask[order[: spec.n_byzantine]] = True
+    return mask
+
+
+def sampling_generator(spec: RunSpec) -> torch.Generator:
+    """The run's sampling stream: it draws the rounds' samples and nothing else."""
+    return torch.Generator().manual_seed(spec.seed)
+
+
+def draw_sample(spec: RunSpec, generator: torch.Generator) -> Tensor:
+    """One round's sampled clients (sorted CPU long tensor) from the sampling stream."""
+    return draw_clients(
+        spec.participation_mode,
+        spec.clients,
+        spec.participation,
+        spec.expected_sample_size,
+        generator,
+    )
+
+
+def byzantine_ever_sampled(spec: RunSpec) -> bool:
+    """Whether some round of the run samples a Byzantine client. The samples depend on the seed,
+    N, p, the sampling mode and the sample size alone (not on the model, the rule or the attack),
+    so this replays the run's sampling stream for all ``rounds`` without training."""
+    if spec.n_byzantine == 0:
+        return False
+    return any(n_byzantine > 0 for n_byzantine, _ in _replayed_samples(spec))
+
+
+def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
+    """The rounds (1-based) whose drawn sample S_t is Byzantine-majority, 2 b_t >= |S_t| with
+    b_t >= 1 (the RoundRecord's ``byzantine_majority``), replayed from the sampling stream alone
+    as `byzantine_ever_sampled` does: the same for every model, rule and attack, so a study can
+    choose seeds by when the first such round comes (DeMoA, arXiv 2509.02970: FedAvg and FedCM
+    fall right after it) without training. A method whose plan overrides the draw (Algorithm 1
+    MARINA's full rounds) aggregates another set in those rounds."""
+    return [
+        round_index
+        for round_index, (n_byzantine, n_sampled) in enumerate(_replayed_samples(spec), start=1)
+        if is_byzantine_majority(n_byzantine, n_sampled)
+    ]
+
+
+def _replayed_samples(spec: RunSpec) -> Iterator[tuple[int, int]]:
+    """(Byzantine clients sampled, clients sampled) for each of the run's rounds, in order, from
+    its sampling stream alone."""
+    byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
+    for _ in range(spec.rounds):
+        sample = draw_sample(spec, generator)
+        yield int(byzantine[sample].sum()), len(sample)

@@ -44,7 +44,7 @@ def canonical_spec(spec: RunSpec) -> RunSpec:
     one key (`spec_evaluator`'s ``share``).
 
     Rule: a run in which no round samples a Byzantine client (none exists, k = floor(beta N) =
-    0, or the run's sampling stream never draws one: `simulation.byzantine_ever_sampled`) never
+    0, or the run's sampling stream never draws one: `sampling.byzantine_ever_sampled`) never
     calls its attack (a round builds Byzantine messages only for its sampled Byzantine clients;
     a data-side attack poisons only Byzantine clients' labels, and only sampled clients train;
     a cache slot of a never-sampled client keeps its initial value), so attack,
@@ -54,7 +54,7 @@ def canonical_spec(spec: RunSpec) -> RunSpec:
     for bit against the originals."""
     if spec.attack == "none" and spec.attack_strength is None and spec.attack_scope == "inputs":
         return spec
-    from robusttune.engine.simulation import byzantine_ever_sampled  # torch; only when sharing
+    from robusttune.problem.sampling import byzantine_ever_sampled  # torch; only when sharing
 
     if not byzantine_ever_sampled(spec):
         return spec.updated(attack="none", attack_strength=None, attack_scope="inputs")
