@@ -25,7 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from robusttune.core.runspec import RUNSPEC_KEYS
-from robusttune.reports.results import load_rounds, load_runs, markdown_table
+from robusttune.display.markdown import markdown_table
+from robusttune.reports.runs import load_rounds, load_runs
 
 # Keys that say how a run is identified or resolved rather than what was compared: the seed is
 # what a setting is repeated over, the algorithm and aggregator are spelled by the method label.

@@ -24,15 +24,10 @@ import sys
 from pathlib import Path
 
 from robusttune.display import plots
+from robusttune.display.markdown import markdown_table
 from robusttune.reports.aggregation import run_aggregation_errors
-from robusttune.reports.results import (
-    accuracy_table,
-    collapse_table,
-    gain_table,
-    load_rounds,
-    load_runs,
-    markdown_table,
-)
+from robusttune.reports.paper_tables import accuracy_table, collapse_table, gain_table
+from robusttune.reports.runs import load_rounds, load_runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from robusttune.reports.axes import row_axes, seed_table, split_label, varying_axes
-from robusttune.reports.results import attack_table
+from robusttune.reports.paper_tables import attack_table
 
 INF = math.inf
 

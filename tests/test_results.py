@@ -16,16 +16,10 @@ from typer.testing import CliRunner
 
 from robusttune.core.records import RoundRecord, RunSummary
 from robusttune.core.runspec import RunSpec
+from robusttune.display.markdown import markdown_table
 from robusttune.engine.recording import RunWriter
-from robusttune.reports.results import (
-    accuracy_table,
-    collapse_table,
-    gain_table,
-    load_rounds,
-    load_runs,
-    markdown_table,
-    report,
-)
+from robusttune.reports.paper_tables import accuracy_table, collapse_table, gain_table
+from robusttune.reports.results import load_rounds, load_runs, report
 
 METHODS = {
     "fedavg": {"method": "fedavg"},
@@ -343,7 +337,7 @@ def test_accuracy_by_attack_shows_where_each_rule_breaks():
             "collapsed": False,
         }
     )
-    from robusttune.reports.results import attack_table
+    from robusttune.reports.paper_tables import attack_table
 
     table = attack_table(runs)
     assert list(table.columns) == ["none", "alie", "ipm x10", "worst"]
@@ -369,7 +363,7 @@ def test_accuracy_by_attack_text_shows_each_cells_spread_over_seeds():
             "collapsed": False,
         }
     )
-    from robusttune.reports.results import attack_spread_table
+    from robusttune.reports.paper_tables import attack_spread_table
 
     text = attack_spread_table(runs)
     assert list(text.columns) == ["none", "ipm x10", "worst"]
@@ -440,7 +434,7 @@ def _readme_quickstart_table() -> list[list[str]]:
 
 def test_readme_quickstart_table_is_what_the_sweep_report_prints_for_its_kept_runs():
     from robusttune.experiments.sweep.space import load_sweep
-    from robusttune.reports.results import attack_spread_table
+    from robusttune.reports.paper_tables import attack_spread_table
 
     runs = pd.read_csv(REPO / "analysis" / "findings" / "quickstart" / "runs.csv")
     # the kept runs are the quickstart sweep's, every configuration once, in portable numerics

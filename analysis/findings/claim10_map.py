@@ -51,8 +51,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from robusttune.display.markdown import markdown_table
 from robusttune.experiments.breakdown.report import breakdown_label
-from robusttune.reports.results import markdown_table
 
 # what identifies a cell: the older maps had one cell per attack, the newer ones one per method
 # and regime against the whole adversary (and NNM in front of a rule: its `method` is labelled

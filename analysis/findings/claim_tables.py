@@ -48,13 +48,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from robusttune.display.markdown import markdown_table
 from robusttune.reports import axes, majority
 from robusttune.reports.aggregation import (
     aggregation_error_table,
     run_aggregation_errors,
     sqrt_fit_table,
 )
-from robusttune.reports.results import load_rounds, load_runs, markdown_table, round_value
+from robusttune.reports.paper_tables import round_value
+from robusttune.reports.runs import load_rounds, load_runs
 
 CELL = ["method", "participation", "attack", "byzantine_fraction"]
 

@@ -267,7 +267,8 @@ def report(
         results_dir, out=out, curve_runs=runs or None, gain_rounds=(gain_from, gain_to)
     )
     from robusttune.display.terminal import print_table
-    from robusttune.reports.results import attack_spread_table, load_runs
+    from robusttune.reports.paper_tables import attack_spread_table
+    from robusttune.reports.runs import load_runs
 
     print_table(
         attack_spread_table(load_runs(results_dir)).reset_index(),

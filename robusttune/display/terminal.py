@@ -2,7 +2,7 @@
 outer frame (``box.SIMPLE_HEAD``, no edge), numbers right-aligned, the title on its own line above.
 Off a terminal (a pipe, a file, a test's captured output) a table is rendered at its natural width,
 one line per row, so it can be grepped and never wraps. Markdown written to files (breakdown.md,
-report.md) is `robusttune.reports.results.markdown_table`'s, not this.
+report.md) is `robusttune.display.markdown.markdown_table`'s, not this.
 
 A table is given as a pandas DataFrame or as rows (mappings of column -> value, columns in order
 of first appearance). Floats are formatted with ``floatfmt`` (NaN as ``nan``); strings are shown

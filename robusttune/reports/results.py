@@ -1,26 +1,17 @@
-"""Results folder -> pandas tables, and the report.
+"""Results folder -> the report: report.md with the SWB-DM paper's tables
+(`robusttune.reports.paper_tables`), their CSVs and PNG figures (robusttune.display.plots), the
+curves, the seed spread and the HTML page.
 
 A results folder is anything holding run folders (a sweep folder, ``results/runs``, a breakdown
 map's or a tuning study's folder): every ``summary.json`` below it is one run, with the resolved
-RunSpec under ``spec``, and its ``rounds.csv`` beside it. The tables are the SWB-DM paper's:
-
-- Table I   mean final accuracy (%) by Byzantine fraction x participation, per method, averaged
-            over every attack condition and seed present;
-- Table II  number of collapsed runs per method, collapse = final accuracy <= chance + 0.5
-            points (the paper's <= 10.5% on 10 classes) or non-finite parameters;
-- Table IV  mean accuracy gain (points) from round 10 to round 25 per method (one column per
-            dataset), from rounds.csv.
-
-Loading the folder is `robusttune.reports.runs`'s (`load_runs`, `load_rounds`, re-exported
-here). `report` writes report.md with these tables, their CSVs and PNG figures (robusttune.display.plots).
+RunSpec under ``spec``, and its ``rounds.csv`` beside it. Loading the folder is
+`robusttune.reports.runs`'s (`load_runs`, `load_rounds`, re-exported here).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
 
 import pandas as pd
 
@@ -30,175 +21,20 @@ from robusttune.display.markdown import markdown_table
 from robusttune.display.plots import threat_label
 from robusttune.reports import axes
 from robusttune.reports.aggregation import figure_two_section
+from robusttune.reports.paper_tables import (
+    accuracy_table,
+    attack_table,
+    collapse_table,
+    gain_table,
+    sort_methods,
+)
 
 # re-exported: callers read them here
 from robusttune.reports.runs import SUMMARY_KEYS, load_rounds, load_runs
 from robusttune.reports.spread import spread_section
 from robusttune.reports.tuning import tuning_section
 
-__all__ = [
-    "METHOD_ORDER",
-    "SUMMARY_KEYS",
-    "accuracy_table",
-    "attack_table",
-    "collapse_table",
-    "gain_table",
-    "load_rounds",
-    "load_runs",
-    "markdown_table",
-    "report",
-    "round_value",
-]
-
-# The paper's column order; other methods follow alphabetically.
-METHOD_ORDER = (
-    "fedavg",
-    "median",
-    "krum",
-    "bulyan",
-    "fltrust",
-    "swb",
-    "swb_dm",
-    "delayed_momentum",
-    "demoa",
-    "fedsgd",
-    "fedavgm",
-    "fedcm",
-    "fedcm_xu",
-    "byz_vr_marina_pp",
-)
-
-
-def _sort_methods(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows in the paper's method order (METHOD_ORDER, then alphabetical); other index levels
-    (dataset) alphabetical."""
-    if frame.empty:
-        return frame
-    order = {m: i for i, m in enumerate(METHOD_ORDER)}
-    names = list(frame.index.names)
-
-    def key(entry: Any) -> tuple[Any, ...]:
-        entry = entry if isinstance(entry, tuple) else (entry,)
-        return tuple(
-            (order.get(v, len(order)), str(v)) if n == "method" else (0, str(v))
-            for n, v in zip(names, entry)
-        )
-
-    return frame.loc[sorted(frame.index, key=key)]
-
-
-# -- the paper's tables -------------------------------------------------------------------------
-def _by_dataset(runs: pd.DataFrame) -> list[str]:
-    return ["dataset"] if "dataset" in runs and runs["dataset"].nunique() > 1 else []
-
-
-def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table I: mean final accuracy (%) per method (rows; per dataset when several) x
-    (participation, byzantine_fraction) (columns), over every attack and seed in the folder."""
-    if runs.empty:
-        return pd.DataFrame()
-    index = [*_by_dataset(runs), "method"]
-    table = runs.assign(accuracy=100 * runs["final_accuracy"]).pivot_table(
-        index=index,
-        columns=["participation", "byzantine_fraction"],
-        values="accuracy",
-        aggfunc="mean",
-    )
-    # the paper's layout: p = 0.5 block before p = 0.1, beta ascending inside each block
-    # the columns are (participation, byzantine_fraction) pairs
-    table = table[sorted(table.columns, key=lambda c: (-float(c[0]), float(c[1])))]  # type: ignore[index]
-    return _sort_methods(table)
-
-
-def attack_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean final accuracy (%) over seeds per cell of the axes that vary between the runs (rows:
-    `axes.row_axes`, e.g. participation x split x method; method alone when nothing else varies)
-    x attack at its strength (columns, the clean runs as ``none``), and each row's ``worst``
-    attack: where a rule breaks, read by attack rather than averaged over them (Table I)."""
-    if runs.empty:
-        return pd.DataFrame()
-    labelled = axes.labelled(runs).assign(accuracy=100 * runs["final_accuracy"])
-    table = labelled.pivot_table(
-        index=axes.row_axes(runs), columns="threat", values="accuracy", aggfunc="mean"
-    )
-    attacked = [c for c in table.columns if c != "none"]
-    table = table[(["none"] if "none" in table.columns else []) + sorted(attacked)]
-    if attacked:
-        table["worst"] = table[attacked].min(axis=1)
-    return _sort_methods(table)
-
-
-def attack_spread_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """`attack_table` as text for reading, each cell ``mean ± sd`` (sample standard deviation over
-    the cell's seeds, in points) where it has several seeds, so a cell whose float path can swing
-    shows that it swings; ``worst`` is the worst attack's cell. The mean alone where one seed."""
-    table = attack_table(runs)
-    if table.empty:
-        return table
-    labelled = axes.labelled(runs).assign(accuracy=100 * runs["final_accuracy"])
-    spread, seeds = (
-        labelled.pivot_table(
-            index=axes.row_axes(runs),
-            columns="threat",
-            values="accuracy",
-            aggfunc=how,
-            dropna=False,
-        )
-        for how in ("std", "size")
-    )
-    attacked = [c for c in table.columns if c != "worst"]
-    text = pd.DataFrame(index=table.index, columns=table.columns, dtype=object)
-    for row in table.index:
-        for column in attacked:
-            # both tables hold float means (pivot_table of a float column); pandas-stubs types a
-            # cell as any scalar
-            mean = cast(float, table.at[row, column])
-            sd = cast(float, spread.at[row, column])
-            several = cast(int, seeds.at[row, column]) > 1
-            text.at[row, column] = f"{mean:.1f} ± {sd:.1f}" if several else f"{mean:.1f}"
-        under_attack = table.loc[row, [c for c in attacked if c != "none"]]
-        if "worst" in table.columns and under_attack.notna().any():
-            text.at[row, "worst"] = cast(str, text.at[row, under_attack.idxmin()])
-    return text
-
-
-def collapse_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table II: per method, ``collapsed`` runs out of ``runs``."""
-    if runs.empty:
-        return pd.DataFrame(columns=["collapsed", "runs"])
-    index = [*_by_dataset(runs), "method"]
-    table = runs.groupby(index).agg(collapsed=("collapsed", "sum"), runs=("collapsed", "size"))
-    table["collapsed"] = table["collapsed"].astype(int)
-    return _sort_methods(table)
-
-
-def round_value(rounds: pd.DataFrame, run_id: str, at: int, column: str = "accuracy") -> float:
-    """A run's ``column`` at round ``at``: the last evaluated value at or before it (accuracy is
-    NaN in rounds that were not evaluated); NaN when the run stopped before ``at``."""
-    rows = rounds[rounds["run_id"] == run_id]
-    if rows.empty or rows["round"].max() < at:
-        return math.nan
-    known = rows[(rows["round"] <= at) & rows[column].notna()]
-    return float(known.sort_values("round")[column].iloc[-1]) if len(known) else math.nan
-
-
-def gain_table(
-    runs: pd.DataFrame, rounds: pd.DataFrame, start: int = 10, end: int = 25
-) -> pd.DataFrame:
-    """Table IV: mean accuracy gain in points, acc(round ``end``) - acc(round ``start``), per
-    method (rows) and dataset (columns), over runs that reached round ``end``."""
-    gains = []
-    for run_id, method, dataset in zip(runs["run_id"], runs["method"], runs["dataset"]):
-        before, after = round_value(rounds, run_id, start), round_value(rounds, run_id, end)
-        if math.isfinite(before) and math.isfinite(after):
-            gains.append({"method": method, "dataset": dataset, "gain": 100 * (after - before)})
-    if not gains:
-        return pd.DataFrame()
-    table = pd.DataFrame(gains).pivot_table(
-        index="method", columns="dataset", values="gain", aggfunc="mean"
-    )
-    table.columns = [f"{c} gain" for c in table.columns]
-    return _sort_methods(table)
+__all__ = ["SUMMARY_KEYS", "load_rounds", "load_runs", "report"]
 
 
 def default_curve_runs(runs: pd.DataFrame, limit: int = 8) -> list[str]:
@@ -214,7 +50,7 @@ def default_curve_runs(runs: pd.DataFrame, limit: int = 8) -> list[str]:
         .groupby("method", sort=False)
         .head(1)
     )
-    return list(_sort_methods(chosen.set_index("method")).head(limit)["run_id"])
+    return list(sort_methods(chosen.set_index("method")).head(limit)["run_id"])
 
 
 def curve_groups(runs: pd.DataFrame) -> list[tuple[str, list[str]]]:
@@ -238,7 +74,7 @@ def curve_groups(runs: pd.DataFrame) -> list[tuple[str, list[str]]]:
         if "participation" in rows:
             rows = rows[rows["participation"] == rows["participation"].min()]
         rows = rows.sort_values(["seed", "run_id"]).groupby("method", sort=False).head(1)
-        ordered = _sort_methods(rows.set_index("method"))
+        ordered = sort_methods(rows.set_index("method"))
         title = "clean" if threat == "none" else f"{threat} at β={beta:g}"
         if "participation" in rows and runs["participation"].nunique() > 1:
             title += f", p={rows['participation'].iloc[0]:g}"
