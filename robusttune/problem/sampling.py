@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from robusttune.core.runspec import RunSpec
+from robusttune.core.schema import RunSchema
 
 __all__ = [
     "Sample",
@@ -82,7 +82,7 @@ class Sample:
 
 
 # -- a run's own draws, from its RunSpec ---------------------------------------------------------
-def byzantine_clients(spec: RunSpec) -> Tensor:
+def byzantine_clients(spec: RunSchema) -> Tensor:
     """Which clients are Byzantine (bool[N]): the first floor(beta N) of a permutation seeded
     with seed + 2, its own stream (a generator seeded like the sampling one would draw round 1's
     permutation, putting every Byzantine client into the first fixed-size sample)."""
@@ -92,12 +92,12 @@ def byzantine_clients(spec: RunSpec) -> Tensor:
     return mask
 
 
-def sampling_generator(spec: RunSpec) -> torch.Generator:
+def sampling_generator(spec: RunSchema) -> torch.Generator:
     """The run's sampling stream: it draws the rounds' samples and nothing else."""
     return torch.Generator().manual_seed(spec.seed)
 
 
-def draw_sample(spec: RunSpec, generator: torch.Generator) -> Tensor:
+def draw_sample(spec: RunSchema, generator: torch.Generator) -> Tensor:
     """One round's sampled clients (sorted CPU long tensor) from the sampling stream."""
     return draw_clients(
         spec.participation_mode,
@@ -108,7 +108,7 @@ def draw_sample(spec: RunSpec, generator: torch.Generator) -> Tensor:
     )
 
 
-def byzantine_ever_sampled(spec: RunSpec) -> bool:
+def byzantine_ever_sampled(spec: RunSchema) -> bool:
     """Whether some round of the run samples a Byzantine client. The samples depend on the seed,
     N, p, the sampling mode and the sample size alone (not on the model, the rule or the attack),
     so this replays the run's sampling stream for all ``rounds`` without training."""
@@ -117,7 +117,7 @@ def byzantine_ever_sampled(spec: RunSpec) -> bool:
     return any(n_byzantine > 0 for n_byzantine, _ in _replayed_samples(spec))
 
 
-def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
+def byzantine_majority_rounds(spec: RunSchema) -> list[int]:
     """The rounds (1-based) whose drawn sample S_t is Byzantine-majority, 2 b_t >= |S_t| with
     b_t >= 1 (the RoundRecord's ``byzantine_majority``), replayed from the sampling stream alone
     as `byzantine_ever_sampled` does: the same for every model, rule and attack, so a study can
@@ -131,7 +131,7 @@ def byzantine_majority_rounds(spec: RunSpec) -> list[int]:
     ]
 
 
-def _replayed_samples(spec: RunSpec) -> Iterator[tuple[int, int]]:
+def _replayed_samples(spec: RunSchema) -> Iterator[tuple[int, int]]:
     """(Byzantine clients sampled, clients sampled) for each of the run's rounds, in order, from
     its sampling stream alone."""
     byzantine, generator = byzantine_clients(spec), sampling_generator(spec)
