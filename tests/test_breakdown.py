@@ -757,27 +757,13 @@ def test_a_run_that_never_samples_a_byzantine_client_ignores_its_attack(mode, se
 def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
     """With the survival bar (here 0.9 x clean, so a point fails long before it collapses) a
     failed point stops at the weakest strength below the bar: every breakdown, status and
-    point verdict is the map's without it, for fewer runs, and a failed point names the first
-    strength of the ladder whose accuracy (the runner's formula, worked out here) is below it."""
+    point verdict is the map's without it, for fewer runs, and (the cell's earlier breakers
+    not run first) a failed point names the first strength of the ladder whose accuracy (the
+    runner's formula, worked out here) is below it."""
     from robusttune.methods.attacks import ATTACKS
 
-    def make(survival):
-        log: list = []
-        cells = [
-            Cell.of(20, aggregator=a, attack=t, participation=1.0)
-            for a in ("mean", "median", "trimmed_mean")
-            for t in ("sign_flip", "ipm")
-        ]
-        evaluate = spec_evaluator(
-            {"dataset": "synthetic", "clients": 20, "rounds": 1},
-            ladder_runner(log),
-            seeds=[1],
-            survival=survival,
-        )
-        return bisect_breakdown(cells, evaluate, relative_threshold=0.9), log
-
-    plain, _ = make(None)
-    stopped, log = make((None, 0.9))
+    plain, _ = _bar_map(None, prioritise=False)
+    stopped, log = _bar_map((None, 0.9), prioritise=False)
     answer = ["breakdown_fraction", "status", "evaluated", "violations"]
     assert stopped.to_frame()[answer].equals(plain.to_frame()[answer])
     assert stopped.points_frame()["survived"].equals(plain.points_frame()["survived"])
@@ -801,6 +787,47 @@ def test_the_ladder_stops_at_the_first_failure_without_changing_a_verdict():
         assert point["adversary"] == f"attack_strength={ladder[first]}"
         assert point["accuracy"] == pytest.approx(accuracy[first])
         assert point["trials"] == first + 1
+
+
+def _bar_map(survival, prioritise: bool = True):
+    """Six cells of the ladder runner judged by 0.9 x the clean accuracy, with ``survival``
+    given to the evaluator (the staged ladder stops at the bar) or not."""
+    log: list = []
+    cells = [
+        Cell.of(20, aggregator=a, attack=t, participation=1.0)
+        for a in ("mean", "median", "trimmed_mean")
+        for t in ("sign_flip", "ipm")
+    ]
+    evaluate = spec_evaluator(
+        {"dataset": "synthetic", "clients": 20, "rounds": 1},
+        ladder_runner(log),
+        seeds=[1],
+        survival=survival,
+        prioritise=prioritise,
+    )
+    return bisect_breakdown(cells, evaluate, relative_threshold=0.9), log
+
+
+def test_the_cells_earlier_breakers_run_first_without_changing_a_verdict():
+    """``prioritise``: a point runs first the settings that broke its cell's nearest failed
+    points. Every breakdown, status and point verdict is the map's without it, a survivor keeps
+    its worst setting and accuracy, a failed point names a setting that broke it (its accuracy
+    below the bar), and the failures cost fewer runs."""
+    ladder_first, ladder_log = _bar_map((None, 0.9), prioritise=False)
+    breakers_first, log = _bar_map((None, 0.9))
+    answer = ["breakdown_fraction", "status", "evaluated", "violations"]
+    assert breakers_first.to_frame()[answer].equals(ladder_first.to_frame()[answer])
+    points, expected = breakers_first.points_frame(), ladder_first.points_frame()
+    assert points["survived"].equals(expected["survived"])
+    alive = points["survived"]
+    columns = ["accuracy", "adversary", "trials"]
+    assert points[alive][columns].equals(expected[alive][columns])
+    bar = 0.9 * 0.9  # every clean run scores 0.9
+    assert ((points[~alive]["accuracy"] < bar) | points[~alive]["collapsed"]).all()
+    assert points[~alive]["trials"].sum() < expected[~alive]["trials"].sum()
+    assert breakers_first.trials_used == sum(len(b) for b in log) < sum(len(b) for b in ladder_log)
+    # some failed point names a stronger setting than the ladder's first that breaks it
+    assert (points[~alive]["adversary"] != expected[~alive]["adversary"]).any()
 
 
 def test_under_tuning_the_ladder_stops_only_at_a_collapse():

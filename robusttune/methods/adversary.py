@@ -47,6 +47,7 @@ __all__ = [
     "default_attacks",
     "family_of",
     "score",
+    "stage_of",
     "staged_order",
     "worst_of",
 ]
@@ -72,6 +73,15 @@ def staged_order(attacks: Sequence[str]) -> tuple[str, ...]:
     for attack in attacks:
         _ladder(attack)
     return tuple(sorted(attacks, key=lambda name: ATTACKS[name].adversary_stage))
+
+
+def stage_of(attack: str) -> int:
+    """``attack``'s ``adversary_stage`` (module docstring: 0 the ladders, 1 and 2 the
+    rule-aware attacks, dearer per run)."""
+    from robusttune.methods.attacks import ATTACKS
+
+    _ladder(attack)
+    return int(ATTACKS[attack].adversary_stage)
 
 
 def family_of(attack: str) -> str:

@@ -76,6 +76,11 @@ __all__ = [
 ]
 
 
+# a later seed's search steps down one point at a time for this many failures in a row, then
+# doubles its step: a search far from its start (rare) takes a few waves, not k_max
+LINEAR_FALLS = 3
+
+
 # -- one cell's bisection --------------------------------------------------------------------
 @dataclass
 class CellResult:
@@ -104,7 +109,7 @@ class CellResult:
     _moves: int = field(default=0, init=False, repr=False)
     _up: bool = field(default=True, init=False, repr=False)
     _step: int = field(default=1, init=False, repr=False)
-    _bracketed: bool = field(default=False, init=False, repr=False)
+    _falls: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.hi = self.k_max + 1  # a virtual failure just above the lattice
@@ -205,17 +210,18 @@ class CellResult:
         return [k for k in (b0, b0 + 1) if k <= self.k_max]
 
     def _gallop_probe(self) -> int:
-        """The next point of the outward search from b0 = ``start``: first b0 + 1 (at most
-        k_max); then, while the probes keep surviving, lo + 1, lo + 2, lo + 4, ... (at most
-        hi - 1); while they keep failing, b0, hi - 2, hi - 4, ... (at least lo + 1); once the
-        bracket is found (a failure going up, a survivor going down), its midpoints. A start
-        within one step of the edge costs two points beside the clean one: b0 + 1 and the
-        survivor b0 (or b0 + 2): a survivor runs every adversary setting, a failure stops at its
-        first break, so the search avoids survivors it does not need."""
+        """The next point of the outward search from b0 = ``start``, which spends failures
+        rather than survivors: a survivor runs every adversary setting (9 runs on the default
+        map), a failure stops at the first that breaks it (mostly one run). First b0 + 1 (at
+        most k_max). While no failure is known, jumps up from the largest survivor lo: lo + 2,
+        lo + 4, lo + 8, ... (at most k_max). Once one is known, steps down from the lowest
+        failure hi: to hi - 1 for LINEAR_FALLS failures in a row, then 2, 4, ... points at a
+        time (at least lo + 1), and one point at a time again after a survivor below a gap. The
+        only survivors it evaluates are b itself, those a climb passes and those a long step
+        down lands on: from a start at the edge it asks b0 + 1 and b0, from a step above the
+        edge b0 + 1, b0, b0 - 1, from a step below it b0 + 1, b0 + 3, b0 + 2."""
         if self._moves == 0:
             return max(1, min(min(max(self.start or 0, 0), self.k_max) + 1, self.k_max))
-        if self._bracketed:
-            return (self.lo + self.hi) // 2
         if self._up:
             return min(self.lo + self._step, self.hi - 1)
         return max(self.hi - self._step, self.lo + 1)
@@ -227,14 +233,17 @@ class CellResult:
         else:
             self.hi = min(self.hi, probe)
         self._moves += 1
-        if self._bracketed:
-            return
-        if self._moves == 1:
-            self._up, self._step = alive, 1
-        elif alive != self._up:
-            self._bracketed = True
+        if self._up:
+            if alive:  # still climbing: the next jump twice as far
+                self._step = 2 if self._moves == 1 else self._step * 2
+                return
+            self._up, self._falls = False, 0
+        if alive:  # a survivor below a gap: step down from the failure above it again
+            self._falls = 0
         else:
-            self._step *= 2
+            self._falls += 1
+        # the step down: 1 after up to LINEAR_FALLS failures in a row, then doubling
+        self._step = 1 if self._falls <= LINEAR_FALLS else 2 ** (self._falls - LINEAR_FALLS)
 
     def _neighbourhood(self) -> list[int]:
         b = self.lo
@@ -378,8 +387,9 @@ class BreakdownMap:
         """Every evaluated point: the trials behind each number (``accuracy``: what survival
         read, validation accuracy when the runs hold a validation part; ``test_accuracy``: the
         same runs on the test part). ``adversary`` is the setting
-        that gave its accuracy: a survivor's worst, a failed point's weakest that broke it where
-        the ladder stopped there (`spec_evaluator`'s ``survival``), its worst otherwise."""
+        that gave its accuracy: a survivor's worst, a failed point's first that broke it where
+        the ladder stopped there (`spec_evaluator`'s ``survival`` and ``prioritise``), its
+        worst otherwise."""
         import pandas as pd
 
         rows = []

@@ -15,7 +15,7 @@ from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 from robusttune.experiments.breakdown.bisection import Cell, Outcome, Point, survival_bar
 from robusttune.methods.adaptive import StrengthSearch
-from robusttune.methods.adversary import Adversary, adversary_variants, worst_of
+from robusttune.methods.adversary import Adversary, adversary_variants, stage_of, worst_of
 from robusttune.methods.adversary import score as _score
 
 if TYPE_CHECKING:  # the runners import torch; evaluating needs only their protocol
@@ -131,6 +131,7 @@ def spec_evaluator(
     staged: bool = True,
     survival: tuple[float | None, float] | None = None,
     adaptive: int = 0,
+    prioritise: bool = True,
 ) -> Callable[[Sequence[Point]], list[Outcome]]:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds. A cell that sets
@@ -167,12 +168,25 @@ def spec_evaluator(
     staged ladder earlier still: at the first variant that fails that bar (collapsed, or below
     it). Bisection reads only whether a point survived, and a point survives the worst variant
     iff it survives every variant, so no verdict changes; what changes is what a failed point
-    records: the weakest variant of the ladder that broke it (its accuracy and ``breaker``)
-    instead of the worst, and fewer runs. The clean accuracy is the cell's k = 0 point, which
+    records: the first variant run that broke it (its accuracy and ``breaker``; in ladder
+    order, the weakest, unless ``prioritise`` put another first) instead of the worst, and
+    fewer runs. The clean accuracy is the cell's k = 0 point, which
     bisection asks for in the cell's first wave, run in the wave's first stage (its only
     variant), so from the second stage on the bar is known. With ``tune`` it is ignored: a
     trial's score is what Optuna is told, and the worst one must be told for the study to go
     on as without it.
+
+    ``prioritise`` (with ``staged``) runs first, at a point with Byzantine clients and within
+    each adversary stage (the ladders before the rule-aware attacks, `staged_order`), the
+    settings that broke the same cell's failed points before (at any seed; the nearest k
+    first, then ladder order): a cell's failures near its boundary tend to fall to the same
+    setting, so a failed point mostly costs one run of its stage instead of the ladder up to
+    that setting (a later seed's search, which asks mostly for failures, gains most). The
+    settings a point ran are put back in ladder order before it is judged, so a survivor
+    (every setting run) gets the outcome and breaker it gets without this, and no verdict
+    changes; a failed point records the first setting in that order that broke it (of the
+    first stage that broke it, so a rule-aware breaker still means every ladder survived),
+    not necessarily the weakest of its ladder.
 
     ``adaptive`` > 0 (the adaptive adversary, `robusttune.methods.adaptive`): a point with
     Byzantine clients whose ladder did not settle it (see above) runs up to ``adaptive`` more
@@ -193,6 +207,12 @@ def spec_evaluator(
     shared = _SharedRuns(runner, share, on_trials)
     stop_bar = survival if staged and not tune else None
     clean_outcome: dict[Cell, Outcome] = {}  # each cell's k = 0 outcome, once run
+    # (k, setting) of every failed point, per cell over its seeds (``prioritise``)
+    breakers: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
+    breakers_lock = threading.Lock()
+
+    def seedless(cell: Cell) -> tuple[Any, ...]:
+        return (cell.clients, *((k, v) for k, v in cell.values if k != "seed"))
 
     def settled(point: Point, outcome: Outcome) -> bool:
         """Whether no later variant can change the point's verdict (see ``staged``, ``survival``)."""
@@ -217,6 +237,23 @@ def spec_evaluator(
 
     def variants_for(point: Point) -> list[dict[str, Any]]:
         return threat.variants(attack_of(point)) if point.byzantine > 0 else [{}]
+
+    def run_order(point: Point, variants: list[dict[str, Any]]) -> list[int]:
+        """The positions of ``variants`` in the order they run (``prioritise``)."""
+        with breakers_lock:
+            known = list(breakers.get(seedless(point.cell), ()))
+        if not (prioritise and staged and known):
+            return list(range(len(variants)))
+
+        def rank(position: int) -> tuple[int, float, int]:
+            variant = variants[position]
+            distance = min(
+                (abs(k - point.byzantine) for k, v in known if v == variant),
+                default=float("inf"),
+            )
+            return stage_of(variant.get("attack", attack_of(point))), distance, position
+
+        return sorted(range(len(variants)), key=rank)
 
     def seeds_of(point: Point) -> Sequence[int]:
         """A replicate's cell carries its own seed (`robusttune.experiments.breakdown.replicates`):
@@ -328,7 +365,9 @@ def spec_evaluator(
                 searches[key][1].tell(_score(judged[key[0]][position]))
 
     def run_batch(requests: list[tuple[Point, dict[str, Any]]]) -> list[Outcome]:
-        variants = [variants_for(point) for point, _ in requests]
+        ladders = [variants_for(point) for point, _ in requests]
+        orders = [run_order(point, ladder) for (point, _), ladder in zip(requests, ladders)]
+        variants = [[ladder[j] for j in order] for ladder, order in zip(ladders, orders)]
         judged: list[list[Outcome]] = [[] for _ in requests]
         trials = [0] * len(requests)
         stage, depth = 0, max(len(v) for v in variants) if variants else 0
@@ -348,13 +387,28 @@ def spec_evaluator(
         full = [
             len(v) + threat.adaptive * len(searches_of(p)) for v, (p, _) in zip(variants, requests)
         ]
-        variants = [list(v) for v in variants]  # the search appends the strengths it ran
+        for i, order in enumerate(orders):
+            # what ran, back in ladder order: the search and the worst case read it so
+            ran = sorted(range(len(judged[i])), key=order.__getitem__)
+            variants[i] = [variants[i][n] for n in ran]
+            judged[i] = [judged[i][n] for n in ran]
         if threat.adaptive:
             search(requests, variants, judged, trials)
-        return [
+        outcomes = [
             judge(requests[i][0], judged[i], variants[i], trials[i], full[i])
             for i in range(len(requests))
         ]
+        failed = [
+            (point, outcome)
+            for (point, _), outcome in zip(requests, outcomes)
+            if point.byzantine > 0 and settled(point, outcome)
+        ]
+        with breakers_lock:
+            for point, outcome in failed:
+                breakers.setdefault(seedless(point.cell), []).append(
+                    (point.byzantine, dict(outcome.breaker))
+                )
+        return outcomes
 
     if not tune:
         return lambda points: run_batch([(p, {}) for p in points])

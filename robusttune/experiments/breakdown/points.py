@@ -91,7 +91,7 @@ class Outcome:
     collapsed: bool = False
     trials: int = 1
     detail: tuple[Any, ...] = ()
-    # the adversary setting that gave this: the worst, or the weakest that broke the point
+    # the adversary setting that gave this: the worst, or the first that broke the point
     breaker: tuple[tuple[str, Any], ...] = ()
     runs: int | None = None
     test_accuracy: float = math.nan

@@ -10,12 +10,15 @@ diverged seed drag a point down or a lucky one hold it up; replicates show it.
 
 Cost. The first seed bisects from scratch (or from ``breakdown.start_from``) and verifies its
 boundary's neighbourhood, as a one-seed map does. Every later seed of a cell searches outward
-from the first seed's answer b1 (`CellResult._gallop_probe`): its first wave holds the clean
-point and b1 + 1; a failure there asks b1, a survival b1 + 2, and the steps double while the
-probes keep moving the same way, then bisect the bracket found. Where the seeds agree within a
-step a later seed costs its clean point, one failure and one survivor; a survivor runs every
-adversary setting and a failure stops at its first break, so the search asks for no survivor it
-does not need, and it verifies no more than it evaluates (the first seed verified the cell's
+from the first seed's answer b1 (`CellResult._gallop_probe`), spending failures rather than
+survivors: a survivor runs every adversary setting (9 runs on the default map), a failure
+stops at the first setting that breaks it, and the evaluator runs first the settings that broke
+the cell before (`spec_evaluator`'s ``prioritise``), so a failure mostly costs one run. Its
+first wave holds the clean point and b1 + 1; after a failure it steps down one point at a time
+(b1, b1 - 1, ...; doubling after three failures in a row), after a survivor it jumps up (lo + 2,
+lo + 4, ...) until a failure, then steps down from there. Where the seeds agree a later seed
+costs its clean point, one failure and one survivor, a step apart one or two failures more,
+and it verifies no more than it evaluates (the first seed verified the cell's
 boundary). On a cell whose survival is monotone in k every seed's answer is the one its own
 one-seed map gives (a search of a step function finds its edge from any start;
 tests/test_replicates.py compares them), and a later seed whose evaluated points contradict
