@@ -17,7 +17,8 @@ from robusttune.commands.cli import app
 from robusttune.core.records import RunSummary
 from robusttune.engine.runners import InProcessRunner
 from robusttune.experiments.breakdown import Cell, Outcome, bisect_breakdown, survival_bar
-from robusttune.experiments.breakdown.bisection import CellResult, learned
+from robusttune.experiments.breakdown.bisection import learned
+from robusttune.experiments.breakdown.cell_search import CellResult
 from robusttune.experiments.breakdown.replicates import (
     ReplicatedMap,
     bisect_replicates,
@@ -193,7 +194,7 @@ def test_the_outward_search_finds_every_edge_from_every_start():
     beside the clean one, from a step above or below it at most three; and from a start at or
     above the edge, within LINEAR_FALLS steps, no survivor but the edge itself (survivors run
     every adversary setting, failures mostly one)."""
-    from robusttune.experiments.breakdown.bisection import LINEAR_FALLS
+    from robusttune.experiments.breakdown.cell_search import LINEAR_FALLS
 
     for clients in range(1, 11):
         cell = Cell.of(clients, aggregator="x")

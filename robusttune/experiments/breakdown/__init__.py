@@ -2,7 +2,8 @@
 Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 
 - `points`    cells, lattice points, outcomes and the survival bar (above chance)     knows no runs
-- `bisection` the core: one cell's bisection (or outward search), the lock-step driver
+- `cell_search` one cell's search: bisection (or a later seed's outward search) and its answer
+- `bisection` the core's drivers: every cell's search in lock-step waves or each on its own
 - `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
               the worst case over each attack's strength ladder; equal runs shared by
               `canonical_spec`, each ladder stopped at its first collapse or failure)

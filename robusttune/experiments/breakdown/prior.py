@@ -1,6 +1,6 @@
 """A map's cells started from an earlier map's answers (``breakdown.start_from``): the same cells
 at another horizon or on another dataset usually break where they broke before, so bisection
-first tries the earlier answer b0 and b0 + 1 (`robusttune.experiments.breakdown.bisection`) and goes on only
+first tries the earlier answer b0 and b0 + 1 (`robusttune.experiments.breakdown.cell_search`) and goes on only
 where they disagree with it."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ diverged seed drag a point down or a lucky one hold it up; replicates show it.
 
 Cost. The first seed bisects from scratch (or from ``breakdown.start_from``) and verifies its
 boundary's neighbourhood, as a one-seed map does. Every later seed of a cell searches outward
-from the first seed's answer b1 (`CellResult._gallop_probe`), spending failures rather than
+from the first seed's answer b1 (`robusttune.experiments.breakdown.cell_search`), spending failures rather than
 survivors: a survivor runs every adversary setting (9 runs on the default map), a failure
 stops at the first setting that breaks it, and the evaluator runs first the settings that broke
 the cell before (`spec_evaluator`'s ``prioritise``), so a failure mostly costs one run. Its

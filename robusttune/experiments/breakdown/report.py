@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from robusttune.display.markdown import markdown_table
-from robusttune.experiments.breakdown.bisection import NO_ANSWER, BreakdownMap, CellResult, Outcome
+from robusttune.experiments.breakdown.bisection import NO_ANSWER, BreakdownMap, Outcome
+from robusttune.experiments.breakdown.cell_search import CellResult
 from robusttune.experiments.breakdown.frontier import (
     frontier_table,
     method_key,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from robusttune.core.runspec import RunSpec
-from robusttune.experiments.breakdown.bisection import CellResult
+from robusttune.experiments.breakdown.cell_search import CellResult
 from robusttune.methods.aggregators import make_rule
 from robusttune.problem.byzantine_law import (
     Deployment,
