@@ -322,7 +322,7 @@ REAL = {
 
 def _real_map(tmp_path, aggregator: str, attack: str):
     from robusttune.engine.runners import InProcessRunner
-    from robusttune.experiments.breakdown.report import breakdown_table
+    from robusttune.experiments.breakdown.answer import breakdown_table
 
     cells = [Cell.of(10, aggregator=aggregator, attack=attack)]
     result = bisect_breakdown(cells, spec_evaluator(REAL, InProcessRunner()), verify_radius=0)
@@ -357,7 +357,7 @@ def test_a_cell_with_no_attack_is_refused(tmp_path):
 def test_the_map_reads_at_a_glance():
     """A cell that never broke reads '>= top', and breakdown.md opens with sentences from the
     numbers."""
-    from robusttune.experiments.breakdown.report import answer, breakdown_table
+    from robusttune.experiments.breakdown.answer import answer, breakdown_table
 
     cells = {
         Cell.of(10, aggregator=a, attack="ipm"): b for a, b in {"mean": 0, "median": 9}.items()
@@ -379,7 +379,7 @@ def test_the_answer_names_cells_by_method_and_regime():
     cell', a regime with both attacks picked is named alone, one with a single attack names it."""
     import pandas as pd
 
-    from robusttune.experiments.breakdown.report import cells_by_method
+    from robusttune.experiments.breakdown.answer import cells_by_method
 
     table = pd.DataFrame(
         [
@@ -430,7 +430,8 @@ def test_theory_columns_name_the_rules_bound_and_the_sampling_law():
 def test_the_p_frontier_has_one_value_per_method_and_p():
     """beta*(method, p) is the minimum over the cells of that method at that p: here over two
     attacks and two sampling modes, worked by hand."""
-    from robusttune.experiments.breakdown.report import breakdown_table, frontier_table
+    from robusttune.experiments.breakdown.answer import breakdown_table
+    from robusttune.experiments.breakdown.frontier import frontier_table
 
     truth = {
         ("mean", 0.5, "sign_flip", "fixed"): 0,

@@ -17,8 +17,14 @@ from robusttune.commands.cli import app
 from robusttune.core.records import RunSummary
 from robusttune.engine.runners import InProcessRunner
 from robusttune.experiments.breakdown import Cell, Outcome, bisect_breakdown, survival_bar
+from robusttune.experiments.breakdown.answer import breakdown_table
 from robusttune.experiments.breakdown.bisection import learned
 from robusttune.experiments.breakdown.cell_search import CellResult
+from robusttune.experiments.breakdown.frontier import (
+    frontier_table,
+    ordering_table,
+    regime_ordering_table,
+)
 from robusttune.experiments.breakdown.replicates import (
     ReplicatedMap,
     bisect_replicates,
@@ -26,13 +32,7 @@ from robusttune.experiments.breakdown.replicates import (
     replicate,
     summarise,
 )
-from robusttune.experiments.breakdown.report import (
-    breakdown_table,
-    frontier_table,
-    ordering_table,
-    regime_ordering_table,
-    write_breakdown,
-)
+from robusttune.experiments.breakdown.report import write_breakdown
 from robusttune.experiments.breakdown.store import RUNS_FILE
 
 CHANCE = 0.1

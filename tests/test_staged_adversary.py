@@ -10,7 +10,7 @@ import pytest
 from robusttune.core.records import RunSummary
 from robusttune.core.registry import SpecError
 from robusttune.experiments.breakdown import Cell, bisect_breakdown, spec_evaluator
-from robusttune.experiments.breakdown.report import breakdown_table
+from robusttune.experiments.breakdown.answer import breakdown_table
 from robusttune.methods.adversary import Adversary, default_attacks, family_of, staged_order
 from robusttune.methods.attacks import ATTACKS
 

@@ -52,7 +52,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from robusttune.display.markdown import markdown_table
-from robusttune.experiments.breakdown.report import breakdown_label
+from robusttune.experiments.breakdown.answer import breakdown_label
 
 # what identifies a cell: the older maps had one cell per attack, the newer ones one per method
 # and regime against the whole adversary (and NNM in front of a rule: its `method` is labelled

@@ -159,7 +159,7 @@ def breakdown(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     path = write_breakdown(result, folder, title=f"Breakdown map: {plan.name}", base=plan.base)
     from robusttune.display.terminal import print_table
-    from robusttune.experiments.breakdown.report import breakdown_table
+    from robusttune.experiments.breakdown.answer import breakdown_table
 
     table = breakdown_table(result, plan.base)
     shown = [

@@ -349,7 +349,7 @@ def breakdown_heatmap(
 
 
 def breakdown_frontier(frontier: pd.DataFrame, path: str | Path) -> Path | None:
-    """The p-frontier (`robusttune.experiments.breakdown.report.frontier_table`): x = participation p, y =
+    """The p-frontier (`robusttune.experiments.breakdown.frontier.frontier_table`): x = participation p, y =
     breakdown fraction beta*(p), one line per method. A value that never broke (its cells
     survived the whole lattice, so beta* is at least the top) is an open marker at the lattice
     top; a filled marker is a measured breakdown; methods whose cells all failed clean at some p

@@ -12,6 +12,7 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
               answer), the answer the median over seeds with its range (`ReplicatedMap`)
 - `prior`     `prior_starts`: each cell's answer in an earlier map, where its bisection starts
 - `frontier`  `frontier_table` (the p-frontier, per seed too) and the orderings over seeds
+- `answer`    `breakdown_table` and the answer in words: one row per cell, its label and sentences
 - `report`    `write_breakdown`: breakdown.csv, breakdown_seeds.csv, breakdown_points.csv,
               breakdown.png, breakdown.md, frontier.csv and frontier.png (`frontier_table`: the
               p-frontier beta*(p)), ordering.csv (`ordering_table`)
