@@ -21,7 +21,8 @@ from robusttune.core.validation import Checked, Number, optional_finite
 from robusttune.core.yaml_input import read_yaml
 from robusttune.experiments.breakdown.bisection import DEFAULT_CLEAN_MARGIN, Cell
 from robusttune.experiments.sweep.domains import format_value
-from robusttune.experiments.sweep.space import check_sections, file_assignments, parse_sweep
+from robusttune.experiments.sweep.space import check_sections, parse_sweep
+from robusttune.experiments.sweep.space_overrides import file_assignments
 
 __all__ = [
     "PLAN_KEYS",

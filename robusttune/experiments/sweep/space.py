@@ -46,7 +46,8 @@ Errors are ``SpecError`` with one line naming the file, the key, what is allowed
 
 The file's sections are validated by the pydantic models of `space_file`; an axis's values and
 their Tune translation are `domains`; this module holds the SweepSpec: the grid's expansion, the
-constraints, the configurations, and `load_sweep` / `parse_sweep`.
+constraints, the configurations, and `load_sweep` / `parse_sweep` (the command line's flags
+are written into the mapping first: `space_overrides`).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 from robusttune.core.schema import default_numerics
 from robusttune.core.validation import check_model
-from robusttune.core.yaml_input import parse_assignments, read_yaml
+from robusttune.core.yaml_input import read_yaml
 from robusttune.experiments.sweep.domains import (
     DOMAIN_KINDS,
     RANDOM_KINDS,
@@ -88,6 +89,11 @@ from robusttune.experiments.sweep.space_file import (
     default_mode,
     report_metrics,
 )
+from robusttune.experiments.sweep.space_overrides import (
+    deep_copy,
+    file_assignments,
+    override_sweep_mapping,
+)
 
 __all__ = [
     "DOMAIN_KINDS",
@@ -109,10 +115,8 @@ __all__ = [
     "check_sections",
     "constraint_violation",
     "default_mode",
-    "file_assignments",
     "format_value",
     "load_sweep",
-    "override_sweep_mapping",
     "parse_sweep",
     "report_metrics",
 ]
@@ -420,56 +424,12 @@ def load_sweep(path: str | Path, assignments: Sequence[str] = (), **overrides: A
     return parse_sweep(raw, name=path.stem, source=source)
 
 
-def file_assignments(mapping: Any, source: str, assignments: Sequence[str]) -> dict[str, Any]:
-    """``--set key=value`` texts as RunSpec values, read once the plugins the file names are
-    loaded (their knobs are keys ``--set`` may name)."""
-    if isinstance(mapping, Mapping):
-        declare_plugins(_deep_copy(dict(mapping)), source)
-    return parse_assignments(assignments)
-
-
-def override_sweep_mapping(mapping: Any, **changes: Any) -> tuple[Any, list[str]]:
-    """(a copy of ``mapping`` with the command-line overrides written in, the flags as typed).
-    ``changes``: name, num_samples, max_concurrent, cpu, gpu, and run keys as ``run={...}``;
-    None is not given."""
-    raw = _deep_copy(dict(mapping)) if isinstance(mapping, Mapping) else mapping
-    flags = {
-        "name": "--name",
-        "num_samples": "--num-samples",
-        "max_concurrent": "--max-concurrent",
-        "cpu": "--cpus-per-trial",
-        "gpu": "--gpus-per-trial",
-    }
-    given: list[str] = []
-    for key, value in changes.items():
-        if value is None:
-            continue
-        if key not in (*flags, "run"):
-            raise ValueError(f"unknown override {key!r}")
-        if not isinstance(raw, dict):  # parse_sweep says what a search space is
-            continue
-        if key == "run":
-            given += [f"--set {k}={format_value(v)}" for k, v in value.items()]
-            raw["run"] = {**(raw.get("run") or {}), **value}
-            continue
-        given.append(f"{flags[key]} {format_value(value)}")
-        if key == "name":
-            raw["name"] = value
-        elif key == "num_samples":
-            raw["search"] = {**(raw.get("search") or {}), "num_samples": value}
-        elif key == "max_concurrent":
-            raw["max_concurrent"] = value
-        else:
-            raw["resources"] = {**(raw.get("resources") or {}), key: value}
-    return raw, given
-
-
 def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>") -> SweepSpec:
     """Validate a search-space mapping (see the module docstring for the format); ``name`` is
     the sweep's name unless the mapping sets one."""
     if not isinstance(mapping, Mapping):
         raise SpecError(f"{source}: a search space is a mapping with keys {', '.join(TOP_KEYS)}")
-    raw = _deep_copy(dict(mapping))
+    raw = deep_copy(dict(mapping))
     declare_plugins(raw, source)
     parsed: SweepFile = check_model(SweepFile, {"name": name, **raw}, where=source)
     run = dict(parsed.run)
@@ -507,11 +467,3 @@ def _describe(values: Mapping[str, Any]) -> str:
 
 def _reasons(dropped: Counter[str]) -> str:
     return "; ".join(f"{n} {reason}" for reason, n in dropped.most_common())
-
-
-def _deep_copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _deep_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_deep_copy(v) for v in value]
-    return value
