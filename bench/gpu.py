@@ -69,9 +69,10 @@ from robusttune.core.runspec import RunSpec  # noqa: E402
 from robusttune.engine.simulation import Simulation  # noqa: E402
 from robusttune.methods.aggregators import AGGREGATORS, make_aggregator  # noqa: E402
 from robusttune.methods.aggregators.swb_blocks import ROTATIONS  # noqa: E402
+from robusttune.problem.evaluation import evaluate  # noqa: E402
 from robusttune.problem.footprint import run_footprint  # noqa: E402
 from robusttune.problem.models import flat_params, make_model  # noqa: E402
-from robusttune.problem.training import client_gradients, evaluate, train_clients  # noqa: E402
+from robusttune.problem.training import client_gradients, train_clients  # noqa: E402
 
 # SWB-DM paper, Table V (N = 500, p = 0.1): aggregation seconds per round of SWB over the 50
 # sampled states and of SWB-DM over the 500 cached ones. The target: divide by >= 50.

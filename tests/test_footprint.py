@@ -16,6 +16,7 @@ import torch
 from robusttune.core.registries import DATASETS
 from robusttune.core.runspec import RunSpec
 from robusttune.problem.data.base import DataShape
+from robusttune.problem.evaluation import EVALUATION_CHUNK
 from robusttune.problem.footprint import (
     ACTIVATION_COPIES,
     CACHED_COPIES,
@@ -27,7 +28,6 @@ from robusttune.problem.footprint import (
     run_footprint,
 )
 from robusttune.problem.models import make_model
-from robusttune.problem.training import EVALUATION_CHUNK
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RECORD = ROOT / "bench" / "results" / "gpu_h200_2026-12-04.txt"

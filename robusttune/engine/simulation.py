@@ -30,6 +30,7 @@ from robusttune.methods.aggregators import Aggregator, make_rule
 from robusttune.methods.algorithms import RoundPlan, make_algorithm
 from robusttune.methods.attacks import make_attack
 from robusttune.problem.data import load_federated
+from robusttune.problem.evaluation import evaluate
 from robusttune.problem.models import flat_params, make_model
 from robusttune.problem.sampling import (
     Sample,
@@ -38,7 +39,7 @@ from robusttune.problem.sampling import (
     is_byzantine_majority,
     sampling_generator,
 )
-from robusttune.problem.training import evaluate, resolve_trainer
+from robusttune.problem.training import resolve_trainer
 
 # RoundRecord figures whose run mean summary.json keeps as mean_<name>
 ROUND_MEANS = ("aggregation_error", "honest_input_spread")

@@ -41,8 +41,8 @@ from torch import nn
 from robusttune.core.registries import DATASETS, MODELS
 from robusttune.core.registry import SpecError
 from robusttune.problem.data.base import DataShape
+from robusttune.problem.evaluation import EVALUATION_CHUNK
 from robusttune.problem.models import make_model
-from robusttune.problem.training import EVALUATION_CHUNK
 
 __all__ = [
     "ACTIVATION_COPIES",
