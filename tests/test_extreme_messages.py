@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from robusttune.methods.aggregators import AGGREGATORS, Aggregator, make_aggregator
-from robusttune.methods.aggregators.base import column_centre, pairwise_sq_distances, sort_values
+from robusttune.methods.aggregators.base import column_centre, sort_values
+from robusttune.methods.aggregators.geometry import pairwise_sq_distances
 from robusttune.methods.aggregators.swb_blocks import barycenter_rows
 
 N, F = 11, 2  # Bulyan n >= 4f + 3, Krum n > 2f + 2, SWB k = floor(0.25 * 11) = 2 >= f

@@ -44,7 +44,11 @@ def test_this_torch_is_in_the_supported_range():
 SIGNATURES = [
     (torch.func.vmap, {"in_dims"}, "problem/training.py: the batched trainer"),
     (torch.func.grad, set(), "problem/training.py"),
-    (torch.func.functional_call, set(), "problem/training.py and problem/evaluation.py: CE over clients, evaluation"),
+    (
+        torch.func.functional_call,
+        set(),
+        "problem/training.py and problem/evaluation.py: CE over clients, evaluation",
+    ),
     (torch.load, {"map_location", "weights_only"}, "engine/simulation.py: load_checkpoint"),
     (torch.save, set(), "sweep trials' checkpoints"),
     (torch.use_deterministic_algorithms, {"warn_only"}, "bench/gpu.py's deterministic figures"),

@@ -7,6 +7,9 @@
 - ``wrappers``: bucketing
 - ``preaggregation``: nnm (nearest-neighbour mixing), arc (adaptive robust clipping)
 
+Shared by them: ``base`` (the interface, the registry, sorting, medians and blocks) and
+``geometry`` (distances, directions and centred sums, safe against any message).
+
 ``make_aggregator(name, **runspec_keys)`` builds one; ``AGGREGATORS`` maps names to classes;
 ``make_rule`` builds what a RunSpec names (its rule, in buckets when ``bucket_size`` > 1,
 behind NNM or ARC when ``pre_aggregator`` names one).

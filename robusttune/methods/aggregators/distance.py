@@ -15,16 +15,18 @@ from robusttune.methods.aggregators.base import (
     AGGREGATORS,
     Aggregator,
     column_centre,
-    combine_centred,
-    direction_sum,
-    distances_to,
-    finite_rows,
     on_host,
-    pairwise_sq_distances,
     rank_ascending,
     sort_values,
     sorted_median,
     tie_keys,
+)
+from robusttune.methods.aggregators.geometry import (
+    combine_centred,
+    direction_sum,
+    distances_to,
+    finite_rows,
+    pairwise_sq_distances,
 )
 
 
@@ -245,7 +247,7 @@ class CenteredClipping(Aggregator):
 
     Messages of any size: a row whose ||x_i - v|| is not finite (its squares overflow, or it holds
     inf) is clipped to r u_i with u_i its direction computed without overflow
-    (:func:`~robusttune.methods.aggregators.base.robust_directions`; for inf coordinates the limit
+    (:func:`~robusttune.methods.aggregators.geometry.robust_directions`; for inf coordinates the limit
     direction sign(z) on them). A row holding NaN has no direction and contributes 0, as a message
     at v does. On the host only those rows take this path, so ordinary rounds cost the same; on a
     device every row does (masked: no read-back to find them), a few elementwise passes more.

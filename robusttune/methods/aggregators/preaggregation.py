@@ -11,15 +11,12 @@ from torch import Tensor
 
 from robusttune.core.registry import SpecError
 from robusttune.core.schema import check_key
-from robusttune.methods.aggregators.base import (
-    AGGREGATORS,
-    Aggregator,
+from robusttune.methods.aggregators.base import AGGREGATORS, Aggregator, make_aggregator, tie_keys
+from robusttune.methods.aggregators.geometry import (
     _masked_rows,
     distances_to,
-    make_aggregator,
     pairwise_sq_distances,
     robust_directions,
-    tie_keys,
 )
 
 

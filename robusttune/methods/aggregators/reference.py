@@ -7,14 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robusttune.methods.aggregators.base import (
-    AGGREGATORS,
-    Aggregator,
-    combine_centred,
-    direction_dots,
-    direction_sum,
-    row_blocks,
-)
+from robusttune.methods.aggregators.base import AGGREGATORS, Aggregator, row_blocks
+from robusttune.methods.aggregators.geometry import combine_centred, direction_dots, direction_sum
 
 
 @AGGREGATORS.register("fltrust")
@@ -30,7 +24,7 @@ class FLTrust(Aggregator):
 
     The rule only uses each g_i's direction, so a g_i whose norm or dot product with g_0 is not
     finite (its squares overflow, or it holds inf) enters through its direction computed without
-    overflow (:func:`~robusttune.methods.aggregators.base.robust_directions`; for inf coordinates the
+    overflow (:func:`~robusttune.methods.aggregators.geometry.robust_directions`; for inf coordinates the
     limit direction sign(g) on them), and a g_i holding NaN has no direction: TS_i = 0. (Before,
     one NaN message made the total trust NaN and the server silently kept its model every round.)
     """

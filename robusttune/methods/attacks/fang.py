@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from robusttune.core.numerics import sqrt
-from robusttune.methods.aggregators.base import pairwise_sq_distances
 from robusttune.methods.aggregators.distance import krum_scores
+from robusttune.methods.aggregators.geometry import pairwise_sq_distances
 from robusttune.methods.attacks.base import ATTACKS, Attack, AttackRound
 
 

@@ -21,7 +21,8 @@ from torch import Tensor
 
 from robusttune.core.registry import SpecError
 from robusttune.methods.aggregators.appended import appended_rows
-from robusttune.methods.aggregators.base import Aggregator, distances_to, pairwise_sq_distances
+from robusttune.methods.aggregators.base import Aggregator
+from robusttune.methods.aggregators.geometry import distances_to, pairwise_sq_distances
 from robusttune.methods.attacks.base import ATTACKS, Attack, AttackRound, mean_std
 
 
