@@ -21,9 +21,9 @@ from typing import Any
 
 from robusttune.core.registry import SpecError
 from robusttune.display.terminal import table_text
+from robusttune.experiments.sweep.metrics import test_metric_note
 from robusttune.experiments.sweep.preflight import preflight, with_absolute_data_root
 from robusttune.experiments.sweep.space import SweepSpec, format_value, load_sweep
-from robusttune.experiments.sweep.space_file import test_metric_note
 from robusttune.experiments.sweep.storage import experiment_path, stored_sweep
 
 # Exit status of a sweep whose trials did not all finish: 1 when some errored, 130 (the shell's

@@ -5,6 +5,7 @@ This package is the only place in robusttune that imports ray, and it does so la
 ``robusttune.experiments.sweep`` (for ``--dry-run`` or to read a space) never imports or starts Ray.
 
 - `space_file` the YAML's pydantic schema, one model per section               no ray
+- `metrics`   what a trial reports, the default selection metric, each mode   no ray
 - `domains`   Domain and Axis (one space: entry), their Tune translation     ray only in to_tune
 - `space`     SweepSpec: load/parse, grid expansion, constraints, configs    no ray
 - `space_overrides` command-line flags and --set written into the file first  no ray

@@ -75,7 +75,6 @@ from robusttune.experiments.sweep.domains import (
     format_value,
 )
 from robusttune.experiments.sweep.space_file import (
-    EXTRA_METRICS,
     INVALID_POLICIES,
     SAMPLERS,
     SCHEDULERS,
@@ -86,8 +85,6 @@ from robusttune.experiments.sweep.space_file import (
     SearchSpec,
     SweepFile,
     check_sections,
-    default_mode,
-    report_metrics,
 )
 from robusttune.experiments.sweep.space_overrides import (
     deep_copy,
@@ -97,7 +94,6 @@ from robusttune.experiments.sweep.space_overrides import (
 
 __all__ = [
     "DOMAIN_KINDS",
-    "EXTRA_METRICS",
     "INVALID_POLICIES",
     "RANDOM_KINDS",
     "SAMPLERS",
@@ -114,11 +110,9 @@ __all__ = [
     "SweepSpec",
     "check_sections",
     "constraint_violation",
-    "default_mode",
     "format_value",
     "load_sweep",
     "parse_sweep",
-    "report_metrics",
 ]
 
 TOP_KEYS: tuple[str, ...] = tuple(SweepFile.model_fields)
