@@ -64,6 +64,7 @@ for _path in (str(HERE.parent), str(HERE)):  # robusttune, and the other bench s
 import aggregators as bench_aggregators  # noqa: E402
 import torch  # noqa: E402
 import training as bench_training  # noqa: E402
+from figure_lines import Figures  # noqa: E402
 
 from robusttune.core.runspec import RunSpec  # noqa: E402
 from robusttune.engine.simulation import Simulation  # noqa: E402
@@ -207,34 +208,19 @@ def figure_names() -> list[str]:
     return names
 
 
-class Bench:
+class Bench(Figures):
     """Timing on one device, the run's time budget, and the figure lines."""
 
     def __init__(
         self, device: torch.device, repeats: int, budget_s: float, figure_budget_s: float
     ) -> None:
+        super().__init__()
         self.device = device
         self.cuda = device.type == "cuda"
         self.repeats = repeats
         self.started = time.perf_counter()
         self.deadline = self.started + budget_s
         self.figure_budget_s = figure_budget_s
-        self.failed: list[str] = []
-        self.values: dict[str, float] = {}
-
-    # -- output ------------------------------------------------------------------------------
-    def figure(self, name: str, value: float) -> float:
-        self.values[name] = value
-        print(f"{name}: {value:.6g}", flush=True)
-        return value
-
-    @staticmethod
-    def note(text: str) -> None:
-        print(f"# {text}", flush=True)
-
-    def ratio(self, name: str, numerator: float, denominator: float) -> float:
-        value = numerator / denominator if denominator > 0 else math.nan
-        return self.figure(name, value)
 
     # -- timing ------------------------------------------------------------------------------
     def sync(self) -> None:

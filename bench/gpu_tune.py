@@ -64,6 +64,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "bench") not in sys.path:  # the figure lines bench/gpu.py prints too
+    sys.path.insert(0, str(ROOT / "bench"))
+from figure_lines import Figures  # noqa: E402
+
 QUICKSTART = ROOT / "search_spaces" / "quickstart.yaml"
 # A small breakdown map of bench/map_throughput.py's kind: 2 cells, each bisected against the
 # worst of the sign flip and IPM ladders (one seed)
@@ -198,28 +202,15 @@ def figure_names() -> list[str]:
 # -- output ------------------------------------------------------------------------------------
 
 
-class Phase:
-    """The phase's deadline, its failures, and the figure lines."""
+class Phase(Figures):
+    """The phase's deadline, its failures, and the figure lines (`Figures`)."""
 
     def __init__(self, deadline: float, cuda: bool, sizes: Sizes) -> None:
+        super().__init__()
         self.started = time.time()
         self.deadline = deadline
         self.cuda = cuda
         self.sizes = sizes
-        self.failed: list[str] = []
-        self.values: dict[str, float] = {}
-
-    def figure(self, name: str, value: float) -> float:
-        self.values[name] = value
-        print(f"{name}: {value:.6g}", flush=True)
-        return value
-
-    @staticmethod
-    def note(text: str) -> None:
-        print(f"# {text}", flush=True)
-
-    def ratio(self, name: str, numerator: float, denominator: float) -> float:
-        return self.figure(name, numerator / denominator if denominator > 0 else math.nan)
 
     def left_s(self) -> float:
         return self.deadline - time.time()

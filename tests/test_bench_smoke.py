@@ -39,8 +39,9 @@ SMOKE = {
 }
 RAY_SCRIPTS = {"cluster.py", "sweep.py", "map_throughput.py", "tune_floor.py"}
 # covered elsewhere: gpu.py and gpu_tune.py, bench/gpu.sh's two phases, by tests/test_gpu_bench.py;
-# gpu_bundle.py (the GPU machine's wheels, not a bench) by tests/test_gpu_bundle.py
-NOT_HERE = {"gpu.py", "gpu_tune.py", "gpu_bundle.py"}
+# gpu_bundle.py (the GPU machine's wheels, not a bench) by tests/test_gpu_bundle.py;
+# figure_lines.py (the output class those two share, not a bench) through them
+NOT_HERE = {"gpu.py", "gpu_tune.py", "gpu_bundle.py", "figure_lines.py"}
 
 # ``figure_name: 0.104``; numerics.py's headline, quoted in docs/explanations/numerics.md, is
 # ``portable/native time: 1.16``, hence the optional "/part" and " part" of the name
