@@ -158,7 +158,7 @@ class CellResult:
 
     def _gallop_probe(self) -> int:
         """The next point of the outward search from b0 = ``start``, which spends failures
-        rather than survivors: a survivor runs every adversary setting (9 runs on the default
+        rather than survivors: a survivor runs every adversary setting (14 runs on the default
         map), a failure stops at the first that breaks it (mostly one run). First b0 + 1 (at
         most k_max). While no failure is known, jumps up from the largest survivor lo: lo + 2,
         lo + 4, lo + 8, ... (at most k_max). Once one is known, steps down from the lowest

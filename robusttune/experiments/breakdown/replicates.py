@@ -11,7 +11,7 @@ diverged seed drag a point down or a lucky one hold it up; replicates show it.
 Cost. The first seed bisects from scratch (or from ``breakdown.start_from``) and verifies its
 boundary's neighbourhood, as a one-seed map does. Every later seed of a cell searches outward
 from the first seed's answer b1 (`robusttune.experiments.breakdown.cell_search`), spending failures rather than
-survivors: a survivor runs every adversary setting (9 runs on the default map), a failure
+survivors: a survivor runs every adversary setting (14 runs on the default map), a failure
 stops at the first setting that breaks it, and the evaluator runs first the settings that broke
 the cell before (`spec_evaluator`'s ``prioritise``), so a failure mostly costs one run. Its
 first wave holds the clean point and b1 + 1; after a failure it steps down one point at a time
