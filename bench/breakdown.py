@@ -12,8 +12,9 @@ does. Three trial counts, each exact:
                  cost before the savings: no run shared, every strength run)
   map            the runs actually made: bisection, with runs shared between cells where the
                  attack changes nothing (no Byzantine client, or none ever sampled) and each
-                 point's ladder stopped at its first failure of the survival bar
-                 (`spec_evaluator`'s ``share``, ``staged`` and ``survival``;
+                 point's ladder stopped at its first failure of the survival bar, the
+                 settings that broke the cell before tried first (`spec_evaluator`'s
+                 ``share``, ``staged``, ``survival`` and ``prioritise``;
                  tests/test_breakdown.py checks that they change no verdict)
 
 Ends with one line ``breakdown_trials_vs_full_lattice: <map / full lattice>``.
