@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from robusttune.commands.options import ADDRESS, CPUS_PER_TRIAL, MAX_CONCURRENT
+from robusttune.commands.options import ADDRESS, CPUS_PER_TRIAL, MAX_CONCURRENT, SET_BASE
 
 if TYPE_CHECKING:  # the command imports its layers when it runs, not when the CLI loads
     from robusttune.core.records import RunSummary
@@ -36,9 +36,7 @@ def horizon(
     storage: str = typer.Option(
         "results", "--storage", help="Results root; the measurement goes to STORAGE/NAME."
     ),
-    set_: list[str] = typer.Option(
-        [], "--set", help="key=value for the base run, repeatable (as for breakdown)."
-    ),
+    set_: list[str] = SET_BASE,
     max_rounds: int = typer.Option(200, "--max-rounds", help="Rounds of each clean run."),
     eval_every: int = typer.Option(
         5, "--eval-every", help="Evaluate every E rounds (and at the last)."

@@ -23,6 +23,7 @@ from robusttune.commands.options import (
     GPUS_PER_TRIAL,
     LOCAL,
     MAX_CONCURRENT,
+    SET_BASE,
 )
 from robusttune.core.registry import SpecError
 
@@ -41,7 +42,7 @@ def tune(
     storage: str = typer.Option(
         "results", "--storage", help="Results root; the study goes to STORAGE/NAME."
     ),
-    set_: list[str] = typer.Option([], "--set", help="key=value for the base run, repeatable."),
+    set_: list[str] = SET_BASE,
     num_samples: int | None = typer.Option(
         None, "--num-samples", help="Proposals (tuning.num_samples)."
     ),
