@@ -7,6 +7,7 @@ Byzantine fraction on the lattice {0, 1/N, 2/N, ...} at which a run survives.
 - `evaluate`  `spec_evaluator`: points -> RunSpecs -> a Runner -> outcomes (Optuna-tuned knobs,
               the worst case over each attack's strength ladder; equal runs shared by
               `canonical_spec`, each ladder stopped at its first collapse or failure)
+- `shared_runs` `canonical_spec` and `SharedRuns`: a run equal to one made before is not made again
 - `plan`      the breakdown YAML -> `BreakdownPlan` (cells and knobs from a sweep-layer space)
 - `replicates` `bisect_replicates`: every cell once per seed (later seeds from the first seed's
               answer), the answer the median over seeds with its range (`ReplicatedMap`)
@@ -33,15 +34,12 @@ from robusttune.experiments.breakdown.bisection import (
     lattice_top,
     survival_bar,
 )
-from robusttune.experiments.breakdown.evaluate import (
-    adversary_variants,
-    canonical_spec,
-    spec_evaluator,
-)
+from robusttune.experiments.breakdown.evaluate import adversary_variants, spec_evaluator
 from robusttune.experiments.breakdown.plan import PLAN_KEYS, BreakdownPlan, load_plan
 from robusttune.experiments.breakdown.prior import prior_starts, read_prior
 from robusttune.experiments.breakdown.replicates import ReplicatedMap, bisect_replicates
 from robusttune.experiments.breakdown.report import write_breakdown
+from robusttune.experiments.breakdown.shared_runs import canonical_spec
 
 __all__ = [
     "PLAN_KEYS",
