@@ -9,6 +9,7 @@ This package is the only place in robusttune that imports ray, and it does so la
 - `domains`   Domain and Axis (one space: entry), their Tune translation     ray only in to_tune
 - `space`     SweepSpec: load/parse, grid expansion, constraints, configs    no ray
 - `space_overrides` command-line flags and --set written into the file first  no ray
+- `constraints` what the constraints section excludes                         no ray
 - `trainable` the function trainable around Simulation                       ray inside
 - `runner`    `run_sweep`: a sweep run or resumed, step by step              ray inside
 - `storage`   STORAGE/NAME, sweep.yaml and trials.csv beside the results     no ray

@@ -28,6 +28,7 @@ __all__ = [
     "Domain",
     "DomainBody",
     "build_axis",
+    "describe_values",
     "format_value",
     "key_values",
 ]
@@ -39,6 +40,12 @@ STEPPED_KINDS = ("int", "uniform")
 # An ``int`` domain with at most this many values counts as discrete (enumerated when an
 # Optuna space is checked, and a categorical to the dry run).
 DISCRETE_INT_LIMIT = 64
+
+
+def describe_values(values: Mapping[str, Any]) -> str:
+    """``key=value, ...`` of RunSpec values as a space writes them (`format_value`), or
+    ``(base run)`` when there are none."""
+    return ", ".join(f"{k}={format_value(v)}" for k, v in values.items()) or "(base run)"
 
 
 def format_value(value: Any) -> str:

@@ -67,11 +67,13 @@ from robusttune.core.runspec import RunSpec
 from robusttune.core.schema import default_numerics
 from robusttune.core.validation import check_model
 from robusttune.core.yaml_input import read_yaml
+from robusttune.experiments.sweep.constraints import constraint_violation
 from robusttune.experiments.sweep.domains import (
     DOMAIN_KINDS,
     RANDOM_KINDS,
     Axis,
     Domain,
+    describe_values,
     format_value,
 )
 from robusttune.experiments.sweep.space_file import (
@@ -109,7 +111,6 @@ __all__ = [
     "SearchSpec",
     "SweepSpec",
     "check_sections",
-    "constraint_violation",
     "format_value",
     "load_sweep",
     "parse_sweep",
@@ -184,7 +185,7 @@ class SweepSpec:
         for axis in self.axes:
             if axis.name in config:
                 values.update(axis.assign(config[axis.name]))
-        return _describe(values)
+        return describe_values(values)
 
     def run_spec(self, config: Mapping[str, Any], **overrides: Any) -> RunSpec:
         return RunSpec.from_dict({**self.resolve(config), **overrides})
@@ -382,22 +383,6 @@ class SweepSpec:
                 )
 
 
-def constraint_violation(spec: RunSpec, constraints: ConstraintSpec) -> str | None:
-    """Why ``spec`` is excluded by ``constraints``, or None.
-
-    attack_matches_byzantine: the clean attack ``none`` only without Byzantine clients, and any
-    other attack only with at least one (an attack with no attacker repeats the clean run)."""
-    if constraints.attack_matches_byzantine:
-        if spec.attack == "none" and spec.n_byzantine > 0:
-            return "attack none with Byzantine clients (attack_matches_byzantine)"
-        if spec.attack != "none" and spec.n_byzantine == 0:
-            return "an attack without Byzantine clients (attack_matches_byzantine)"
-    for rule in constraints.drop:
-        if all(getattr(spec, key) in allowed for key, allowed in rule.items()):
-            return f"constraints.drop {_describe({k: v[0] if len(v) == 1 else list(v) for k, v in rule.items()})}"
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------
@@ -455,9 +440,5 @@ def parse_sweep(mapping: Any, *, name: str = "sweep", source: str = "<mapping>")
 # ---------------------------------------------------------------------------------------------
 # small helpers
 # ---------------------------------------------------------------------------------------------
-def _describe(values: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={format_value(v)}" for k, v in values.items()) or "(base run)"
-
-
 def _reasons(dropped: Counter[str]) -> str:
     return "; ".join(f"{n} {reason}" for reason, n in dropped.most_common())
