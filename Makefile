@@ -65,14 +65,15 @@ lint: install
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/mypy
 
-# The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU), on two xdist
-# workers (tests/conftest.py groups the tests by module; most of the suite's time is waiting on
-# Ray and on subprocesses, so two workers halve it on two cores). The second line
+# The suite runs in portable numerics (the same bits on every AVX2 x86-64 CPU), on three xdist
+# workers (tests/conftest.py groups the tests by module). Much of a test's time is waiting on Ray
+# and on subprocesses starting, so on two cores a third worker fills those waits: 578 s against
+# 618 s with two, the same machine, the same hour (2026-12-07, a 2-core AMD EPYC). The second line
 # is the guard that its verdict tests assert verdicts, not one float path's trajectory: the
 # findings' reduced claims again, natively, on ATen's default kernels (another CPU's float path),
 # test by test on two workers (one module: by module, one worker would run them all).
 test: install browser tools data lint
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 3 --dist loadgroup
 	ROBUSTTUNE_NUMERICS=native ATEN_CPU_CAPABILITY=default $(PY) -m pytest tests/test_findings.py -k claim -n 2 --dist load
 
 # the file fuzzing of tests/test_fuzz_inputs.py at length (make test runs a few seconds of it)

@@ -2,7 +2,8 @@
 
 Loads `search_spaces/breakdown.yaml` (the default map: every method x regime, the worst case
 over the ladders and the rule-aware attacks of `breakdown.adversary`), keeps the cells of a few methods (``--methods``;
-``--all`` keeps every cell, about the map's own 30 minutes) and runs the map in this process
+``--all`` keeps every cell and its three seeds: on one core the work the map itself spreads over
+two, 39 minutes through Ray on 2 cores) and runs the map in this process
 (the `--local` runner, one run at a time, one torch thread) exactly as `robusttune breakdown`
 does. Three trial counts, each exact:
 

@@ -22,13 +22,13 @@ torch.set_num_threads(1)
 pin(default_numerics())
 
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): each test module is
+# `make test` runs the suite on three pytest-xdist workers (`--dist loadgroup`): each test module is
 # one unit of work, so its module fixtures run once, and the modules that start Ray clusters of
 # their own (a node killed on purpose, an autoscaler adding and removing nodes) share one unit, so
 # they run one after the other and never kill nodes under each other's load. The units are made
 # here, by the scheduler: xdist 3.8 groups by renaming items (``item._nodeid``), which pytest 9
 # ignores (a node id is derived from ``item._id``), so its own loadgroup ran every test alone and
-# built each module fixture on both workers (the autoscaler's fake cluster twice: 75 s).
+# built each module fixture on every worker (the autoscaler's fake cluster twice: 75 s).
 RAY_CLUSTER_MODULES = ("test_cluster", "test_autoscaling")
 
 
