@@ -81,3 +81,27 @@ def test_bench_runs_in_tiny_mode(script):
     assert lines, out.stderr[-4000:]
     assert HEADLINE.match(lines[-1]), lines[-5:]
     assert math.isfinite(float(lines[-1].rpartition(": ")[2])), lines[-1]
+
+
+def test_the_seeds_bench_floor_counts_the_clean_point_the_survivor_and_one_failure():
+    # bench/seeds.py's least_runs, on hand-made later seeds of a lattice of 10 (chance 0.1, clean
+    # 0.9: the bar is 0.5): what a search that guessed b at once must still have run
+    from scripts import loaded_script
+
+    from robusttune.experiments.breakdown import Cell, Outcome
+    from robusttune.experiments.breakdown.cell_search import CellResult
+
+    def seed_with(outcomes: dict[int, tuple[float, int]], status: str, b: int) -> CellResult:
+        result = CellResult(Cell.of(20, method="median"), 10, status=status, lo=b)
+        result.outcomes = {k: Outcome(a, trials=t, chance=0.1) for k, (a, t) in outcomes.items()}
+        return result
+
+    with loaded_script(ROOT / "bench" / "seeds.py", "bench_seeds") as bench:
+        edge = seed_with({0: (0.9, 1), 2: (0.8, 9), 3: (0.7, 9), 4: (0.2, 2)}, "ok", 3)
+        assert bench.least_runs(edge) == 1 + 9 + 1  # the climb through 2 was the search's excess
+        at_zero = seed_with({0: (0.9, 1), 1: (0.1, 1)}, "ok", 0)
+        assert bench.least_runs(at_zero) == 1 + 1  # the clean point is the survivor
+        on_top = seed_with({0: (0.9, 1), 9: (0.1, 1), 10: (0.8, 9)}, "survives_all", 10)
+        assert bench.least_runs(on_top) == 1 + 9  # no failure above the lattice to find
+        at_chance = seed_with({0: (0.15, 1), 1: (0.6, 9)}, "clean_at_chance", 0)
+        assert bench.least_runs(at_chance) == 1
