@@ -98,6 +98,7 @@ def main() -> None:
             sampler_seed=plan.sampler_seed,
             survival=(plan.threshold, plan.relative_threshold),
             adaptive=plan.adaptive,
+            clean_margin=plan.clean_margin,
         )
         result = bisect_replicates(
             cells,

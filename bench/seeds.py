@@ -88,6 +88,7 @@ def run_map(plan: Any, seeds: list[int], folder: str) -> tuple[Any, int, float]:
         adversary=Adversary.of(plan.adversary or None, plan.adaptive),
         sampler_seed=plan.sampler_seed,
         survival=(plan.threshold, plan.relative_threshold),
+        clean_margin=plan.clean_margin,
         on_trials=lambda n: made.__setitem__(0, made[0] + n),
     )
     result = bisect_replicates(

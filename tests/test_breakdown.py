@@ -831,6 +831,63 @@ def test_the_cells_earlier_breakers_run_first_without_changing_a_verdict():
     assert (points[~alive]["adversary"] != expected[~alive]["adversary"]).any()
 
 
+def test_a_point_of_a_cell_whose_clean_run_did_not_learn_stops_at_its_first_setting():
+    """``clean_margin``: the mean's clean run here reaches 0.15 on 10 classes (0.05 above
+    chance), so its cell has no breakdown point; the point asked beside its clean point in the
+    first wave then stops after one setting instead of running the ladder it survives. The
+    other cells, every answer and status, and the learned cells' points are as without it."""
+    from robusttune.methods.attacks import ATTACKS
+
+    def runner(log):
+        ladder = ladder_runner(log)
+
+        def run(specs):
+            out = []
+            for spec, summary in zip(specs, ladder(specs)):
+                accuracy = summary.final_accuracy
+                if spec.aggregator == "mean":  # barely learns, and no attack hurts it further
+                    accuracy = 0.15
+                out.append(
+                    RunSummary.from_dict(
+                        {"final_accuracy": accuracy, "collapsed": False, "num_classes": 10}
+                    )
+                )
+            return out
+
+        return run
+
+    def bisected(clean_margin):
+        log: list = []
+        cells = [
+            Cell.of(20, aggregator=a, attack="sign_flip", participation=1.0)
+            for a in ("mean", "median")
+        ]
+        evaluate = spec_evaluator(
+            {"dataset": "synthetic", "clients": 20, "rounds": 1},
+            runner(log),
+            seeds=[1],
+            survival=(None, 0.5),
+            clean_margin=clean_margin,
+        )
+        result = bisect_breakdown(cells, evaluate, clean_margin=0.1)
+        return result, sum(len(batch) for batch in log)
+
+    full, full_runs = bisected(None)
+    settled, runs = bisected(0.1)
+    answer = ["aggregator", "breakdown_fraction", "status", "evaluated"]
+    assert settled.to_frame()[answer].equals(full.to_frame()[answer])
+    statuses = dict(zip(settled.to_frame()["aggregator"], settled.to_frame()["status"]))
+    assert statuses["mean"] == "clean_at_chance" and statuses["median"] != "clean_at_chance"
+    ladder = len(ATTACKS["sign_flip"].strength_ladder)
+    assert runs == full_runs - (ladder - 1)  # the mean's first-wave point ran one setting
+    points, expected = settled.points_frame(), full.points_frame()
+    learned_cell = points["aggregator"] == "median"
+    columns = ["byzantine", "survived", "accuracy", "adversary", "trials"]
+    assert points[learned_cell][columns].equals(expected[learned_cell][columns])
+    unread = points[~learned_cell & (points["byzantine"] > 0)]
+    assert len(unread) == 1 and unread["trials"].tolist() == [1]
+
+
 def test_under_tuning_the_ladder_stops_only_at_a_collapse():
     """A tuned point tells Optuna its worst variant's score, so ``survival`` is not used there:
     a point that fails the bar without collapsing still runs its whole ladder."""

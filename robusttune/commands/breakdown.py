@@ -206,6 +206,7 @@ def run_map(
         adversary=Adversary.of(plan.adversary or None, plan.adaptive),
         sampler_seed=plan.sampler_seed,
         survival=(plan.threshold, plan.relative_threshold),
+        clean_margin=plan.clean_margin,
     )
     from robusttune.engine.runners import drive
 

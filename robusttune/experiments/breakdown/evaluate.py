@@ -14,6 +14,7 @@ from robusttune.core.records import survives
 from robusttune.core.registry import SpecError
 from robusttune.core.runspec import RunSpec
 from robusttune.experiments.breakdown.bisection import Cell, Outcome, Point, survival_bar
+from robusttune.experiments.breakdown.points import learned
 from robusttune.experiments.breakdown.shared_runs import SharedRuns
 from robusttune.methods.adaptive import StrengthSearch
 from robusttune.methods.adversary import Adversary, adversary_variants, stage_of, worst_of
@@ -55,6 +56,7 @@ def spec_evaluator(
     survival: tuple[float | None, float] | None = None,
     adaptive: int = 0,
     prioritise: bool = True,
+    clean_margin: float | None = None,
 ) -> Callable[[Sequence[Point]], list[Outcome]]:
     """An evaluator that runs RunSpecs: point (cell, k) -> base + cell values +
     byzantine_fraction k/N, once per seed; its Outcome is the mean over seeds. A cell that sets
@@ -99,6 +101,13 @@ def spec_evaluator(
     trial's score is what Optuna is told, and the worst one must be told for the study to go
     on as without it.
 
+    ``clean_margin`` (with ``survival``) stops a point's ladder at its first variant once its
+    cell's clean run is known not to have learned (`learned`: accuracy - chance < clean_margin;
+    give the map's own margin): such a cell has no breakdown point (`clean_at_chance`), so no
+    verdict of its points is ever read, and a point asked in the cell's first wave, beside the
+    clean point, would otherwise run every setting it survives. The point keeps the accuracy
+    and setting of the variants it ran.
+
     ``prioritise`` (with ``staged``) runs first, at a point with Byzantine clients and within
     each adversary stage (the ladders before the rule-aware attacks, `staged_order`), the
     settings that broke the same cell's failed points before (at any seed; the nearest k
@@ -138,15 +147,31 @@ def spec_evaluator(
         return (cell.clients, *((k, v) for k, v in cell.values if k != "seed"))
 
     def settled(point: Point, outcome: Outcome) -> bool:
-        """Whether no later variant can change the point's verdict (see ``staged``, ``survival``)."""
+        """Whether no later variant can change what the map reads of the point (see ``staged``,
+        ``survival``, ``clean_margin``)."""
+        return broken(point, outcome) or unread(point)
+
+    def unread(point: Point) -> bool:
+        """The point's cell is known to have no breakdown point (``clean_margin``)."""
+        clean = clean_outcome.get(point.cell)
+        return (
+            stop_bar is not None
+            and point.byzantine > 0
+            and clean is not None
+            and clean_margin is not None
+            and not learned(clean.accuracy, clean.chance, clean_margin)
+        )
+
+    def broken(point: Point, outcome: Outcome) -> bool:
+        """Whether the point failed, whatever its later variants give."""
         if _score(outcome) <= 0:
             return True
         if stop_bar is None or point.byzantine == 0:
             return False
         threshold, relative = stop_bar
-        if threshold is None and point.cell not in clean_outcome:
-            return False
         clean = clean_outcome.get(point.cell)
+        if threshold is None and clean is None:
+            return False
         bar = survival_bar(
             threshold,
             relative,
@@ -324,7 +349,7 @@ def spec_evaluator(
         failed = [
             (point, outcome)
             for (point, _), outcome in zip(requests, outcomes)
-            if point.byzantine > 0 and settled(point, outcome)
+            if point.byzantine > 0 and broken(point, outcome)
         ]
         with breakers_lock:
             for point, outcome in failed:
