@@ -5,6 +5,8 @@ The seeds are ones whose verdict the full runs (3-5 seeds) share; FINDINGS.md gi
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import re
 from collections.abc import Callable
@@ -650,6 +652,67 @@ def test_claim10_dataset_tables_pair_the_same_cells_on_two_datasets(claim10_map)
         ">= 0.5",
         "0.35",
     )
+
+
+FINDINGS_DIR = ROOT / "analysis" / "findings"
+# the kept map over seeds 42, 43, 44, the one-seed map (seed 42, the old bar) it replaces, and
+# how claim10.md words the cells whose seeds disagree
+KEPT_SEED_MAPS = {
+    "digits": (
+        "claim10_seeds",
+        "claim10_fashion/breakdown_digits",
+        "{disagree} of the 100 cells' seeds lie more than one lattice step apart",
+    ),
+    "fashion_mnist": (
+        "claim10_fashion_seeds",
+        "claim10_fashion/breakdown_fashion",
+        "The seeds disagree (more than one lattice step apart) in {disagree} of the 100 cells",
+    ),
+}
+
+
+def _claim10_md() -> str:
+    return " ".join((FINDINGS_DIR / "claim10.md").read_text().split())
+
+
+@pytest.mark.parametrize("dataset", list(KEPT_SEED_MAPS))
+def test_a_kept_map_over_seeds_is_what_claim10_md_states(claim10_map, dataset):
+    """analysis/findings/<map> (a map over three seeds): one row per cell and one per cell and
+    seed, every run its cells counted kept, and the figures claim10.md gives of it (runs and
+    lattice points, the cells whose seeds disagree, the median against the one-seed map) are
+    what its tables hold."""
+    kept, one_seed, disagree_text = KEPT_SEED_MAPS[dataset]
+    folder = FINDINGS_DIR / kept
+    cells = claim10_map.read_map_csv(folder / "breakdown.csv")
+    per_seed = pd.read_csv(folder / "breakdown_seeds.csv")
+    assert len(cells) == 100 and len(per_seed) == 300
+    assert sorted(per_seed["seed"].unique()) == [42, 43, 44]
+    with gzip.open(folder / "runs.jsonl.gz", "rt") as lines:
+        keys = {json.loads(line)["key"] for line in lines}
+    runs, points = int(cells["trials"].sum()), int(cells["points_evaluated"].sum())
+    assert len(keys) >= runs
+    text = _claim10_md()
+    assert f"{runs:,} runs ({points:,} lattice points" in text
+    disagree = int((cells["status"] == "seeds_disagree").sum())
+    assert disagree_text.format(disagree=disagree) in text
+    alone = claim10_map.read_map_csv(FINDINGS_DIR / one_seed / "breakdown.csv")
+    against = claim10_map.seeds_against(cells, alone, 42)
+    same, below = int(against["median = seed 42"].sum()), int(against["median below"].sum())
+    assert f"the median equals it in {same} cells, lies below it in {below}" in text
+    outside = int(against["seed 42 outside the range"].sum())
+    assert f"in {outside} cells seed 42's old answer lies outside the" in text
+
+
+def test_fashion_mnist_against_digits_over_seeds_is_what_claim10_md_states(claim10_map):
+    """The two kept maps over seeds, cell by cell: the medians higher on Fashion-MNIST are
+    claim10.md's count, and none is lower, as it says."""
+    fashion = claim10_map.read_map_csv(FINDINGS_DIR / "claim10_fashion_seeds" / "breakdown.csv")
+    digits = claim10_map.read_map_csv(FINDINGS_DIR / "claim10_seeds" / "breakdown.csv")
+    summary = claim10_map.dataset_summary(fashion, digits)
+    up, down = int(summary["higher"].sum()), int(summary["lower"].sum())
+    text = _claim10_md()
+    assert f"{up} cells' medians are higher on Fashion-MNIST" in text
+    assert down == 0 and "and none lower" in text
 
 
 def test_claim10_ladders_only_map_is_breakdown_yaml_but_for_its_adversary():
