@@ -242,19 +242,28 @@ def test_a_kept_map_at_the_horizon_is_the_map_with_each_cell_at_its_measured_pla
     }
 
 
-def test_the_digits_map_at_the_horizon_over_seeds_is_the_kept_plan_at_the_default_seeds(
-    default_map,
+@pytest.mark.parametrize(
+    ("over_seeds", "one_seed"),
+    [
+        ("digits_seeds", "digits_horizon/at_plateau.yaml"),
+        ("fashion_seeds", "fashion_at_plateau_1200.yaml"),
+    ],
+)
+def test_a_map_at_the_horizon_over_seeds_is_the_kept_plan_at_the_default_seeds(
+    default_map, over_seeds, one_seed
 ):
-    """horizon_maps/digits_seeds.yaml (issue 56): the digits map at the horizon's cells, each at
-    the plateau round seed 42 measured, over breakdown.yaml's seeds and clean margin, all else as
-    the plan it extends; its two part maps hold every cell once between them."""
-    kept = load_plan(KEPT / "digits_horizon" / "at_plateau.yaml")
-    seeds = load_plan(KEPT / "digits_seeds.yaml")
+    """horizon_maps/digits_seeds.yaml and fashion_seeds.yaml (issue 56): the map at the horizon's
+    cells, each at the plateau round seed 42 measured, over breakdown.yaml's seeds and clean
+    margin, all else as the one-seed plan it extends; its two part maps hold every cell once
+    between them."""
+    kept = load_plan(KEPT / one_seed)
+    seeds = load_plan(KEPT / f"{over_seeds}.yaml")
     assert [c.as_dict() for c in seeds.cells] == [c.as_dict() for c in kept.cells]
     assert seeds.seeds == default_map.seeds and len(seeds.seeds) >= 3
     assert seeds.clean_margin == default_map.clean_margin
     assert seeds.base == kept.base and seeds.adversary == kept.adversary
-    parts = [load_plan(KEPT / f"digits_seeds_part{k}of2.yaml") for k in range(2)]
+    assert seeds.name == f"{kept.name}_seeds"
+    parts = [load_plan(KEPT / f"{over_seeds}_part{k}of2.yaml") for k in range(2)]
     dealt = sorted(json.dumps(c.as_dict(), sort_keys=True) for part in parts for c in part.cells)
     assert dealt == sorted(json.dumps(c.as_dict(), sort_keys=True) for c in seeds.cells)
     assert all(part.seeds == seeds.seeds for part in parts)
