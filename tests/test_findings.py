@@ -668,6 +668,11 @@ KEPT_SEED_MAPS = {
         "claim10_fashion/breakdown_fashion",
         "The seeds disagree (more than one lattice step apart) in {disagree} of the 100 cells",
     ),
+    "digits_horizon": (
+        "horizon_maps/breakdown_at_plateau_seeds",
+        "horizon_maps/breakdown_at_plateau",
+        "they lie more than one lattice step apart in {disagree} of the 100 cells at the horizon",
+    ),
 }
 
 
@@ -713,6 +718,19 @@ def test_fashion_mnist_against_digits_over_seeds_is_what_claim10_md_states(claim
     text = _claim10_md()
     assert f"{up} cells' medians are higher on Fashion-MNIST" in text
     assert down == 0 and "and none lower" in text
+
+
+def test_the_horizon_against_the_maps_rounds_over_seeds_is_what_claim10_md_states(claim10_map):
+    """The digits map at the horizon and at the map's rounds, both over three seeds, cell by
+    cell: the medians higher and lower at the horizon are claim10.md's counts."""
+    horizon = claim10_map.read_map_csv(
+        FINDINGS_DIR / "horizon_maps" / "breakdown_at_plateau_seeds" / "breakdown.csv"
+    )
+    short = claim10_map.read_map_csv(FINDINGS_DIR / "claim10_seeds" / "breakdown.csv")
+    summary = claim10_map.dataset_summary(horizon, short)
+    up, down = int(summary["higher"].sum()), int(summary["lower"].sum())
+    assert f"{up} medians are higher at the horizon" in _claim10_md()
+    assert f"{down} lower (the geometric median at p = 0.5 Bernoulli" in _claim10_md()
 
 
 def test_claim10_ladders_only_map_is_breakdown_yaml_but_for_its_adversary():
