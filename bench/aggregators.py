@@ -11,8 +11,10 @@ and a matmul per chunk, in a Python loop, as the SWB-DM code does; plus our sign
 published code lacks, see swb_blocks.HouseholderRotation) against the
 `haar`, `shared` and `hadamard` rotations on the same input in the same run, how far each
 rotation option moves the aggregate (L2 distance to the exact rule's output and to the honest
-mean on an honest + outlier input), the delayed cache's memory at N = 500 and 10,000, and ends
-with ``swb_speedup_exact: <loop seconds / haar seconds>``.
+mean on an honest + outlier input), SWB's medoid order by `argsort_last` against numpy's stable
+float argsort (alone: ``argsort_keys_speedup``, and inside SWB at n = 2:
+``swb_n2_argsort_speedup``), the delayed cache's memory at N = 500 and 10,000, and ends with
+``swb_speedup_exact: <loop seconds / haar seconds>``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import math
 import statistics
 import time
 
+import numpy as np
 import torch
 
-from robusttune.methods.aggregators import AGGREGATORS, make_aggregator
+from robusttune.methods.aggregators import AGGREGATORS, make_aggregator, swb_blocks
+from robusttune.methods.aggregators.base import argsort_last
 from robusttune.methods.aggregators.swb_blocks import published_chunk_step
 
 D = 545_098  # cnn2, the SWB-DM model
@@ -174,6 +178,42 @@ def main() -> None:
             f"  {label:<26}{(out - honest).norm().item():18.4f}{(out - exact).norm().item():19.4f}"
         )
     x = None  # frees the messages before the next part
+
+    # -- SWB's medoid order: argsort_last against numpy's stable float argsort ----------------
+    # With few clients (p = 0.1 of 20: n = 2) SWB spends most of a call placing b in the medoid's
+    # order, one stable argsort of d values; argsort_last sorts integer keys instead (the same
+    # permutation, tests/test_extreme_messages.py). Both are timed here, alone and inside SWB at
+    # n = 2 with the maps' shared rotation (the swb_blocks module's argsort swapped for numpy's),
+    # interleaved.
+    rows_of_chunks = torch.randn(d // CHUNK, CHUNK, generator=torch.Generator().manual_seed(3))
+    stable_numpy = functools.partial(np.argsort, rows_of_chunks.numpy(), axis=-1, kind="stable")
+    swb_at_2 = functools.partial(
+        make_aggregator("swb", f=0, trim_ratio=0.25, swb_rotation="shared"),
+        messages(2, 0, seed=2, d=d)[0],
+        generator=torch.Generator().manual_seed(0),
+    )
+    times: dict[str, list[float]] = {key: [] for key in ("keys", "numpy", "swb keys", "swb numpy")}
+    for _ in range(max(3, reps)):
+        times["keys"].append(timed(functools.partial(argsort_last, rows_of_chunks), 1)[0])
+        times["numpy"].append(timed(stable_numpy, 1)[0])
+        times["swb keys"].append(timed(swb_at_2, 1)[0])
+        swb_blocks.argsort_last = lambda x: torch.from_numpy(
+            np.argsort(x.numpy(), axis=-1, kind="stable")
+        )
+        try:
+            times["swb numpy"].append(timed(swb_at_2, 1)[0])
+        finally:
+            swb_blocks.argsort_last = argsort_last
+    best = {key: min(values) for key, values in times.items()}
+    print(
+        f"\nSWB's medoid order ({d // CHUNK:,} rows of {CHUNK}), seconds (best of {len(times['keys'])})"
+    )
+    print(f"  stable argsort, numpy      {best['numpy']:8.4f} s")
+    print(f"  argsort_last (int keys)    {best['keys']:8.4f} s")
+    print(f"  SWB at n = 2, numpy's      {best['swb numpy']:8.4f} s")
+    print(f"  SWB at n = 2, argsort_last {best['swb keys']:8.4f} s")
+    print(f"argsort_keys_speedup: {best['numpy'] / best['keys']:.2f}")
+    print(f"swb_n2_argsort_speedup: {best['swb numpy'] / best['swb keys']:.2f}")
 
     # -- cache memory ------------------------------------------------------------------------
     print("\ndelayed cache (N slots of d = 545,098), computed")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from robusttune.methods.aggregators import AGGREGATORS, Aggregator, make_aggregator
-from robusttune.methods.aggregators.base import column_centre, sort_values
+from robusttune.methods.aggregators.base import argsort_last, column_centre, sort_values
 from robusttune.methods.aggregators.geometry import pairwise_sq_distances
 from robusttune.methods.aggregators.swb_blocks import barycenter_rows
 
@@ -313,3 +313,57 @@ def test_torch_sort_places_nan_and_inf_where_numpy_does():
     np.testing.assert_array_equal(torch.sort(a, dim=1).values.numpy(), expected)
     np.testing.assert_array_equal(sort_values(a, dim=1).numpy(), expected)
     np.testing.assert_array_equal(sort_values(a.T.contiguous(), dim=0).numpy(), expected.T)
+
+
+def _awkward_float32_rows(seed: int) -> np.ndarray:
+    """Rows of 512 float32 with many ties and every special value: integers in [-3, 3], zeros of
+    both signs, +-inf, quiet and signalling NaNs of both signs with payloads, subnormals of both
+    signs, float max, and one row of plain Gaussians."""
+    rng = np.random.default_rng(seed)
+    z = rng.integers(-3, 4, size=(40, 512)).astype(np.float32)
+    zeros = z == 0
+    z[zeros] = np.where(rng.random(int(zeros.sum())) < 0.5, np.float32(-0.0), np.float32(0.0))
+    bits = z.view(np.uint32)
+    for start, step, pattern in [
+        (0, 7, 0x7F800000),  # +inf
+        (1, 11, 0xFF800000),  # -inf
+        (2, 13, 0x7FC00000),  # NaN
+        (3, 17, 0xFFC00001),  # -NaN with a payload
+        (4, 19, 0x7F800001),  # signalling NaN
+        (5, 23, 0x00000001),  # smallest subnormal
+        (6, 29, 0x80000003),  # negative subnormal
+        (8, 31, 0x7F7FFFFF),  # float max
+    ]:
+        bits[:, start::step] = pattern
+    z[-1] = rng.standard_normal(512).astype(np.float32)
+    return z
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_argsort_last_is_the_stable_argsort_of_numpy_and_torch(seed):
+    # SWB places its barycenter at the medoid's order with argsort_last, which on CPU float32
+    # sorts integer keys built from the floats' bits instead of calling a stable float argsort:
+    # the permutation must be numpy's stable argsort's and torch's stable argsort's in every
+    # case, ties, signed zeros, infinities, NaNs of any sign or payload and subnormals included,
+    # for any shape and for a strided view.
+    z = _awkward_float32_rows(seed)
+    expected = np.argsort(z, axis=-1, kind="stable")
+    got = argsort_last(torch.from_numpy(z))
+    assert got.dtype == torch.int64
+    np.testing.assert_array_equal(got.numpy(), expected)
+    np.testing.assert_array_equal(
+        torch.argsort(torch.from_numpy(z), dim=-1, stable=True).numpy(), expected
+    )
+    columns = torch.from_numpy(z).T  # not contiguous
+    np.testing.assert_array_equal(
+        argsort_last(columns).numpy(), np.argsort(z.T, axis=-1, kind="stable")
+    )
+    stacked = z.reshape(4, 10, 512)
+    np.testing.assert_array_equal(
+        argsort_last(torch.from_numpy(stacked)).numpy(),
+        np.argsort(stacked, axis=-1, kind="stable"),
+    )
+    with np.errstate(invalid="ignore"):  # a signalling NaN's cast warns; it stays a NaN
+        as_double = torch.from_numpy(z.astype(np.float64))  # the float64 path: numpy's argsort
+    np.testing.assert_array_equal(argsort_last(as_double).numpy(), expected)
+    assert argsort_last(torch.zeros(3, 0)).shape == (3, 0)
