@@ -217,8 +217,8 @@ def _stable_argsort_float32(values: np.ndarray) -> np.ndarray:
     equal values fall in position order, which is what a stable sort does: the permutation is
     numpy's stable argsort's, bit for bit on any CPU. It is faster because numpy sorts 64-bit
     integers with its vectorised sort, where its stable float argsort is a merge sort (SWB's
-    medoid step, rows of 512: 3.7x, and SWB at two clients 1.46x; bench/aggregators.py). Bit operations
-    only, so no floating-point mode (flushing subnormals, say) can change the order."""
+    medoid step, rows of 512: 3.7x, and SWB at two clients 1.46x; bench/aggregators.py). Bit
+    operations only, so no floating-point mode (flushing subnormals, say) can change the order."""
     bits = np.ascontiguousarray(values).view(np.uint32)
     magnitude = bits & np.uint32(0x7FFFFFFF)
     bits = np.where(magnitude == 0, np.uint32(0), bits)
