@@ -384,7 +384,7 @@ def test_sweep_survives_losing_a_worker_node(failover):
         starts = [i for i, r in enumerate(reported) if r["iterations_since_restore"] == 1]
         if trial is not failed[0]:
             # One result per round, in order, each round once.
-            assert starts == [0]
+            assert starts == [0] and summary["restored_from_rounds"] == []
             assert [r["round"] for r in reported] == list(range(1, ROUNDS + 1)), trial["trial_id"]
             continue
         # Started at round 1, then restored from a checkpoint, not from round 1.
@@ -393,6 +393,7 @@ def test_sweep_survives_losing_a_worker_node(failover):
         assert [r["round"] for r in first] == list(range(1, len(first) + 1))
         resumed_at = retry[0]["round"]
         assert [r["round"] for r in retry] == list(range(resumed_at, ROUNDS + 1))
+        assert summary["restored_from_rounds"] == [resumed_at - 1]  # the trial's own record
         # Tune logs a result (result.json, the callbacks) before it registers the checkpoint the
         # same report carries, so a node lost in between takes that one checkpoint with it and
         # the retry replays that round (seen: rounds 1, 2, 2, 3, ...). At most that one round is

@@ -269,6 +269,14 @@ def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
     reported = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
     assert reported[-1]["training_iteration"] == 4
     assert reported[-1]["iterations_since_restore"] < 4  # it continued from a checkpoint
+    # and its summary says from which round; the trials that ran in one go say none
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["restored_from_rounds"] == [4 - reported[-1]["iterations_since_restore"]]
+    others = [f for f in trial_folders(second) if f != folder]
+    restored = [
+        json.loads((f / "summary.json").read_text())["restored_from_rounds"] for f in others
+    ]
+    assert restored == [[], []]
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in the trial
@@ -289,6 +297,46 @@ def test_resumed_trial_continues_bit_for_bit(resumed_sweep):
     norms = events.Scalars("round/param_norm")
     assert [e.step for e in norms] == [1, 2, 3, 4]
     assert [e.value for e in norms] == pytest.approx([r.param_norm for r in reference], rel=1e-6)
+
+
+def test_a_restored_trial_counts_every_restart_its_checkpoints_carry(tmp_path, monkeypatch):
+    """`restore_checkpoint` returns the rounds the trial has continued from, the earlier
+    restarts read from beside the checkpoint (`save_checkpoint`), this one's last; a checkpoint
+    from before restarts were recorded counts this one only; no checkpoint, a first start."""
+    import pyarrow.fs
+    from ray import tune
+
+    from robusttune.engine.simulation import Simulation
+    from robusttune.experiments.sweep.trainable import (
+        RESTORED_FILE,
+        restore_checkpoint,
+        save_checkpoint,
+    )
+
+    spec = RunSpec.from_dict({**TINY, "rounds": 4, "device": "cpu"})
+    ran = Simulation(spec)
+    ran.step(), ran.step(), ran.step()
+    saved = tmp_path / "checkpoint"
+    saved.mkdir()
+    save_checkpoint(ran, (1,), saved)  # taken at round 3 by a trial restored once, after round 1
+
+    class Storage:  # the trial folder is local: no run files to fetch
+        storage_filesystem = pyarrow.fs.LocalFileSystem()
+        trial_fs_path = str(tmp_path)
+
+    class Context:
+        def get_storage(self):
+            return Storage()
+
+    def restored(checkpoint):
+        monkeypatch.setattr(tune, "get_checkpoint", lambda: checkpoint)
+        simulation = Simulation(spec)
+        return restore_checkpoint(simulation, Context(), tmp_path), simulation.rounds_done
+
+    assert restored(tune.Checkpoint.from_directory(str(saved))) == ((1, 3), 3)
+    (saved / RESTORED_FILE).unlink()
+    assert restored(tune.Checkpoint.from_directory(str(saved))) == ((3,), 3)
+    assert restored(None) == ((), 0)
 
 
 # -- failing early ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ them: nobody passes a loose dict or re-states a rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
@@ -138,7 +138,11 @@ class RunSummary:
     ``mean_honest_input_spread``: the same mean of ``RoundRecord.honest_input_spread``.
     ``float_path``: the float path the run computed with (``robusttune.core.numerics.FloatPath.label``:
     mode, ATen capability, MKL branch, threads), so two summaries that differ can be told apart
-    by machine; absent from summaries written before it existed."""
+    by machine; absent from summaries written before it existed. ``restored_from_rounds``: the
+    checkpointed rounds a Ray Tune trial continued from, one per restart (its node lost, its
+    sweep or map resumed), in order; empty for a run that went through in one go. The trial
+    writes it itself: Tune's own record of restarts (``iterations_since_restore`` in
+    result.json) is written by the driver, and a driver killed mid-sync leaves it empty."""
 
     final_accuracy: float
     final_loss: float
@@ -155,6 +159,7 @@ class RunSummary:
     mean_honest_input_spread: float = math.nan
     final_validation_accuracy: float = math.nan
     float_path: str | None = None  # what the run computed with (robusttune.core.numerics.FloatPath)
+    restored_from_rounds: tuple[int, ...] = ()
 
     # summary.json's keys, as the reference documents them
     KEYS: ClassVar[dict[str, str]] = {
@@ -173,6 +178,7 @@ class RunSummary:
         "mean_honest_input_spread": "The same mean of honest_input_spread.",
         "final_validation_accuracy": "Validation accuracy after the last round (what selections read).",
         "float_path": "The float path the run computed with (numerics mode, kernels, threads, torch).",
+        "restored_from_rounds": "The checkpointed rounds a restarted trial continued from, one per restart (empty: it ran in one go).",
     }
 
     @property
@@ -235,12 +241,14 @@ class RunSummary:
             mean_honest_input_spread=_number(data.get("mean_honest_input_spread")),
             final_validation_accuracy=_number(data.get("final_validation_accuracy")),
             float_path=data.get("float_path"),
+            restored_from_rounds=tuple(int(r) for r in data.get("restored_from_rounds") or ()),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN and infinities as None; ``run_dir``, ``error`` and ``float_path`` only when set."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["spec"] = dict(self.spec)
+        out["restored_from_rounds"] = list(self.restored_from_rounds)
         for key in ("run_dir", "error", "float_path"):
             if out[key] is None:
                 del out[key]
@@ -252,6 +260,10 @@ class RunSummary:
     def at(self, run_dir: str | None) -> RunSummary:
         """The same summary, pointing at its run folder."""
         return replace(self, run_dir=None if run_dir is None else str(run_dir))
+
+    def restored_from(self, rounds: Sequence[int]) -> RunSummary:
+        """The same summary, recording the checkpointed rounds its trial continued from."""
+        return replace(self, restored_from_rounds=tuple(int(r) for r in rounds))
 
     def stopped(self) -> RunSummary:
         """The same summary, marked as ended before its last round."""

@@ -380,10 +380,10 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
     from robusttune.engine.recording import RunWriter
     from robusttune.engine.simulation import Simulation
     from robusttune.experiments.sweep.trainable import (
-        CHECKPOINT_FILE,
         place_trial,
         report_config_error,
         restore_checkpoint,
+        save_checkpoint,
         trial_folder,
         trial_threads,
     )
@@ -409,9 +409,8 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
             str(error), [METRIC], folder, **{SUMMARY_KEY: json.dumps(failed.to_dict())}
         )
         return
-    writer = RunWriter(
-        folder, spec, resume_at=restore_checkpoint(simulation, context, folder), tensorboard=False
-    )
+    restored = restore_checkpoint(simulation, context, folder)
+    writer = RunWriter(folder, spec, resume_at=restored[-1] if restored else 0, tensorboard=False)
     every = spec.checkpoint_every
     try:
         for record in simulation:
@@ -424,7 +423,7 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
                 # scalars up to a checkpoint are on disk before it exists (as a sweep's trials)
                 writer.flush()
                 with tempfile.TemporaryDirectory(prefix="robusttune-ckpt-") as saved:
-                    torch.save(simulation.state_dict(), Path(saved) / CHECKPOINT_FILE)
+                    save_checkpoint(simulation, restored, Path(saved))
                     tune.report(
                         {METRIC: math.nan, "round": record.round},
                         checkpoint=tune.Checkpoint.from_directory(saved),
@@ -432,7 +431,7 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
     except BaseException:
         writer.abort()
         raise
-    summary = simulation.summary(time.perf_counter() - started)
+    summary = simulation.summary(time.perf_counter() - started).restored_from(restored)
     writer.close(summary)
     tune.report(
         {

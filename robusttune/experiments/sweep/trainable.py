@@ -22,6 +22,7 @@ stay for what a retry can cure: a lost node, a killed worker.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -39,6 +40,8 @@ from robusttune.experiments.sweep.ray_compat import TrialStopped, trial_storage
 from robusttune.experiments.sweep.space import SweepSpec
 
 CHECKPOINT_FILE = "simulation.pt"
+# beside it: the rounds the trial had continued from when the checkpoint was taken (a JSON list)
+RESTORED_FILE = "restored_from_rounds.json"
 # The result key of a trial that ended on a configuration error (its value: the one-line message)
 CONFIG_ERROR = "config_error"
 ERROR_FILE = "error.txt"
@@ -153,9 +156,11 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     except SpecError as error:
         report_config_error(str(error), sweep.search.metrics, run_folder)
         return
-    resume_at = restore_checkpoint(simulation, context, run_folder)
+    restored = restore_checkpoint(simulation, context, run_folder)
     # the sweep declared the HParams experiment in its folder; a trial adds its values only
-    writer = RunWriter(run_folder, spec, resume_at=resume_at, declares_experiment=False)
+    writer = RunWriter(
+        run_folder, spec, resume_at=restored[-1] if restored else 0, declares_experiment=False
+    )
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
     every = spec.checkpoint_every
     try:
@@ -173,39 +178,51 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
                 # resumed trial only writes the rounds after it.
                 writer.flush()
                 with tempfile.TemporaryDirectory(prefix="robusttune-ckpt-") as folder:
-                    torch.save(simulation.state_dict(), Path(folder) / CHECKPOINT_FILE)
+                    save_checkpoint(simulation, restored, Path(folder))
                     tune.report(row, checkpoint=tune.Checkpoint.from_directory(folder))
             else:
                 tune.report(row)
     except TrialStopped:
         # Tune stopped the trial (a scheduler such as ASHA, or the sweep being interrupted): the
         # summary says so; a resumed trial replaces it.
-        writer.close(simulation.summary(time.perf_counter() - started).stopped())
+        summary = simulation.summary(time.perf_counter() - started)
+        writer.close(summary.restored_from(restored).stopped())
         raise
     except BaseException:
         # A crash: keep what was written, but no summary.json (it would claim a finished run).
         writer.abort()
         raise
-    writer.close(simulation.summary(time.perf_counter() - started))
+    writer.close(simulation.summary(time.perf_counter() - started).restored_from(restored))
 
 
-def restore_checkpoint(simulation: Any, context: Any, folder: Path) -> int:
-    """The round a (re)started trial continues after: its last checkpoint's, loaded into
-    ``simulation`` with the run folder's files brought back (`fetch_run_files`), or 0. A trial
-    restarted without a checkpoint (killed before its first one, or checkpoint_every 0) runs
-    again from round 1: RunWriter's resume_at 0 clears the rows and scalars its first attempt
-    left."""
+def restore_checkpoint(simulation: Any, context: Any, folder: Path) -> tuple[int, ...]:
+    """The checkpointed rounds this trial has continued from, this (re)start's last: its last
+    checkpoint's round, loaded into ``simulation`` with the run folder's files brought back
+    (`fetch_run_files`), after the rounds its earlier restarts continued from (saved beside the
+    checkpoint by `save_checkpoint`); () for a first start. A trial restarted without a
+    checkpoint (killed before its first one, or checkpoint_every 0) runs again from round 1:
+    RunWriter's resume_at 0 clears the rows and scalars its first attempt left."""
     from ray import tune
 
     from robusttune.engine.simulation import load_checkpoint
 
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
-        return 0
+        return ()
     with checkpoint.as_directory() as saved:
         simulation.load_state_dict(load_checkpoint(Path(saved) / CHECKPOINT_FILE))
+        earlier = Path(saved) / RESTORED_FILE
+        # a checkpoint written before restarts were recorded has no such file
+        before = json.loads(earlier.read_text()) if earlier.exists() else []
     fetch_run_files(context, folder)
-    return simulation.rounds_done
+    return (*(int(r) for r in before), simulation.rounds_done)
+
+
+def save_checkpoint(simulation: Any, restored: Sequence[int], folder: Path) -> None:
+    """Write ``simulation``'s state (`Simulation.state_dict`) and the rounds its trial has
+    continued from so far into ``folder``, which becomes a Tune checkpoint."""
+    torch.save(simulation.state_dict(), folder / CHECKPOINT_FILE)
+    (folder / RESTORED_FILE).write_text(json.dumps([int(r) for r in restored]))
 
 
 def report_config_error(message: str, metrics: Sequence[str], folder: Path, **extra: Any) -> None:
