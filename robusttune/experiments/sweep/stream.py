@@ -410,7 +410,7 @@ def run_trial(config: dict[str, Any], plugins: Sequence[Any] = ()) -> None:
         )
         return
     restored = restore_checkpoint(simulation, context, folder)
-    writer = RunWriter(folder, spec, resume_at=restored[-1] if restored else 0, tensorboard=False)
+    writer = RunWriter(folder, spec, resume_at=simulation.rounds_done, tensorboard=False)
     every = spec.checkpoint_every
     try:
         for record in simulation:

@@ -159,7 +159,7 @@ def federated_trainable(config: dict[str, Any], sweep: SweepSpec) -> None:
     restored = restore_checkpoint(simulation, context, run_folder)
     # the sweep declared the HParams experiment in its folder; a trial adds its values only
     writer = RunWriter(
-        run_folder, spec, resume_at=restored[-1] if restored else 0, declares_experiment=False
+        run_folder, spec, resume_at=simulation.rounds_done, declares_experiment=False
     )
     columns = identity(spec, tuple(k for k in sweep.varied_keys if k != "device"))
     every = spec.checkpoint_every
